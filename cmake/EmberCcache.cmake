@@ -1,0 +1,10 @@
+# Use ccache for C++ and CUDA when it is installed and no launcher was chosen.
+find_program(EMBER_CCACHE ccache)
+if(EMBER_CCACHE)
+  if(NOT CMAKE_CXX_COMPILER_LAUNCHER)
+    set(CMAKE_CXX_COMPILER_LAUNCHER "${EMBER_CCACHE}")
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER_LAUNCHER)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER "${EMBER_CCACHE}")
+  endif()
+endif()

@@ -1,0 +1,35 @@
+// Launcher for kernels/fill.cuh, used by Tensor::fill_ on cuda devices.
+#include <cstring>
+
+#include "cuda_backend.hpp"
+#include "ember/core/check_cuda.hpp"
+#include "fill.cuh"
+
+namespace ember::cuda_backend {
+namespace {
+template <class T>
+void launch_fill(void* dst, const void* value, int64_t n) {
+  T pattern;
+  std::memcpy(&pattern, value, sizeof(T));
+  constexpr int kThreads = 256;
+  const int64_t wanted = (n + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 65535 ? wanted : 65535);
+  kernels::fill_kernel<T><<<blocks, kThreads>>>(static_cast<T*>(dst), pattern, n);
+  EMBER_CUDA_CHECK(cudaGetLastError());
+  EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+}
+}  // namespace
+
+void fill(void* dst, const void* value, size_t elem_size, int64_t n, int device) {
+  if (n == 0) return;
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  switch (elem_size) {
+    case 1: return launch_fill<uint8_t>(dst, value, n);
+    case 2: return launch_fill<uint16_t>(dst, value, n);
+    case 4: return launch_fill<uint32_t>(dst, value, n);
+    case 8: return launch_fill<uint64_t>(dst, value, n);
+    default: EMBER_THROW("cuda fill: unsupported element size {}", elem_size);
+  }
+}
+
+}  // namespace ember::cuda_backend

@@ -1,0 +1,173 @@
+#include "ember/core/tensor.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "cuda_backend.hpp"
+#include "ember/core/philox.hpp"
+
+namespace ember {
+
+void encode_scalar(double value, DType dtype, void* out);  // convert.cpp
+double decode_scalar(const void* in, DType dtype);         // convert.cpp
+
+TensorView TensorView::slice(int64_t begin, int64_t end) const {
+  EMBER_CHECK(rank() >= 1, "slice: {} has no first dimension", describe());
+  EMBER_CHECK(0 <= begin && begin <= end && end <= shape[0],
+              "slice: rows [{}, {}) are out of range for {}", begin, end, describe());
+  TensorView v = *this;
+  v.shape = shape.with_dim0(end - begin);
+  v.data = static_cast<char*>(data) +
+           static_cast<size_t>(begin * shape.row_numel()) * dtype_size(dtype);
+  return v;
+}
+
+TensorView TensorView::reshape(const Shape& new_shape) const {
+  EMBER_CHECK(new_shape.numel() == numel(), "reshape: {} cannot become {} ({} vs {} elements)",
+              describe(), new_shape.to_string(), numel(), new_shape.numel());
+  TensorView v = *this;
+  v.shape = new_shape;
+  return v;
+}
+
+std::string TensorView::describe() const {
+  return fmt::format("{}{} on {}", dtype_name(dtype), shape.to_string(), device.to_string());
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  cuda_backend::memcpy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  std::shared_ptr<Allocator> allocator = allocator_for(device);  // checks availability
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  void* ptr = allocator->allocate(bytes);
+  Tensor t;
+  t.storage_ = std::shared_ptr<void>(
+      ptr, [allocator, bytes](void* p) { allocator->deallocate(p, bytes); });
+  t.view_ = TensorView{ptr, dtype, shape, device};
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  Tensor t = *this;
+  t.view_ = view_.slice(begin, end);
+  return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  Tensor t = *this;
+  t.view_ = view_.reshape(shape);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  EMBER_CHECK(defined(), "Tensor::to: the tensor is undefined");
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape(), dtype(), device);
+  t.copy_(view_);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  EMBER_CHECK(defined(), "Tensor::to: the tensor is undefined");
+  if (dtype == this->dtype()) return *this;
+  const Tensor host = to(Device::cpu());
+  Tensor converted = empty(shape(), dtype, Device::cpu());
+  convert_host(converted.data(), dtype, host.data(), host.dtype(), numel());
+  return converted.to(device());
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype(), device());
+  t.copy_(view_);
+  return t;
+}
+
+Tensor& Tensor::fill_(double value) {
+  EMBER_CHECK(defined(), "Tensor::fill_: the tensor is undefined");
+  alignas(8) unsigned char pattern[8];
+  encode_scalar(value, dtype(), pattern);
+  const size_t elem = dtype_size(dtype());
+  if (device().is_cuda()) {
+    cuda_backend::fill(data(), pattern, elem, numel(), device().index());
+    return *this;
+  }
+  char* out = static_cast<char*>(data());
+  const int64_t n = numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) std::memcpy(out + static_cast<size_t>(i) * elem, pattern, elem);
+  return *this;
+}
+
+Tensor& Tensor::copy_(const TensorView& source) {
+  EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
+  EMBER_CHECK(source.dtype == dtype() && source.numel() == numel(),
+              "Tensor::copy_: cannot copy {} into {} (dtype and element count must match; "
+              "use to(dtype) to convert)",
+              source.describe(), view_.describe());
+  copy_bytes(data(), device(), source.data, source.device, nbytes());
+  return *this;
+}
+
+namespace {
+// Writes f(i) (a double) into every element i, on the host, then moves it to the device.
+template <class F>
+void generate(Tensor& t, const char* what, F f) {
+  EMBER_CHECK(is_floating(t.dtype()), "Tensor::{}: needs a floating dtype, not {}", what,
+              dtype_name(t.dtype()));
+  Tensor host = Tensor::empty(t.shape(), DType::f32);
+  float* out = host.data<float>();
+  const int64_t n = t.numel();
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(f(static_cast<uint64_t>(i)));
+  t.copy_(host.to(t.dtype()).to(t.device()));
+}
+}  // namespace
+
+Tensor& Tensor::uniform_(uint64_t seed, double low, double high) {
+  EMBER_CHECK(low <= high, "Tensor::uniform_: low {} is above high {}", low, high);
+  generate(*this, "uniform_", [=](uint64_t i) {
+    const uint32_t bits = philox4x32(seed, i).v[0];
+    return low + (high - low) * (static_cast<double>(bits) / 4294967296.0);
+  });
+  return *this;
+}
+
+Tensor& Tensor::normal_(uint64_t seed, double mean, double stddev) {
+  EMBER_CHECK(stddev >= 0, "Tensor::normal_: stddev {} is negative", stddev);
+  generate(*this, "normal_", [=](uint64_t i) {
+    const Philox4x32 r = philox4x32(seed, i);
+    const double u1 = (static_cast<double>(r.v[0]) + 1.0) / 4294967296.0;  // (0, 1]
+    const double u2 = static_cast<double>(r.v[1]) / 4294967296.0;
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    return mean + stddev * z;
+  });
+  return *this;
+}
+
+double Tensor::item() const {
+  EMBER_CHECK(numel() == 1, "Tensor::item: {} does not have exactly one element",
+              view_.describe());
+  alignas(8) unsigned char bytes[8];
+  copy_bytes(bytes, Device::cpu(), data(), device(), dtype_size(dtype()));
+  return decode_scalar(bytes, dtype());
+}
+
+}  // namespace ember
