@@ -1,0 +1,23 @@
+// Reductions. Results are the same at every thread count: work is split into
+// fixed chunks whose partial results combine in a fixed order.
+#pragma once
+
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+
+namespace ember::ops {
+
+struct ReduceOptions {
+  bool accumulate = false;  // out += result instead of out = result
+};
+
+// out (one f32 element) = sum of all elements of x (f32, f16 or bf16).
+void sum(Stream& stream, const TensorView& out, const TensorView& x, const ReduceOptions& = {});
+// out[j] = sum over rows i of x[i, j]; x is [M, N] (or [M, ...], flattened), out is [N] f32.
+// With accumulate this is the bias-gradient update.
+void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
+                 const ReduceOptions& = {});
+// out (one f32 element) = the largest element of x (nan if any element is nan).
+void max(Stream& stream, const TensorView& out, const TensorView& x);
+
+}  // namespace ember::ops
