@@ -13,8 +13,15 @@ Shape::Shape(std::initializer_list<int64_t> dims)
 Shape::Shape(std::span<const int64_t> dims) {
   EMBER_CHECK(dims.size() <= kMaxRank, "Shape: rank {} exceeds the maximum of {}", dims.size(),
               kMaxRank);
+  int64_t product = 1;
   for (size_t i = 0; i < dims.size(); ++i) {
     EMBER_CHECK(dims[i] >= 0, "Shape: dimension {} is negative ({})", i, dims[i]);
+    if (dims[i] != 0 && product != 0) {
+      EMBER_CHECK(!__builtin_mul_overflow(product, dims[i], &product),
+                  "Shape: the element count of these dimensions overflows 64 bits");
+    } else {
+      product = 0;
+    }
     dims_[i] = dims[i];
   }
   rank_ = static_cast<int>(dims.size());
@@ -22,8 +29,8 @@ Shape::Shape(std::span<const int64_t> dims) {
 
 int64_t Shape::operator[](int axis) const {
   const int resolved = axis < 0 ? axis + rank_ : axis;
-  EMBER_CHECK(resolved >= 0 && resolved < rank_, "Shape {}: axis {} is out of range",
-              to_string(), axis);
+  EMBER_CHECK(resolved >= 0 && resolved < rank_, "Shape {}: axis {} is out of range", to_string(),
+              axis);
   return dims_[static_cast<size_t>(resolved)];
 }
 
@@ -47,7 +54,9 @@ Shape Shape::with_dim0(int64_t n) const {
   return s;
 }
 
-std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(dims(), ", ")); }
+std::string Shape::to_string() const {
+  return fmt::format("[{}]", fmt::join(dims(), ", "));
+}
 
 bool operator==(const Shape& a, const Shape& b) {
   if (a.rank_ != b.rank_) return false;

@@ -18,8 +18,8 @@ TensorView TensorView::slice(int64_t begin, int64_t end) const {
               "slice: rows [{}, {}) are out of range for {}", begin, end, describe());
   TensorView v = *this;
   v.shape = shape.with_dim0(end - begin);
-  v.data = static_cast<char*>(data) +
-           static_cast<size_t>(begin * shape.row_numel()) * dtype_size(dtype);
+  v.data =
+      static_cast<char*>(data) + static_cast<size_t>(begin * shape.row_numel()) * dtype_size(dtype);
   return v;
 }
 
@@ -49,8 +49,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   void* ptr = allocator->allocate(bytes);
   Tensor t;
-  t.storage_ = std::shared_ptr<void>(
-      ptr, [allocator, bytes](void* p) { allocator->deallocate(p, bytes); });
+  t.storage_ =
+      std::shared_ptr<void>(ptr, [allocator, bytes](void* p) { allocator->deallocate(p, bytes); });
   t.view_ = TensorView{ptr, dtype, shape, device};
   return t;
 }
@@ -95,6 +95,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 Tensor Tensor::clone() const {
+  EMBER_CHECK(defined(), "Tensor::clone: the tensor is undefined");
   Tensor t = empty(shape(), dtype(), device());
   t.copy_(view_);
   return t;
@@ -118,6 +119,8 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::copy_(const TensorView& source) {
   EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
+  EMBER_CHECK(source.data != nullptr || source.numel() == 0,
+              "Tensor::copy_: the source {} has no data", source.describe());
   EMBER_CHECK(source.dtype == dtype() && source.numel() == numel(),
               "Tensor::copy_: cannot copy {} into {} (dtype and element count must match; "
               "use to(dtype) to convert)",
@@ -163,8 +166,8 @@ Tensor& Tensor::normal_(uint64_t seed, double mean, double stddev) {
 }
 
 double Tensor::item() const {
-  EMBER_CHECK(numel() == 1, "Tensor::item: {} does not have exactly one element",
-              view_.describe());
+  EMBER_CHECK(defined(), "Tensor::item: the tensor is undefined");
+  EMBER_CHECK(numel() == 1, "Tensor::item: {} does not have exactly one element", view_.describe());
   alignas(8) unsigned char bytes[8];
   copy_bytes(bytes, Device::cpu(), data(), device(), dtype_size(dtype()));
   return decode_scalar(bytes, dtype());

@@ -1,6 +1,10 @@
 // Host 16-bit floating-point types: IEEE binary16 (`half`) and `bfloat16`.
 // Conversions from float round to nearest even; inf, nan, subnormals and
 // overflow to inf are exact. Arithmetic is done in float.
+// NaNs: float -> half, half -> float and float -> bfloat16 make quiet nans that keep
+// the sign and the top payload bits (IEEE 754 6.2.3, F16C, AArch64), so quiet nans
+// round-trip exactly and signalling ones come back quiet. bfloat16 -> float is the
+// plain widening (a shift) every bfloat16 implementation uses.
 #pragma once
 
 #include <bit>
@@ -42,7 +46,10 @@ constexpr float half_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1fu) {  // inf; a nan keeps its payload and becomes quiet, as F16C does
+    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
+    return std::bit_cast<float>(sign | 0x7f800000u | quiet | (mantissa << 13));
+  }
   if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
     const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
     return sign ? -magnitude : magnitude;
@@ -52,7 +59,8 @@ constexpr float half_bits_to_float(uint16_t h) {
 
 constexpr uint16_t float_to_bfloat16_bits(float value) {
   const uint32_t x = std::bit_cast<uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet nan
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x0040u);   // quiet nan
   const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);  // round to nearest even
   return static_cast<uint16_t>((x + rounding) >> 16);
 }

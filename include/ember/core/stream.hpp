@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "ember/core/device.hpp"
+#include "ember/core/error.hpp"
 
 namespace ember {
 
@@ -19,7 +20,7 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   Device device() const { return device_; }
-  void synchronize() const;    // waits until all work queued so far is done
+  void synchronize() const;                 // waits until all work queued so far is done
   void* native() const { return handle_; }  // the cudaStream_t, nullptr on the CPU
 
  private:

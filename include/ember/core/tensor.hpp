@@ -74,10 +74,11 @@ class Tensor {
   Tensor to(DType dtype) const;    // a converted copy (or *this when already that dtype)
   Tensor clone() const;
 
-  Tensor& fill_(double value);             // converts value to the dtype
+  Tensor& fill_(double value);              // converts value to the dtype
   Tensor& copy_(const TensorView& source);  // same dtype and element count; any devices
 
   // Seeded, counter-based initialization: element i depends only on (seed, i).
+  // uniform_ draws from [low, high); rounding to the dtype can give high itself.
   Tensor& uniform_(uint64_t seed, double low, double high);
   Tensor& normal_(uint64_t seed, double mean, double stddev);
 
@@ -109,6 +110,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  EMBER_CHECK(defined(), "Tensor::to_vector: the tensor is undefined");
   EMBER_CHECK(dtype_of<T> == dtype(), "Tensor::to_vector: tensor holds {}, not {}",
               dtype_name(dtype()), dtype_name(dtype_of<T>));
   std::vector<T> out(static_cast<size_t>(numel()));

@@ -1,6 +1,7 @@
 // Argument checks shared by the ops: each throws ember::Error naming the op and the operands.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string_view>
 
@@ -13,8 +14,8 @@ namespace ember::ops::detail {
 inline void check_devices(std::string_view op, const Stream& stream,
                           std::initializer_list<const TensorView*> operands) {
   for (const TensorView* t : operands) {
-    EMBER_CHECK(t->device == stream.device(), "{}: operand {} is not on the stream's device {}",
-                op, t->describe(), stream.device().to_string());
+    EMBER_CHECK(t->device == stream.device(), "{}: operand {} is not on the stream's device {}", op,
+                t->describe(), stream.device().to_string());
     EMBER_CHECK(t->data != nullptr || t->numel() == 0, "{}: operand {} has no data", op,
                 t->describe());
   }
@@ -35,10 +36,41 @@ inline void check_same_shape(std::string_view op, const TensorView& a, const Ten
   EMBER_CHECK(a.shape == b.shape, "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
 }
 
-inline void check_rank(std::string_view op, std::string_view name, const TensorView& t,
-                       int rank) {
-  EMBER_CHECK(t.rank() == rank, "{}: {} must have rank {}, not {}", op, name, rank,
-              t.describe());
+inline void check_rank(std::string_view op, std::string_view name, const TensorView& t, int rank) {
+  EMBER_CHECK(t.rank() == rank, "{}: {} must have rank {}, not {}", op, name, rank, t.describe());
+}
+
+// The output may be exactly an input (in-place: the same memory and element size) but must not
+// partly overlap it: the result would then depend on the order in which elements are written.
+inline void check_overlap(std::string_view op, const TensorView& out, const TensorView& in) {
+  if (out.nbytes() == 0 || in.nbytes() == 0) return;
+  const auto o = reinterpret_cast<std::uintptr_t>(out.data);
+  const auto i = reinterpret_cast<std::uintptr_t>(in.data);
+  const bool disjoint = o + out.nbytes() <= i || i + in.nbytes() <= o;
+  const bool same =
+      o == i && out.nbytes() == in.nbytes() && dtype_size(out.dtype) == dtype_size(in.dtype);
+  EMBER_CHECK(disjoint || same,
+              "{}: output {} partly overlaps input {}; an output may only be exactly an input "
+              "of the same element size (in-place) or separate memory",
+              op, out.describe(), in.describe());
+}
+
+// For operands of different roles (a loss and the logits, labels and probabilities): no shared
+// memory at all.
+inline void check_disjoint(std::string_view op, const TensorView& out, const TensorView& in) {
+  if (out.nbytes() == 0 || in.nbytes() == 0) return;
+  const auto o = reinterpret_cast<std::uintptr_t>(out.data);
+  const auto i = reinterpret_cast<std::uintptr_t>(in.data);
+  EMBER_CHECK(o + out.nbytes() <= i || i + in.nbytes() <= o,
+              "{}: output {} shares memory with input {}; they must be separate", op,
+              out.describe(), in.describe());
+}
+
+// A one-element tensor of `dtype` (any rank: [], [1], [1, 1] ...), e.g. a loss or a total.
+inline void check_scalar(std::string_view op, std::string_view name, const TensorView& t,
+                         DType dtype) {
+  EMBER_CHECK(t.numel() == 1 && t.dtype == dtype, "{}: {} must be one {} element, not {}", op, name,
+              dtype_name(dtype), t.describe());
 }
 
 // Ops that have no CUDA implementation yet say so plainly.

@@ -6,22 +6,28 @@
 
 namespace ember::ops {
 
-// logits [B, C] (f32, f16 or bf16), labels [B] (i32 or i64, each in [0, C)).
-// loss (one f32 element) = mean over rows of -log softmax(logits)[label];
-// probs [B, C] f32 receives the softmax, which backward needs.
+// logits [B, C] (f32, f16 or bf16), labels [B] (i32 or i64, each in [0, C); a label
+// outside throws an Error naming its row and value). B >= 1: the mean over no rows is
+// undefined and throws. loss (one f32 element) = mean over rows of -log softmax(logits)[label],
+// computed as logsumexp - x[label] with the row maximum subtracted first (no overflow even for
+// logits of 1e30; -inf logits get probability 0). probs [B, C] f32 receives the softmax, which
+// backward needs; it may be exactly f32 logits (in-place).
 void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
                                    const TensorView& logits, const TensorView& labels);
 
-// dlogits [B, C] (f32, f16 or bf16) = dloss * (probs - onehot(labels)) / B.
+// dlogits [B, C] (f32, f16 or bf16) = dloss * (probs - onehot(labels)) / B; it may be exactly
+// probs (in-place).
 void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
                                     const TensorView& probs, const TensorView& labels,
                                     float dloss = 1.0f);
 
 // out [B] (i32 or i64) = index of the largest element of each row of x [B, C]
-// (the first one on ties).
+// (the first one on ties; nan counts as larger than everything, as in PyTorch, so a row
+// with a nan gives the index of its first nan).
 void argmax(Stream& stream, const TensorView& out, const TensorView& x);
 
-// correct (one i64 element) = number of rows whose argmax equals the label.
+// correct (one i64 element) = number of rows whose argmax equals the label (labels checked
+// as above; 0 for B = 0).
 void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
                    const TensorView& labels);
 

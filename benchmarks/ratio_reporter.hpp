@@ -1,0 +1,63 @@
+// A Google Benchmark console reporter that, after the usual table, prints the
+// ratio of each ember benchmark to its reference measured in the same run.
+// Benchmarks pair up by name: "<group>/ember/<args>" against "<group>/<reference>/<args>".
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ember::bench {
+
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit RatioReporter(std::string reference) : reference_(std::move(reference)) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.run_type == Run::RT_Iteration && !run.error_occurred) {
+        seconds_[run.benchmark_name()] = run.GetAdjustedRealTime();
+      }
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    const std::string ours = "/ember/", theirs = "/" + reference_ + "/";
+    bool header = false;
+    for (const auto& [name, time] : seconds_) {
+      const size_t at = name.find(ours);
+      if (at == std::string::npos) continue;
+      std::string other = name;
+      other.replace(at, ours.size(), theirs);
+      const auto it = seconds_.find(other);
+      if (it == seconds_.end()) continue;
+      if (!header) {
+        std::printf("\nspeed of ember relative to %s, same run (>1: ember is faster)\n",
+                    reference_.c_str());
+        header = true;
+      }
+      std::printf("  %-40s %6.3f\n", name.c_str(), it->second / time);
+    }
+  }
+
+ private:
+  std::string reference_;
+  std::map<std::string, double> seconds_;
+};
+
+// Runs the registered benchmarks with a RatioReporter; use as main's body.
+inline int run_with_ratios(int argc, char** argv, const std::string& reference) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  RatioReporter reporter(reference);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace ember::bench

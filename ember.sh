@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# ember's two entry points on a fresh Debian machine (run as root to install packages):
+#   ./ember.sh train   install what is missing, build (release), run train_mlp
+#   ./ember.sh test    install what is missing, build (release), run the whole test suite
+# Extra arguments after `train` go to train_mlp; after `test`, to ctest.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Debian packages ember builds with. The CUDA toolkit is optional (EMBER_CUDA=AUTO).
+packages=(cmake ninja-build g++ ccache pkg-config libfmt-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "ember: missing packages: ${missing[*]}" >&2
+    echo "ember: run as root, or install them: apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "ember: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() {
+  cmake --preset release
+  cmake --build --preset release --parallel "$(nproc)"
+}
+
+case "${1:-}" in
+  train)
+    shift
+    install_missing
+    build
+    ./build/release/examples/train_mlp "$@"
+    ;;
+  test)
+    shift
+    install_missing
+    build
+    ctest --preset release "$@"
+    ;;
+  *)
+    echo "usage: ./ember.sh train [train_mlp options] | ./ember.sh test [ctest options]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,40 @@
+// Linear: y = x W^T + b, with W [out, in] and b [out], as in PyTorch.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/nn/module.hpp"
+
+namespace ember::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  uint64_t seed = 0;  // initialization seed (counter-based: thread-count independent)
+  Device device;
+};
+
+class Linear final : public Module {
+ public:
+  // PyTorch's default initialization: W and b uniform in [-1/sqrt(in), 1/sqrt(in)].
+  Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {});
+
+  Tensor forward(Context& ctx, const Tensor& x) override;  // x [B, in] -> [B, out]
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  std::vector<Parameter*> parameters() override;
+  void drop_saved() override { input_ = Tensor(); }
+  bool has_saved() const override { return input_.defined(); }
+  std::string name() const override;
+
+  Parameter& weight() { return weight_; }
+  Parameter& bias();  // throws when the layer has no bias
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ private:
+  int64_t in_, out_;
+  bool has_bias_;
+  Parameter weight_, bias_;
+  Tensor input_;
+};
+
+}  // namespace ember::nn

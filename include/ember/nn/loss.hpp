@@ -1,0 +1,23 @@
+// SoftmaxCrossEntropy: the mean cross-entropy of softmax(logits) against class labels.
+#pragma once
+
+#include "ember/nn/module.hpp"
+
+namespace ember::nn {
+
+class SoftmaxCrossEntropy {
+ public:
+  // logits [B, C], labels [B] (i32 or i64) -> loss, a one-element f32 tensor.
+  // Saves the softmax probabilities and the labels for backward.
+  Tensor forward(Context& ctx, const Tensor& logits, const Tensor& labels);
+  // d(loss * dloss) / d logits, with logits' dtype.
+  Tensor backward(Context& ctx, float dloss = 1.0f);
+  void drop_saved();
+  bool has_saved() const { return probs_.defined(); }
+
+ private:
+  Tensor probs_, labels_;
+  DType logits_dtype_ = DType::f32;
+};
+
+}  // namespace ember::nn

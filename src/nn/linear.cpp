@@ -1,0 +1,80 @@
+#include "ember/nn/linear.hpp"
+
+#include <cmath>
+
+#include "ember/ops/matmul.hpp"
+#include "ember/ops/reduce.hpp"
+
+namespace ember::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& options)
+    : in_(in_features), out_(out_features), has_bias_(options.bias) {
+  EMBER_CHECK(in_features > 0 && out_features > 0,
+              "Linear: in_features ({}) and out_features ({}) must be positive", in_features,
+              out_features);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  // Weight and bias draw from distinct counter streams of the same seed.
+  constexpr uint64_t kBiasStream = 0x9E3779B97F4A7C15ull;
+  Tensor w = Tensor::empty({out_features, in_features}, DType::f32, Device::cpu());
+  w.uniform_(options.seed, -bound, bound);
+  weight_ = make_parameter("weight", w.to(options.device));
+  if (has_bias_) {
+    Tensor b = Tensor::empty({out_features}, DType::f32, Device::cpu());
+    b.uniform_(options.seed ^ kBiasStream, -bound, bound);
+    bias_ = make_parameter("bias", b.to(options.device));
+  }
+}
+
+std::string Linear::name() const {
+  return fmt::format("Linear(in={}, out={}, bias={})", in_, out_, has_bias_);
+}
+
+Parameter& Linear::bias() {
+  EMBER_CHECK(has_bias_, "{}: this layer has no bias", name());
+  return bias_;
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (has_bias_) return {&weight_, &bias_};
+  return {&weight_};
+}
+
+Tensor Linear::forward(Context& ctx, const Tensor& x) {
+  EMBER_CHECK(x.rank() == 2 && x.shape()[1] == in_, "{}: input must be [batch, {}], not {}", name(),
+              in_, x.view().describe());
+  EMBER_CHECK(x.dtype() == weight_.value.dtype(), "{}: input is {} but the weights are {}", name(),
+              x.view().describe(), dtype_name(weight_.value.dtype()));
+  Tensor y = Tensor::empty({x.shape()[0], out_}, x.dtype(), x.device());
+  ops::MatmulOptions options;
+  options.transpose_b = true;
+  if (has_bias_) options.bias = bias_.value;
+  ops::matmul(ctx.stream, y, x, weight_.value, options);
+  if (ctx.training) input_ = x;
+  return y;
+}
+
+Tensor Linear::backward(Context& ctx, const Tensor& dy) {
+  EMBER_CHECK(input_.defined(),
+              "{}: backward needs the input saved by forward (forward was not run in training "
+              "mode, or the saved input was dropped)",
+              name());
+  EMBER_CHECK(dy.shape() == Shape({input_.shape()[0], out_}),
+              "{}: the output gradient must be [{}, {}], not {}", name(), input_.shape()[0], out_,
+              dy.view().describe());
+  // dW += dy^T x, then db += column sums of dy: both final here, so report them ready.
+  ops::MatmulOptions dw;
+  dw.transpose_a = true;
+  dw.beta = 1.0f;
+  ops::matmul(ctx.stream, weight_.grad, dy, input_, dw);
+  grad_ready(weight_);
+  if (has_bias_) {
+    ops::column_sums(ctx.stream, bias_.grad, dy, {.accumulate = true});
+    grad_ready(bias_);
+  }
+  Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), dy.device());
+  ops::matmul(ctx.stream, dx, dy, weight_.value);  // dx = dy W
+  input_ = Tensor();                               // backward consumed it
+  return dx;
+}
+
+}  // namespace ember::nn

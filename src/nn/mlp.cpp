@@ -1,0 +1,33 @@
+#include "ember/nn/mlp.hpp"
+
+#include "ember/nn/activation.hpp"
+#include "ember/nn/linear.hpp"
+
+namespace ember::nn {
+
+std::shared_ptr<Sequential> make_mlp(const MlpOptions& o) {
+  EMBER_CHECK(o.inputs > 0 && o.outputs > 0 && o.depth >= 0 && (o.depth == 0 || o.hidden > 0),
+              "make_mlp: need inputs > 0, outputs > 0, depth >= 0 and hidden > 0 (got inputs={}, "
+              "hidden={}, depth={}, outputs={})",
+              o.inputs, o.hidden, o.depth, o.outputs);
+  auto mlp = std::make_shared<Sequential>();
+  int64_t width = o.inputs;
+  uint64_t layer = 0;
+  // Each layer gets its own seed so that layers of the same shape differ.
+  auto seed_of = [&](uint64_t i) { return o.seed * 1000003ull + i; };
+  for (int64_t i = 0; i < o.depth; ++i) {
+    mlp->emplace<Linear>(width, o.hidden,
+                         LinearOptions{.seed = seed_of(layer++), .device = o.device});
+    if (o.activation == ActivationKind::relu) {
+      mlp->emplace<ReLU>();
+    } else {
+      mlp->emplace<GELU>();
+    }
+    width = o.hidden;
+  }
+  mlp->emplace<Linear>(width, o.outputs, LinearOptions{.seed = seed_of(layer), .device = o.device});
+  mlp->parameters();  // assigns the "<index>.<name>" parameter names
+  return mlp;
+}
+
+}  // namespace ember::nn

@@ -1,0 +1,230 @@
+// Internal: the CPU implementations behind ops::add ... ops::count_correct, and the small helpers
+// they share. Arguments arrive already validated by the dispatching functions in src/ops/*.cpp.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "ember/core/tensor.hpp"
+
+namespace ember::ops::cpu {
+
+// ---- pointwise (elementwise_cpu.cpp) -----------------------------------------------------------
+void add(const TensorView& out, const TensorView& a, const TensorView& b);
+void mul(const TensorView& out, const TensorView& a, const TensorView& b);
+void scale(const TensorView& out, const TensorView& x, float alpha);
+void bias_add(const TensorView& out, const TensorView& x, const TensorView& bias);
+void relu_forward(const TensorView& y, const TensorView& x);
+void relu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x);
+void gelu_forward(const TensorView& y, const TensorView& x);
+void gelu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x);
+void cast(const TensorView& out, const TensorView& in);
+
+// ---- reductions (reduce_cpu.cpp) ---------------------------------------------------------------
+void sum(const TensorView& out, const TensorView& x, bool accumulate);
+void column_sums(const TensorView& out, const TensorView& x, bool accumulate);
+void max(const TensorView& out, const TensorView& x);  // x is not empty
+
+// ---- softmax + cross-entropy (softmax_cross_entropy_cpu.cpp) ----------------------------------
+// Throws ember::Error naming `op`, the row and the value of the first label outside [0, classes).
+void check_labels(std::string_view op, const TensorView& labels, int64_t classes);
+void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& probs,
+                                   const TensorView& logits, const TensorView& labels);
+void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView& probs,
+                                    const TensorView& labels, float dloss);
+void argmax(const TensorView& out, const TensorView& x);
+void count_correct(const TensorView& correct, const TensorView& logits, const TensorView& labels);
+
+// ---- shared helpers ----------------------------------------------------------------------------
+
+// The library targets baseline x86-64 (SSE2), but the compute-bound loops (exp, 16-bit
+// conversions) run 2-4x faster with AVX2 or AVX-512. Those loops are compiled for several
+// x86-64 levels and the best one for the running CPU is picked when the library loads (GCC
+// function multiversioning). The results do not depend on the version: lanes are explicit and
+// ISO C++ mode (-std=c++20) keeps GCC from contracting a * b + c into an FMA.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && \
+    !defined(EMBER_NO_CPU_CLONES)
+#define EMBER_CPU_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define EMBER_CPU_CLONES
+#endif
+
+// 16-bit <-> f32 conversion of n elements (elementwise_cpu.cpp).
+void f16_to_f32(const half* in, int64_t n, float* out);
+void bf16_to_f32(const bfloat16* in, int64_t n, float* out);
+void f32_to_f16(const float* in, int64_t n, half* out);
+void f32_to_bf16(const float* in, int64_t n, bfloat16* out);
+
+// Elements per block of the pointwise loops; a 16-bit operand is converted block by block into
+// an f32 buffer of this length on the stack (8 KiB), so no loop allocates.
+inline constexpr int64_t kBlock = 2048;
+// Below this many elements, a loop runs on the calling thread: starting a team costs more.
+inline constexpr int64_t kParallelMin = int64_t{1} << 15;
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Branch-free IEEE half <-> float conversions (so loops of them vectorize), bit-identical to
+// ember::half's: round to nearest even, subnormals exact, overflow to inf, nan payloads kept.
+inline uint32_t select_bits(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
+inline float half_to_f32(half h) {
+  const uint32_t em = h.bits & 0x7fffu;               // exponent and mantissa
+  const uint32_t normal = (em << 13) + (112u << 23);  // rebias the exponent 15 -> 127
+  const uint32_t inf_nan = (em << 13) | 0x7f800000u;
+  // Zero and subnormals: mantissa * 2^-24, exact in float.
+  const float subnormal = static_cast<float>(static_cast<int32_t>(em)) * 5.9604644775390625e-8f;
+  uint32_t bits = select_bits(em >= 0x7c00u, inf_nan, normal);
+  bits = select_bits(em < 0x0400u, std::bit_cast<uint32_t>(subnormal), bits);
+  return std::bit_cast<float>(bits | (static_cast<uint32_t>(h.bits & 0x8000u) << 16));
+}
+
+inline half f32_to_half(float value) {
+  const uint32_t x = std::bit_cast<uint32_t>(value);
+  const uint32_t abs = x & 0x7fffffffu;
+  // Normal results: rebias 127 -> 15 and round the 13 dropped bits to nearest even (a carry
+  // may run into the exponent, up to inf for values >= 65520).
+  const uint32_t normal = (abs - (112u << 23) + 0xfffu + ((abs >> 13) & 1u)) >> 13;
+  // Subnormal results (|value| < 2^-14): adding 0.5 makes the float unit round |value| to a
+  // multiple of 2^-24, which then sits in the low mantissa bits.
+  const float shifted = std::bit_cast<float>(abs) + 0.5f;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(0.5f);
+  uint32_t bits = select_bits(abs < (113u << 23), subnormal, normal);
+  bits = select_bits(abs >= (143u << 23), 0x7c00u, bits);                         // >= 65536: inf
+  bits = select_bits(abs > 0x7f800000u, 0x7e00u | ((abs >> 13) & 0x3ffu), bits);  // quiet nan
+  return half::from_bits(static_cast<uint16_t>(bits | ((x >> 16) & 0x8000u)));
+}
+
+// `count` f32 values of a float tensor's elements [begin, begin + count): the tensor's own memory
+// when it is f32, else `buffer` (at least `count` long), filled by converting.
+inline const float* load_f32(const void* data, DType dtype, int64_t begin, int64_t count,
+                             float* buffer) {
+  if (dtype == DType::f32) return static_cast<const float*>(data) + begin;
+  if (dtype == DType::bf16) {
+    bf16_to_f32(static_cast<const bfloat16*>(data) + begin, count, buffer);
+  } else {
+    f16_to_f32(static_cast<const half*>(data) + begin, count, buffer);
+  }
+  return buffer;
+}
+
+// Where f32 results for elements [begin, ...) are computed: the tensor's own memory when it is
+// f32, else `buffer`, which store_f32 then converts into the tensor.
+inline float* result_f32(void* data, DType dtype, int64_t begin, float* buffer) {
+  return dtype == DType::f32 ? static_cast<float*>(data) + begin : buffer;
+}
+
+// Completes result_f32: converts `values` into elements [begin, begin + count) (rounding to
+// nearest even); nothing to do for f32, whose results are already in place.
+inline void store_f32(void* data, DType dtype, int64_t begin, int64_t count, const float* values) {
+  if (dtype == DType::bf16) {
+    f32_to_bf16(values, count, static_cast<bfloat16*>(data) + begin);
+  } else if (dtype == DType::f16) {
+    f32_to_f16(values, count, static_cast<half*>(data) + begin);
+  }
+}
+
+// cond ? a : b through bit masks. GCC (with its default -ftrapping-math) turns a plain ?: on
+// floats into branches when it can specialize the code after it, and then cannot vectorize the
+// loop; this form stays a branch-free select.
+inline float select(bool cond, float a, float b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & mask) |
+                              (std::bit_cast<uint32_t>(b) & ~mask));
+}
+
+// The larger of m and v, nan when either is nan. Unlike std::max, a nan never gets dropped.
+inline float max_nan(float m, float v) {
+  return select((v > m) | (v != v), v, m);
+}
+
+// Sums floats in double in kLanes interleaved accumulators: element i goes to lane i % kLanes,
+// so the compiler vectorizes across lanes while the order of additions stays fixed by the code
+// (not by the vector width or the thread count). Double keeps a sum of millions of f32 values
+// accurate to the last bit of its f32 result, and costs nothing: the loop is bound by memory.
+struct SumLanes {
+  static constexpr int kLanes = 16;
+  double lane[kLanes] = {};
+
+  void add(const float* p, int64_t n) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(p[i + j]);
+    }
+    for (int j = 0; i + j < n; ++j) lane[j] += static_cast<double>(p[i + j]);
+  }
+  double total() const {
+    double t = 0.0;
+    for (const double l : lane) t += l;
+    return t;
+  }
+};
+
+// The nan-propagating maximum of floats, in lanes like SumLanes.
+struct MaxLanes {
+  static constexpr int kLanes = 16;
+  float lane[kLanes];
+
+  MaxLanes() {
+    for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+  }
+  void add(const float* p, int64_t n) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) lane[j] = max_nan(lane[j], p[i + j]);
+    }
+    for (int j = 0; i + j < n; ++j) lane[j] = max_nan(lane[j], p[i + j]);
+  }
+  float total() const {
+    float m = lane[0];
+    for (int j = 1; j < kLanes; ++j) m = max_nan(m, lane[j]);
+    return m;
+  }
+};
+
+// e^x in f32 within 1 ulp (measured over the whole normal range), written so that loops of it
+// vectorize (libm's expf does not without -ffast-math). exp(-inf) = 0, exp(inf) = inf, exp(nan) =
+// nan, results that underflow go through subnormals to 0 and those that overflow give inf. Method
+// (Cephes expf): x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial, then scaled by
+// 2^n in two steps so that n in [-160, 129] needs no special case.
+inline float exp_f32(float x) {
+  // Clamp without losing nan (both comparisons are false for nan). Beyond the bounds the result
+  // is 0 or inf anyway.
+  x = select(x > 89.0f, 89.0f, x);
+  x = select(x < -110.0f, -110.0f, x);
+  // n = round(x / ln2), found by adding 1.5 * 2^23: n is then in the low mantissa bits of t,
+  // which avoids a float-to-int conversion (undefined for nan).
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kRoundMagic = 12582912.0f;
+  const float t = x * kLog2e + kRoundMagic;
+  const float n = t - kRoundMagic;
+  const int32_t ni =
+      static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRoundMagic));
+  // r = x - n ln2, with ln2 split so that n * kLn2Hi is exact.
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = (p * r) * r + r + 1.0f;
+  const int32_t n1 = ni >> 1;  // n1 + n2 = n, each within the normal exponent range
+  const int32_t n2 = ni - n1;
+  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
+  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
+  return er * s1 * s2;
+}
+
+}  // namespace ember::ops::cpu

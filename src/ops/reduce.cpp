@@ -1,0 +1,56 @@
+// Reductions: argument checks, then the device's implementation.
+#include "ember/ops/reduce.hpp"
+
+#include <string_view>
+
+#include "cpu/cpu_ops.hpp"
+#include "ember/ops/check.hpp"
+
+namespace ember::ops {
+
+void sum(Stream& stream, const TensorView& out, const TensorView& x, const ReduceOptions& options) {
+  constexpr std::string_view kOp = "ops::sum";
+  detail::check_devices(kOp, stream, {&out, &x});
+  detail::check_scalar(kOp, "out", out, DType::f32);
+  detail::check_floating(kOp, "x", x);
+  detail::check_overlap(kOp, out, x);
+  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
+  cpu::sum(out, x, options.accumulate);
+}
+
+void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
+                 const ReduceOptions& options) {
+  constexpr std::string_view kOp = "ops::column_sums";
+  detail::check_devices(kOp, stream, {&out, &x});
+  detail::check_dtype(kOp, "out", out, DType::f32);
+  detail::check_floating(kOp, "x", x);
+  EMBER_CHECK(x.rank() >= 1, "{}: x must have at least one dimension (the rows), not {}", kOp,
+              x.describe());
+  // out is [N] with N = x.row_numel(), or x's shape without its first dimension.
+  const int64_t cols = x.shape.row_numel();
+  bool out_ok = out.rank() == 1 && out.shape[0] == cols;
+  if (!out_ok && out.rank() == x.rank() - 1) {
+    out_ok = true;
+    for (int axis = 0; axis < out.rank(); ++axis)
+      out_ok = out_ok && out.shape[axis] == x.shape[axis + 1];
+  }
+  EMBER_CHECK(out_ok, "{}: out must be [{}] (one sum per column of x), not {}; x is {}", kOp, cols,
+              out.describe(), x.describe());
+  detail::check_overlap(kOp, out, x);
+  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
+  cpu::column_sums(out, x, options.accumulate);
+}
+
+void max(Stream& stream, const TensorView& out, const TensorView& x) {
+  constexpr std::string_view kOp = "ops::max";
+  detail::check_devices(kOp, stream, {&out, &x});
+  detail::check_scalar(kOp, "out", out, DType::f32);
+  detail::check_floating(kOp, "x", x);
+  EMBER_CHECK(x.numel() > 0, "{}: x {} is empty, and an empty tensor has no largest element", kOp,
+              x.describe());
+  detail::check_overlap(kOp, out, x);
+  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
+  cpu::max(out, x);
+}
+
+}  // namespace ember::ops

@@ -1,0 +1,246 @@
+// Every module's backward against central finite differences of its forward.
+//
+// The test loss is L = sum(forward(x) * r) for a fixed random r, so dL/dy = r.
+// Forward runs in f32; L is summed in double. With step h = 1e-2 the central
+// difference has truncation error O(h^2 f''') ~ 1e-5 for these smooth
+// functions, and f32 rounding of L contributes about n_out * 2^-24 / h ~ 1e-4
+// for the sizes here; so |analytic - numeric| <= 2e-3 + 1e-2 |numeric| passes
+// a correct gradient and fails any wrong term (errors are O(0.1) or larger).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "ember/nn/activation.hpp"
+#include "ember/nn/linear.hpp"
+#include "ember/nn/loss.hpp"
+#include "ember/nn/sequential.hpp"
+
+namespace {
+
+using ember::DType;
+using ember::Shape;
+using ember::Tensor;
+namespace nn = ember::nn;
+
+constexpr double kStep = 1e-2;
+constexpr double kAbsTol = 2e-3;
+constexpr double kRelTol = 1e-2;
+
+Tensor random(Shape shape, uint64_t seed, double lo = -1, double hi = 1) {
+  Tensor t = Tensor::empty(shape);
+  t.uniform_(seed, lo, hi);
+  return t;
+}
+
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  const std::vector<float> yv = y.to_vector<float>(), rv = r.to_vector<float>();
+  double s = 0;
+  for (size_t i = 0; i < yv.size(); ++i) s += static_cast<double>(yv[i]) * rv[i];
+  return s;
+}
+
+// Compares the analytic gradient of every element of `target` (an input or a
+// parameter value, modified in place) with central differences of loss().
+void check_gradient(Tensor target, const std::vector<float>& analytic,
+                    const std::function<double()>& loss, const std::string& what) {
+  float* data = target.data<float>();
+  ASSERT_EQ(static_cast<size_t>(target.numel()), analytic.size());
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    const float saved = data[i];
+    data[i] = static_cast<float>(saved + kStep);
+    const double plus = loss();
+    data[i] = static_cast<float>(saved - kStep);
+    const double minus = loss();
+    data[i] = saved;
+    const double numeric = (plus - minus) / (2 * kStep);
+    EXPECT_NEAR(analytic[static_cast<size_t>(i)], numeric, kAbsTol + kRelTol * std::abs(numeric))
+        << what << " element " << i;
+  }
+}
+
+// Checks d/dx and d/dparams of L = sum(module(x) * r).
+void check_module(nn::Module& module, Tensor x, Shape out_shape, uint64_t seed) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  const Tensor r = random(out_shape, seed);
+  for (nn::Parameter* p : module.parameters()) p->grad.fill_(0.0);
+  module.forward(ctx, x);
+  const Tensor dx = module.backward(ctx, r);
+  auto loss = [&] {
+    nn::Context eval{stream, /*training=*/false};
+    return weighted_sum(module.forward(eval, x), r);
+  };
+  check_gradient(x, dx.to_vector<float>(), loss, module.name() + " input");
+  for (nn::Parameter* p : module.parameters()) {
+    check_gradient(p->value, p->grad.to_vector<float>(), loss, module.name() + " " + p->name);
+  }
+}
+
+struct Dims {
+  int64_t batch, in, out;
+};
+const Dims kShapes[] = {{1, 1, 1}, {3, 5, 4}, {8, 17, 9}, {2, 33, 3}};
+
+TEST(Gradcheck, Linear) {
+  uint64_t seed = 1;
+  for (const Dims& d : kShapes) {
+    for (bool bias : {true, false}) {
+      nn::Linear layer(d.in, d.out, {.bias = bias, .seed = seed});
+      check_module(layer, random({d.batch, d.in}, seed + 1), {d.batch, d.out}, seed + 2);
+      seed += 3;
+    }
+  }
+}
+
+// Inputs kept at least 0.1 away from ReLU's kink, farther than the step.
+Tensor away_from_zero(Shape shape, uint64_t seed) {
+  Tensor t = random(shape, seed, 0.1, 1.0);
+  float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); i += 2) v[i] = -v[i];
+  return t;
+}
+
+TEST(Gradcheck, ReLU) {
+  uint64_t seed = 100;
+  for (const Dims& d : kShapes) {
+    nn::ReLU relu;
+    check_module(relu, away_from_zero({d.batch, d.in}, seed), {d.batch, d.in}, seed + 1);
+    seed += 2;
+  }
+}
+
+TEST(Gradcheck, GELU) {
+  uint64_t seed = 200;
+  for (const Dims& d : kShapes) {
+    nn::GELU gelu;
+    check_module(gelu, random({d.batch, d.in}, seed, -3, 3), {d.batch, d.in}, seed + 1);
+    seed += 2;
+  }
+}
+
+TEST(Gradcheck, SequentialOfLinearAndGELU) {
+  nn::Sequential net;
+  net.emplace<nn::Linear>(6, 8, nn::LinearOptions{.seed = 1})
+      .emplace<nn::GELU>()
+      .emplace<nn::Linear>(8, 5, nn::LinearOptions{.seed = 2})
+      .emplace<nn::GELU>()
+      .emplace<nn::Linear>(5, 3, nn::LinearOptions{.seed = 3});
+  check_module(net, random({4, 6}, 300), {4, 3}, 301);
+}
+
+TEST(Gradcheck, SoftmaxCrossEntropy) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  uint64_t seed = 400;
+  for (auto [batch, classes] : {std::pair<int64_t, int64_t>{1, 2}, {4, 3}, {7, 10}, {3, 33}}) {
+    Tensor logits = random({batch, classes}, seed++, -4, 4);
+    std::vector<int32_t> label_values;
+    for (int64_t i = 0; i < batch; ++i)
+      label_values.push_back(static_cast<int32_t>((i * 7) % classes));
+    const Tensor labels = Tensor::from_vector(label_values, {batch});
+    nn::SoftmaxCrossEntropy criterion;
+    criterion.forward(ctx, logits, labels);
+    const float dloss = 1.5f;
+    const Tensor dlogits = criterion.backward(ctx, dloss);
+    auto loss = [&] {
+      nn::SoftmaxCrossEntropy fresh;
+      nn::Context eval{stream, false};
+      return dloss * fresh.forward(eval, logits, labels).item();
+    };
+    check_gradient(logits, dlogits.to_vector<float>(), loss, "softmax cross-entropy");
+  }
+}
+
+TEST(Module, BackwardAccumulatesIntoGradients) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  nn::Linear layer(3, 2, {.seed = 9});
+  const Tensor x = random({4, 3}, 10), dy = random({4, 2}, 11);
+  layer.forward(ctx, x);
+  layer.backward(ctx, dy);
+  const std::vector<float> once_w = layer.weight().grad.to_vector<float>();
+  const std::vector<float> once_b = layer.bias().grad.to_vector<float>();
+  layer.forward(ctx, x);
+  layer.backward(ctx, dy);
+  const std::vector<float> twice_w = layer.weight().grad.to_vector<float>();
+  const std::vector<float> twice_b = layer.bias().grad.to_vector<float>();
+  for (size_t i = 0; i < once_w.size(); ++i) EXPECT_FLOAT_EQ(twice_w[i], 2 * once_w[i]);
+  for (size_t i = 0; i < once_b.size(); ++i) EXPECT_FLOAT_EQ(twice_b[i], 2 * once_b[i]);
+}
+
+TEST(Module, GradReadyFiresOncePerParameterFromLastLayer) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  nn::Sequential net;
+  net.emplace<nn::Linear>(3, 4, nn::LinearOptions{.seed = 1})
+      .emplace<nn::ReLU>()
+      .emplace<nn::Linear>(4, 2, nn::LinearOptions{.seed = 2});
+  net.parameters();  // names them
+  std::vector<std::string> fired;
+  net.set_grad_ready_callback([&](nn::Parameter& p) { fired.push_back(p.name); });
+  net.forward(ctx, random({5, 3}, 3));
+  net.backward(ctx, random({5, 2}, 4));
+  EXPECT_EQ(fired, (std::vector<std::string>{"2.weight", "2.bias", "0.weight", "0.bias"}));
+}
+
+TEST(Module, DroppedActivationsMakeBackwardFailClearly) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  nn::Sequential net;
+  net.emplace<nn::Linear>(3, 4).emplace<nn::GELU>();
+  net.forward(ctx, random({2, 3}, 5));
+  EXPECT_TRUE(net.has_saved());
+  net.drop_saved();
+  EXPECT_FALSE(net.has_saved());
+  try {
+    net.backward(ctx, random({2, 4}, 6));
+    FAIL() << "backward after drop_saved did not throw";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("saved"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Module, InferenceSavesNothing) {
+  ember::Stream stream;
+  nn::Context ctx{stream, /*training=*/false};
+  nn::Linear layer(3, 4);
+  layer.forward(ctx, random({2, 3}, 7));
+  EXPECT_FALSE(layer.has_saved());
+}
+
+TEST(Module, LinearRejectsWrongInputShape) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  nn::Linear layer(3, 4);
+  try {
+    layer.forward(ctx, random({2, 5}, 8));
+    FAIL();
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("Linear(in=3, out=4, bias=true): input must be [batch, 3], not "
+                               "f32[2, 5]"),
+              std::string::npos)
+        << e.message();
+  }
+}
+
+TEST(Module, LinearInitializationMatchesPyTorchBounds) {
+  nn::Linear layer(64, 32, {.seed = 3});
+  const double bound = 1.0 / 8.0;
+  for (float w : layer.weight().value.to_vector<float>()) {
+    EXPECT_LE(std::abs(w), bound);
+  }
+  for (float b : layer.bias().value.to_vector<float>()) EXPECT_LE(std::abs(b), bound);
+  // Uniform(-1/8, 1/8) has variance bound^2 / 3; 2048 samples estimate it within ~5%.
+  double sq = 0;
+  const std::vector<float> w = layer.weight().value.to_vector<float>();
+  for (float v : w) sq += static_cast<double>(v) * v;
+  EXPECT_NEAR(sq / static_cast<double>(w.size()), bound * bound / 3, 0.1 * bound * bound / 3);
+  // Same seed, same weights; different seed, different weights.
+  nn::Linear again(64, 32, {.seed = 3}), other(64, 32, {.seed = 4});
+  EXPECT_EQ(again.weight().value.to_vector<float>(), w);
+  EXPECT_NE(other.weight().value.to_vector<float>(), w);
+}
+
+}  // namespace
