@@ -13,12 +13,27 @@
 namespace ember::ops::cpu {
 namespace {
 
-// f32 data for a view: the view's own memory when it is f32, else a widened copy.
+// f32 data for a view: the view's own memory when it is f32, else a widened
+// copy made block by block in parallel with the vectorized converters.
 const float* as_f32(const TensorView& t, std::vector<float>& scratch) {
   if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
-  scratch.resize(static_cast<size_t>(t.numel()));
-  convert_host(scratch.data(), DType::f32, t.data, t.dtype, t.numel());
-  return scratch.data();
+  const int64_t n = t.numel();
+  scratch.resize(static_cast<size_t>(n));
+  float* out = scratch.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
+  }
+  return out;
+}
+
+// Rounds f32 results into a 16-bit float tensor, in parallel blocks.
+void store_from_f32(const TensorView& t, const float* values) {
+  const int64_t n = t.numel();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
+  }
 }
 
 }  // namespace
@@ -35,8 +50,11 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b, int64
   if (c.dtype == DType::f32) {
     c32 = static_cast<float*>(c.data);
   } else {
-    c_scratch.assign(static_cast<size_t>(m * n), 0.0f);
-    if (options.beta != 0.0f) convert_host(c_scratch.data(), DType::f32, c.data, c.dtype, m * n);
+    if (options.beta != 0.0f) {
+      as_f32(c, c_scratch);  // beta reads C
+    } else {
+      c_scratch.resize(static_cast<size_t>(m * n));
+    }
     c32 = c_scratch.data();
   }
 
@@ -77,11 +95,8 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b, int64
   const TensorView result{c32, DType::f32, Shape{m, n}, Device::cpu()};
   if (options.activation == Activation::relu) relu_forward(result, result);
   if (options.activation == Activation::gelu) gelu_forward(result, result);
-  if (saves_pre && !pre_is_f32) {
-    convert_host(options.pre_activation.data, options.pre_activation.dtype, pre32, DType::f32,
-                 m * n);
-  }
-  if (c.dtype != DType::f32) convert_host(c.data, c.dtype, c32, DType::f32, m * n);
+  if (saves_pre && !pre_is_f32) store_from_f32(options.pre_activation, pre32);
+  if (c.dtype != DType::f32) store_from_f32(c, c32);
 }
 
 }  // namespace ember::ops::cpu
