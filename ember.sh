@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 
 # Debian packages ember builds with. The CUDA toolkit is optional (EMBER_CUDA=AUTO).
 packages=(cmake ninja-build g++ ccache pkg-config libfmt-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
+          libbenchmark-dev libboost-context-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
 
 install_missing() {
   local missing=()

@@ -3,6 +3,7 @@
 
 #include "cuda_backend.hpp"
 #include "ember/core/check_cuda.hpp"
+#include "ember/core/launch.hpp"
 #include "fill.cuh"
 
 namespace ember::cuda_backend {
@@ -14,8 +15,9 @@ void launch_fill(void* dst, const void* value, int64_t n) {
   constexpr int kThreads = 256;
   const int64_t wanted = (n + kThreads - 1) / kThreads;
   const unsigned blocks = static_cast<unsigned>(wanted < 65535 ? wanted : 65535);
-  kernels::fill_kernel<T><<<blocks, kThreads>>>(static_cast<T*>(dst), pattern, n);
-  EMBER_CUDA_CHECK(cudaGetLastError());
+  // Through ember::launch, so that the emulated-CUDA build runs the same kernel.
+  launch(kernels::fill_kernel<T>, dim3(blocks), dim3(kThreads), 0, cudaStream_t{nullptr},
+         static_cast<T*>(dst), pattern, n);
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
 }
 }  // namespace
@@ -24,11 +26,16 @@ void fill(void* dst, const void* value, size_t elem_size, int64_t n, int device)
   if (n == 0) return;
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   switch (elem_size) {
-    case 1: return launch_fill<uint8_t>(dst, value, n);
-    case 2: return launch_fill<uint16_t>(dst, value, n);
-    case 4: return launch_fill<uint32_t>(dst, value, n);
-    case 8: return launch_fill<uint64_t>(dst, value, n);
-    default: EMBER_THROW("cuda fill: unsupported element size {}", elem_size);
+    case 1:
+      return launch_fill<uint8_t>(dst, value, n);
+    case 2:
+      return launch_fill<uint16_t>(dst, value, n);
+    case 4:
+      return launch_fill<uint32_t>(dst, value, n);
+    case 8:
+      return launch_fill<uint64_t>(dst, value, n);
+    default:
+      EMBER_THROW("cuda fill: unsupported element size {}", elem_size);
   }
 }
 

@@ -1,0 +1,311 @@
+// The block scheduler: each OS thread that runs blocks keeps a pool of fibers
+// (one per emulated thread, reused from block to block) and runs a block's
+// fibers round-robin until all are done. A round in which no fiber can run is
+// a deadlock or a barrier divergence, reported as an ember::Error.
+#include <fmt/format.h>
+#include <boost/context/protected_fixedsize_stack.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <memory>
+
+#include "block_state.hpp"
+#include "ember/core/error.hpp"
+#include "scheduler.hpp"
+#include "tsan.hpp"
+
+namespace ember::simt {
+namespace {
+
+namespace ctx = boost::context;
+
+struct Worker {
+  std::vector<std::unique_ptr<FiberSlot>> slots;
+  size_t stack_size = 0;
+  Block block;
+  void* tsan_scheduler = nullptr;
+  char tsan_start = 0;  // scheduler -> fibers at block start
+  char tsan_yield = 0;  // fibers -> scheduler at every switch back
+};
+
+// Written by the scheduler, read by fibers: relaxed atomics (see context.hpp).
+thread_local std::atomic<Worker*> t_worker{nullptr};
+thread_local std::atomic<FiberSlot*> t_slot{nullptr};
+
+void run_thread(Worker& worker, FiberSlot& slot) {
+  tsan::acquire(&worker.tsan_start);
+  Block& block = *slot.context.block;
+  // A fiber resumed only to be unwound, before it started this block, skips it.
+  if (slot.context.unwinding.load(std::memory_order_relaxed)) {
+    slot.context.state.store(ThreadState::kDone, std::memory_order_relaxed);
+    return;
+  }
+  try {
+    (*block.body)();
+  } catch (const ctx::detail::forced_unwind&) {
+    throw;
+  } catch (const UnwindFiber&) {
+  } catch (...) {
+    if (!block.failed.load(std::memory_order_relaxed)) {
+      block.error = std::current_exception();
+      block.failed.store(true, std::memory_order_relaxed);
+    }
+  }
+  slot.context.state.store(ThreadState::kDone, std::memory_order_relaxed);
+}
+
+void make_slot(Worker& worker) {
+  auto slot = std::make_unique<FiberSlot>();
+  FiberSlot* s = slot.get();
+  slot->context.slot = s;
+  slot->tsan_fiber = tsan::create_fiber();
+  tsan::switch_handle(&slot->fiber, sizeof(slot->fiber));
+  tsan::switch_handle(&slot->sink, sizeof(slot->sink));
+  slot->fiber = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(worker.stack_size),
+                           [&worker, s](ctx::fiber&& sink) {
+                             s->sink = std::move(sink);
+                             // Started once at creation; wait for the first block.
+                             tsan::switch_to(worker.tsan_scheduler);
+                             s->sink = std::move(s->sink).resume();
+                             for (;;) {
+                               run_thread(worker, *s);
+                               yield_to_scheduler();
+                             }
+                             return std::move(s->sink);
+                           });
+  // The first switch into a new fiber synchronizes (TSan): the fiber reads the
+  // record the scheduler wrote when it created it.
+  tsan::switch_to_synchronizing(s->tsan_fiber);
+  s->fiber = std::move(s->fiber).resume();
+  worker.slots.push_back(std::move(slot));
+}
+
+Worker& this_worker() {
+  thread_local Worker worker;
+  if (t_worker.load(std::memory_order_relaxed) == nullptr) {
+    t_worker.store(&worker, std::memory_order_relaxed);
+    worker.tsan_scheduler = tsan::current_fiber();
+  }
+  const size_t wanted = fiber_stack_size();
+  if (worker.stack_size != wanted) {  // a new stack size: rebuild the pool
+    worker.slots.clear();
+    worker.stack_size = wanted;
+  }
+  return worker;
+}
+
+void resume(Worker& worker, FiberSlot& slot) {
+  detail::t_current.store(&slot.context, std::memory_order_relaxed);
+  t_slot.store(&slot, std::memory_order_relaxed);
+  tsan::switch_to(slot.tsan_fiber);
+  slot.fiber = std::move(slot.fiber).resume();
+  tsan::acquire(&worker.tsan_yield);
+  detail::t_current.store(nullptr, std::memory_order_relaxed);
+  t_slot.store(nullptr, std::memory_order_relaxed);
+}
+
+// Resumes every waiting fiber with `unwinding` set, so that its wait throws
+// UnwindFiber and its stack is unwound; the pool stays reusable.
+void unwind_waiting(Worker& worker, Block& block) {
+  for (unsigned i = 0; i < block.threads; ++i) {
+    FiberSlot& slot = *worker.slots[i];
+    if (slot.context.state.load(std::memory_order_relaxed) == ThreadState::kDone) continue;
+    slot.context.unwinding.store(true, std::memory_order_relaxed);
+    resume(worker, slot);
+  }
+}
+
+// "waits at ..." -> "wait at ..." for a group of lanes.
+std::string plural(const std::string& state) {
+  if (state.starts_with("waits ")) return "wait " + state.substr(6);
+  if (state.starts_with("does not exist")) return "do not exist" + state.substr(14);
+  return state;
+}
+
+std::string diagnose_warp(const Block& block, unsigned warp_index, unsigned slot_index) {
+  const Warp& warp = block.warps[warp_index];
+  const WarpSlot& slot = warp.slots[slot_index];
+  const unsigned arrived = slot.arrived.load(std::memory_order_relaxed);
+  const unsigned mask = slot.mask.load(std::memory_order_relaxed);
+  const unsigned missing = mask & ~arrived;
+  // Lanes in the same state are listed together, in lane order.
+  std::vector<std::pair<std::string, unsigned>> states;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if (!((missing >> lane) & 1u)) continue;
+    const unsigned linear = warp_index * 32 + lane;
+    std::string state;
+    if (linear >= block.threads) {
+      state = "does not exist (the block has fewer threads)";
+    } else {
+      const ThreadContext& t = *block.contexts[linear];
+      switch (t.state.load(std::memory_order_relaxed)) {
+        case ThreadState::kDone:
+          state = "exited";
+          break;
+        case ThreadState::kAtBarrier:
+          state = "waits at __syncthreads at " + describe_site(t.wait_site);
+          break;
+        case ThreadState::kAtWarp: {
+          const WarpSlot& other = warp.slots[warp.slot_of[lane].load(std::memory_order_relaxed)];
+          state = fmt::format("waits in {} with mask 0x{:08x}",
+                              other.what.load(std::memory_order_relaxed),
+                              other.mask.load(std::memory_order_relaxed));
+          break;
+        }
+        default:
+          state = "waits elsewhere";
+          break;
+      }
+    }
+    auto same = std::find_if(states.begin(), states.end(),
+                             [&](const auto& entry) { return entry.first == state; });
+    if (same == states.end())
+      states.emplace_back(std::move(state), 1u << lane);
+    else
+      same->second |= 1u << lane;
+  }
+  std::string why;
+  for (const auto& [state, lanes] : states) {
+    const bool one = std::has_single_bit(lanes);
+    why += fmt::format("{}{} {} {}", why.empty() ? "" : "; ", one ? "lane" : "lanes",
+                       describe_lanes(lanes), one ? state : plural(state));
+  }
+  return fmt::format(
+      "warp collective deadlock in kernel '{}', {}, warp {}: lanes {} wait in {} (mask 0x{:08x}) "
+      "but lanes {} named in the mask never arrive ({}). Every lane named in a *_sync mask must "
+      "call the same collective; use __activemask() or a mask of only the lanes that take this "
+      "path.",
+      block.config->kernel, describe_block(block), warp_index, describe_lanes(arrived),
+      slot.what.load(std::memory_order_relaxed), mask, describe_lanes(missing), why);
+}
+
+std::string diagnose_barrier(const Block& block) {
+  std::vector<unsigned> exited;
+  std::map<std::string, std::vector<unsigned>> waiting;  // site -> threads
+  for (unsigned i = 0; i < block.threads; ++i) {
+    const ThreadContext& t = *block.contexts[i];
+    if (t.state.load(std::memory_order_relaxed) == ThreadState::kDone)
+      exited.push_back(i);
+    else
+      waiting[describe_site(t.wait_site)].push_back(i);
+  }
+  std::string parts;
+  for (const auto& [site, threads] : waiting)
+    parts += fmt::format("{}threads {} wait at __syncthreads at {}", parts.empty() ? "" : "; ",
+                         describe_threads(block, threads), site);
+  if (!exited.empty())
+    parts +=
+        fmt::format("; threads {} exited without reaching it", describe_threads(block, exited));
+  return fmt::format(
+      "barrier divergence in kernel '{}', {}: {}. Every thread of a block must reach the same "
+      "__syncthreads: do not return early or call __syncthreads in a branch that differs between "
+      "threads.",
+      block.config->kernel, describe_block(block), parts);
+}
+
+std::string diagnose(const Block& block) {
+  // A collective still pending at a deadlock waits for lanes that never come.
+  for (unsigned w = 0; w < 32; ++w) {
+    const unsigned used = block.warps[w].used.load(std::memory_order_relaxed);
+    if (used != 0) return diagnose_warp(block, w, static_cast<unsigned>(std::countr_zero(used)));
+  }
+  return diagnose_barrier(block);
+}
+
+void set_fiber_names(Worker& worker, const Block& block) {
+#if defined(EMBER_SIMT_TSAN)
+  for (unsigned i = 0; i < block.threads; ++i) {
+    FiberSlot& slot = *worker.slots[i];
+    const uint3 t = slot.context.thread_idx;
+    slot.tsan_name =
+        fmt::format("kernel={} block=({},{},{}) thread=({},{},{})", block.config->kernel,
+                    block.idx.x, block.idx.y, block.idx.z, t.x, t.y, t.z);
+    tsan::set_name(slot.tsan_fiber, slot.tsan_name.c_str());
+  }
+#else
+  (void)worker;
+  (void)block;
+#endif
+}
+
+}  // namespace
+
+void yield_to_scheduler() {
+  FiberSlot& slot = *t_slot.load(std::memory_order_relaxed);
+  Worker& worker = *t_worker.load(std::memory_order_relaxed);
+  tsan::release(&worker.tsan_yield);
+  tsan::switch_to(worker.tsan_scheduler);
+  slot.sink = std::move(slot.sink).resume();
+}
+
+void run_block(const LaunchConfig& config, const std::function<void()>& body, uint3 block_idx,
+               void* dynamic_shared) {
+  Worker& worker = this_worker();
+  const unsigned threads = config.block.x * config.block.y * config.block.z;
+  while (worker.slots.size() < threads) make_slot(worker);
+
+  Block& block = worker.block;
+  block.config = &config;
+  block.body = &body;
+  block.idx = block_idx;
+  block.threads = threads;
+  block.contexts.resize(threads);
+  for (unsigned w = 0; w < 32; ++w) {
+    Warp& warp = block.warps[w];
+    warp.used.store(0, std::memory_order_relaxed);  // a slot is read only while used
+    const unsigned first = w * 32;
+    const unsigned lanes = first >= threads ? 0 : std::min(32u, threads - first);
+    warp.existing = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+  }
+  block.arrived.store(0, std::memory_order_relaxed);
+  block.passed.store(0, std::memory_order_relaxed);
+  block.site_mismatch.store(false, std::memory_order_relaxed);
+  block.dynamic_shared = dynamic_shared;
+  block.dynamic_bytes = config.shared_bytes;
+  block.failed.store(false, std::memory_order_relaxed);
+  block.error = nullptr;
+  for (unsigned i = 0; i < threads; ++i) {
+    ThreadContext& t = worker.slots[i]->context;
+    t.linear = i;
+    t.thread_idx = {i % config.block.x, (i / config.block.x) % config.block.y,
+                    i / (config.block.x * config.block.y)};
+    t.block_idx = block_idx;
+    t.block_dim = config.block;
+    t.grid_dim = config.grid;
+    t.block = &block;
+    t.unwinding.store(false, std::memory_order_relaxed);
+    t.async_copies.reset();
+    t.state.store(ThreadState::kRunnable, std::memory_order_relaxed);
+    block.contexts[i] = &t;
+  }
+  set_fiber_names(worker, block);
+  tsan::release(&worker.tsan_start);
+
+  for (;;) {
+    bool ran = false;
+    unsigned done = 0;
+    for (unsigned i = 0; i < threads && !block.failed.load(std::memory_order_relaxed); ++i) {
+      FiberSlot& slot = *worker.slots[i];
+      const ThreadState state = slot.context.state.load(std::memory_order_relaxed);
+      if (state == ThreadState::kRunnable) {
+        resume(worker, slot);
+        ran = true;
+      } else if (state == ThreadState::kDone) {
+        ++done;
+      }
+    }
+    if (block.failed.load(std::memory_order_relaxed)) {
+      unwind_waiting(worker, block);
+      std::rethrow_exception(block.error);
+    }
+    if (done == threads) return;
+    if (!ran) {
+      std::string message = diagnose(block);
+      unwind_waiting(worker, block);
+      throw Error(message);
+    }
+  }
+}
+
+}  // namespace ember::simt

@@ -1,0 +1,330 @@
+// Emulated device memory: host allocations tracked in a registry, so that bad
+// and double frees and copies out of unknown memory fail as on a GPU, with
+// optional guard zones that catch writes past either end of an allocation.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ember/core/error.hpp"
+#include "shim_internal.hpp"
+
+namespace ember::simt {
+namespace {
+
+constexpr size_t kAlign = 256;  // cudaMalloc's alignment
+constexpr unsigned char kGuardByte = 0xFD;
+constexpr unsigned char kPoisonByte = 0xFF;
+
+size_t round_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Block {
+  unsigned char* base = nullptr;  // what aligned_alloc returned
+  size_t bytes = 0;               // as requested
+  size_t guard = 0;               // bytes of guard before the user's memory
+  size_t span = 0;                // everything allocated, guards included
+  int device = 0;
+  uint64_t id = 0;  // the n-th allocation, for messages
+};
+
+struct Memory {
+  std::mutex mutex;
+  MemoryOptions options;
+  std::map<uintptr_t, Block> device;  // by the address cudaMalloc returned
+  std::map<uintptr_t, size_t> pinned;
+  std::map<int, size_t> used;  // requested bytes live, per device
+  uint64_t next_id = 1;
+  std::vector<std::string> guard_reports;  // found by cudaFree, not yet thrown
+  std::vector<void*> deferred;             // freed while work was queued
+};
+
+Memory& memory() {
+  static Memory* m = new Memory;  // never destroyed: static destructors may still call in
+  return *m;
+}
+
+unsigned char* user_ptr(const Block& b) {
+  return b.base + b.guard;
+}
+
+// The guard-zone damage of one allocation, or "" when intact.
+std::string guard_damage(uintptr_t address, const Block& b) {
+  if (b.guard == 0) return "";
+  const unsigned char* head = b.base;
+  const unsigned char* tail = user_ptr(b) + b.bytes;
+  const size_t tail_size = static_cast<size_t>(b.base + b.span - tail);
+  long long first = 0;
+  size_t changed = 0;
+  for (size_t i = 0; i < b.guard; ++i) {
+    if (head[i] != kGuardByte && changed++ == 0) {
+      first = static_cast<long long>(i) - static_cast<long long>(b.guard);
+    }
+  }
+  for (size_t i = 0; i < tail_size; ++i) {
+    if (tail[i] != kGuardByte && changed++ == 0) first = static_cast<long long>(b.bytes + i);
+  }
+  if (changed == 0) return "";
+  return fmt::format(
+      "device allocation #{} ({} bytes at {:#x} on cuda:{}) has {} guard-zone byte(s) "
+      "overwritten, the first at byte offset {} ({}): something wrote outside the allocation",
+      b.id, b.bytes, address, b.device, changed, first,
+      first < 0 ? fmt::format("{} bytes before its start", -first)
+                : fmt::format("{} bytes past its end", first - static_cast<long long>(b.bytes)));
+}
+
+// The block holding [ptr, ptr + bytes), or nullptr.
+const Block* find_device(Memory& m, const void* ptr, size_t bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto it = m.device.upper_bound(address);
+  if (it == m.device.begin()) return nullptr;
+  --it;
+  const Block& b = it->second;
+  if (address - it->first + bytes > b.bytes) return nullptr;
+  return &b;
+}
+
+// The block `ptr` points into (even if the range runs past its end), or nullptr.
+bool inside_device(Memory& m, const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto it = m.device.upper_bound(address);
+  if (it == m.device.begin()) return false;
+  --it;
+  return address < it->first + it->second.bytes;
+}
+
+// Checks a copy or memset's device sides before it is queued.
+cudaError_t check_copy(const void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  bool dst_device = false, src_device = false;
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      break;
+    case cudaMemcpyHostToDevice:
+      dst_device = true;
+      break;
+    case cudaMemcpyDeviceToHost:
+      src_device = true;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      dst_device = src_device = true;
+      break;
+    case cudaMemcpyDefault:
+      dst_device = inside_device(m, dst);
+      src_device = inside_device(m, src);
+      break;
+    default:
+      return cudaErrorInvalidMemcpyDirection;
+  }
+  if (bytes == 0) return cudaSuccess;
+  if (!dst || !src) return cudaErrorInvalidValue;
+  if (dst_device && !find_device(m, dst, bytes)) return cudaErrorInvalidValue;
+  if (src_device && !find_device(m, src, bytes)) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+cudaError_t check_memset(const void* ptr, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  return find_device(m, ptr, bytes) ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+MemoryOptions memory_options() {
+  std::lock_guard lock(memory().mutex);
+  return memory().options;
+}
+
+void set_memory_options(const MemoryOptions& options) {
+  std::lock_guard lock(memory().mutex);
+  memory().options = options;
+}
+
+MemoryStats memory_stats() {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  MemoryStats stats;
+  stats.live_allocations = m.device.size();
+  for (const auto& [address, block] : m.device) stats.live_bytes += block.bytes;
+  return stats;
+}
+
+void check_guards() {
+  Memory& m = memory();
+  std::vector<std::string> reports;
+  {
+    std::lock_guard lock(m.mutex);
+    reports.swap(m.guard_reports);
+    for (const auto& [address, block] : m.device) {
+      std::string damage = guard_damage(address, block);
+      if (!damage.empty()) reports.push_back(std::move(damage));
+    }
+  }
+  if (reports.empty()) return;
+  std::string text;
+  for (const auto& report : reports) text += (text.empty() ? "" : "; ") + report;
+  EMBER_THROW("guard-zone check: expected every guard zone intact, found {} damaged: {}",
+              reports.size(), text);
+}
+
+namespace shim {
+void release_deferred_frees() {
+  Memory& m = memory();
+  std::vector<void*> frees;
+  {
+    std::lock_guard lock(m.mutex);
+    frees.swap(m.deferred);
+  }
+  for (void* p : frees) std::free(p);
+}
+}  // namespace shim
+
+}  // namespace ember::simt
+
+using ember::simt::shim::fail;
+namespace simt = ember::simt;
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (!ptr) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;  // as the real runtime: success and a null pointer
+  const int device = simt::shim::current_device();
+  const size_t total = simt::device_profile().total_global_mem;
+  simt::Memory& m = simt::memory();
+  std::lock_guard lock(m.mutex);
+  size_t& used = m.used[device];
+  if (bytes > total - used) return fail(cudaErrorMemoryAllocation);
+  simt::Block b;
+  b.bytes = bytes;
+  b.guard = simt::round_up(m.options.guard_bytes);
+  b.span = b.guard + simt::round_up(bytes) + b.guard;
+  b.device = device;
+  b.base = static_cast<unsigned char*>(std::aligned_alloc(simt::kAlign, b.span));
+  if (!b.base) return fail(cudaErrorMemoryAllocation);
+  b.id = m.next_id++;
+  std::memset(b.base, simt::kGuardByte, b.guard);
+  if (m.options.poison_new_allocations) std::memset(simt::user_ptr(b), simt::kPoisonByte, bytes);
+  std::memset(simt::user_ptr(b) + bytes, simt::kGuardByte, b.span - b.guard - bytes);
+  used += bytes;
+  *ptr = simt::user_ptr(b);
+  m.device.emplace(reinterpret_cast<uintptr_t>(*ptr), b);
+  return cudaSuccess;
+}
+
+// Like the real cudaFree, returns cudaErrorInvalidValue for a pointer cudaMalloc
+// did not return (or already freed). A damaged guard zone cannot throw from here
+// (ember frees from destructors): it is printed, kept for check_guards(), and
+// returned as cudaErrorIllegalAddress.
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  const bool defer = simt::shim::any_pending_work();
+  simt::Memory& m = simt::memory();
+  std::lock_guard lock(m.mutex);
+  const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == m.device.end()) return fail(cudaErrorInvalidValue);
+  const simt::Block b = it->second;
+  std::string damage = simt::guard_damage(it->first, b);
+  m.device.erase(it);
+  m.used[b.device] -= b.bytes;
+  // Queued work (held streams) may still use the memory: keep it until that work is done.
+  if (defer) {
+    m.deferred.push_back(b.base);
+  } else {
+    std::free(b.base);
+  }
+  if (!damage.empty()) {
+    std::fprintf(stderr, "ember simt: cudaFree: %s\n", damage.c_str());
+    m.guard_reports.push_back(std::move(damage));
+    return fail(cudaErrorIllegalAddress);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
+  const size_t total = simt::device_profile().total_global_mem;
+  simt::Memory& m = simt::memory();
+  std::lock_guard lock(m.mutex);
+  const size_t used = m.used[simt::shim::current_device()];
+  *total_bytes = total;
+  *free_bytes = used < total ? total - used : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
+  return cudaHostAlloc(ptr, bytes, 0);
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  constexpr unsigned kKnown =
+      cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+  if (!ptr || (flags & ~kKnown) != 0) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* p = std::aligned_alloc(simt::kAlign, simt::round_up(bytes));
+  if (!p) return fail(cudaErrorMemoryAllocation);
+  simt::Memory& m = simt::memory();
+  std::lock_guard lock(m.mutex);
+  m.pinned.emplace(reinterpret_cast<uintptr_t>(p), bytes);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  simt::Memory& m = simt::memory();
+  std::lock_guard lock(m.mutex);
+  if (!m.pinned.erase(reinterpret_cast<uintptr_t>(ptr))) return fail(cudaErrorInvalidValue);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  // Synchronous: ordered after the default stream's work, as on a GPU.
+  if (const cudaError_t error = simt::check_copy(dst, src, bytes, kind); error != cudaSuccess) {
+    return fail(error);
+  }
+  if (bytes == 0) return cudaSuccess;
+  simt::stream_submit(nullptr, [=] { std::memmove(dst, src, bytes); });
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (const cudaError_t error = simt::check_copy(dst, src, bytes, kind); error != cudaSuccess) {
+    return fail(error);
+  }
+  if (cudaStreamQuery(stream) == cudaErrorInvalidResourceHandle)
+    return cudaErrorInvalidResourceHandle;
+  if (bytes == 0) return cudaSuccess;
+  simt::stream_submit(stream, [=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (const cudaError_t error = simt::check_memset(ptr, bytes); error != cudaSuccess) {
+    return fail(error);
+  }
+  if (bytes == 0) return cudaSuccess;
+  simt::stream_submit(nullptr, [=] { std::memset(ptr, value, bytes); });
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  if (const cudaError_t error = simt::check_memset(ptr, bytes); error != cudaSuccess) {
+    return fail(error);
+  }
+  if (cudaStreamQuery(stream) == cudaErrorInvalidResourceHandle)
+    return cudaErrorInvalidResourceHandle;
+  if (bytes == 0) return cudaSuccess;
+  simt::stream_submit(stream, [=] { std::memset(ptr, value, bytes); });
+  return cudaSuccess;
+}
