@@ -12,6 +12,7 @@
 #include "block_state.hpp"
 #include "ember/core/error.hpp"
 #include "ember/simt/profile.hpp"
+#include "ember/simt/shim.hpp"
 
 namespace ember::simt {
 namespace {
@@ -84,11 +85,14 @@ void validate_launch(const LaunchConfig& c) {
               "with x <= {}, y <= {}, z <= {}. Use fewer threads per block and more blocks.",
               c.kernel, c.block.x, c.block.y, c.block.z, threads, p.name, p.max_threads_per_block,
               p.max_block_x, p.max_block_y, p.max_block_z);
-  EMBER_CHECK(c.shared_bytes <= p.shared_bytes_per_block,
+  // The kernel's limit: 48 KiB unless cudaFuncSetAttribute raised it (up to the opt-in maximum).
+  const size_t limit = c.address ? max_dynamic_shared(c.address) : p.shared_bytes_per_block;
+  EMBER_CHECK(c.shared_bytes <= limit,
               "invalid argument (cudaErrorInvalidValue): kernel '{}' asks for {} bytes of "
-              "dynamic shared memory but {} allows {} bytes per block. Ask for less or split "
-              "the work over more blocks.",
-              c.kernel, c.shared_bytes, p.name, p.shared_bytes_per_block);
+              "dynamic shared memory but {} allows it {} bytes per block. Raise the limit with "
+              "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) "
+              "(at most {}), ask for less, or split the work over more blocks.",
+              c.kernel, c.shared_bytes, p.name, limit, p.shared_bytes_per_block_optin);
 }
 
 std::string describe_block(const Block& block) {

@@ -38,6 +38,7 @@ __global__ void different_collectives_kernel(int* out) {
 
 #include "ember/core/error.hpp"
 #include "ember/core/launch.hpp"
+#include "ember/simt/shim/cuda_runtime.h"
 
 namespace {
 
@@ -138,6 +139,21 @@ TEST(SimtFaults, LaunchConfigurationErrorsAsCuda) {
   EXPECT_THAT(
       error_of([&] { ember::launch(nothing_kernel, dim3(1), dim3(32), 49153, nullptr, &out); }),
       AllOf(HasSubstr("invalid argument (cudaErrorInvalidValue)"), HasSubstr("49153 bytes")));
+}
+
+TEST(SimtFaults, FuncSetAttributeRaisesTheDynamicSharedLimit) {
+  int out = 0;
+  ASSERT_EQ(
+      cudaFuncSetAttribute(nothing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024),
+      cudaSuccess);
+  EXPECT_NO_THROW(ember::launch(nothing_kernel, dim3(1), dim3(32), 100 * 1024, nullptr, &out));
+  EXPECT_THAT(error_of([&] {
+                ember::launch(nothing_kernel, dim3(1), dim3(32), 100 * 1024 + 1, nullptr, &out);
+              }),
+              AllOf(HasSubstr("cudaErrorInvalidValue"), HasSubstr("allows it 102400 bytes")));
+  ASSERT_EQ(
+      cudaFuncSetAttribute(nothing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024),
+      cudaSuccess);
 }
 
 TEST(SimtFaults, TheFirstFailingBlockIsReportedAndTheRuntimeRecovers) {

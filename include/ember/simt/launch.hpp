@@ -19,7 +19,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   static_assert(sizeof...(Params) == sizeof...(Args),
                 "ember::launch: pass exactly one argument per kernel parameter");
   simt::LaunchConfig config{simt::kernel_name(reinterpret_cast<void (*)()>(kernel)), grid, block,
-                            shared_bytes};
+                            shared_bytes, reinterpret_cast<const void*>(kernel)};
   simt::validate_launch(config);
   // Each emulated thread gets its own copy of the parameters, as on a GPU.
   auto params = std::make_shared<std::tuple<std::decay_t<Params>...>>(

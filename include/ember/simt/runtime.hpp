@@ -25,6 +25,7 @@ struct LaunchConfig {
   std::string kernel;  // name for messages
   dim3 grid, block;
   size_t shared_bytes = 0;
+  const void* address = nullptr;  // the kernel function: its cudaFuncSetAttribute limits apply
 };
 
 // Throws the error CUDA would give for a launch it rejects.
