@@ -5,35 +5,11 @@
 #include <mutex>
 
 #include "cuda_backend.hpp"
+#include "default_allocator_hook.hpp"
 #include "ember/core/error.hpp"
 
 namespace ember {
 namespace {
-
-// 64-byte aligned host memory: a cache line, and enough for AVX-512 loads.
-class HostAllocator final : public Allocator {
- public:
-  void* allocate(size_t bytes) override {
-    constexpr size_t kAlign = 64;
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* ptr = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-    EMBER_CHECK(ptr != nullptr, "host allocation of {} bytes failed: out of memory", bytes);
-    return ptr;
-  }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
-};
-
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int device) : device_(device) {}
-  void* allocate(size_t bytes) override {
-    return cuda_backend::malloc(bytes == 0 ? 1 : bytes, device_);
-  }
-  void deallocate(void* ptr, size_t) noexcept override { cuda_backend::free(ptr, device_); }
-
- private:
-  int device_;
-};
 
 struct Registry {
   std::mutex mutex;
@@ -43,7 +19,9 @@ Registry& registry() {
   static Registry r;
   return r;
 }
-std::pair<int, int> key_of(Device d) { return {static_cast<int>(d.type()), d.index()}; }
+std::pair<int, int> key_of(Device d) {
+  return {static_cast<int>(d.type()), d.index()};
+}
 
 }  // namespace
 
@@ -52,12 +30,8 @@ std::shared_ptr<Allocator> allocator_for(Device device) {
   std::lock_guard lock(r.mutex);
   auto& slot = r.allocators[key_of(device)];
   if (!slot) {
-    if (device.is_cpu()) {
-      slot = std::make_shared<HostAllocator>();
-    } else {
-      require_available(device);
-      slot = std::make_shared<CudaAllocator>(device.index());
-    }
+    if (!device.is_cpu()) require_available(device);
+    slot = detail::make_device_allocator(device);
   }
   return slot;
 }

@@ -1,6 +1,6 @@
 // The allocator interface behind Tensor storage, one allocator per device.
-// The defaults are plain host (64-byte aligned) and cudaMalloc allocators; the
-// memory layer installs caching allocators with set_allocator.
+// The defaults are the memory layer's caching allocators (memory::make_default_allocator,
+// configured from EMBER_ALLOC_CONF); set_allocator replaces one.
 #pragma once
 
 #include <cstddef>

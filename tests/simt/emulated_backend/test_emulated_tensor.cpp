@@ -1,7 +1,10 @@
 // ember's CUDA backend in the emulated-CUDA build: Tensor on cuda devices runs
 // the backend's host code against the runtime shim and its kernels (fill.cuh)
 // on the SIMT emulator.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include "ember/memory/caching_allocator.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -94,33 +97,41 @@ TEST(EmulatedBackend, HeldStreamMakesEventsPending) {
 TEST(EmulatedBackend, OutOfMemoryUnderSmallProfileIsAnError) {
   const ember::simt::DeviceProfile saved = ember::simt::device_profile();
   ember::simt::DeviceProfile small = saved;
-  small.total_global_mem = 1 << 20;
+  small.total_global_mem = 8 << 20;
   ember::simt::set_device_profile(small);
+  // Segments cached by earlier tests would serve the request: start from an empty cache.
+  auto cache = std::dynamic_pointer_cast<ember::memory::CachingAllocator>(
+      ember::allocator_for(Device::cuda(0)));
+  ASSERT_NE(cache, nullptr);
+  cache->empty_cache();
   try {
-    Tensor::empty({1 << 20}, DType::f32, Device::cuda(0));  // 4 MiB
+    Tensor::empty({4 << 20}, DType::f32, Device::cuda(0));  // 16 MiB
     ADD_FAILURE() << "expected an ember::Error";
   } catch (const ember::Error& e) {
     EXPECT_NE(e.message().find("out of memory"), std::string::npos) << e.message();
   }
-  EXPECT_NO_THROW(Tensor::empty({1024}, DType::f32, Device::cuda(0)));  // 4 KiB still fits
+  // 4 KiB still fits: the caching allocator's 2 MiB small-pool segment is within 8 MiB.
+  EXPECT_NO_THROW(Tensor::empty({1024}, DType::f32, Device::cuda(0)));
   ember::simt::set_device_profile(saved);
 }
 
-TEST(EmulatedBackend, WriteOutsideATensorIsCaughtByGuardZones) {
-  {
-    Tensor t = Tensor::empty({16}, DType::f32, Device::cuda(0));
-    unsigned char* end = static_cast<unsigned char*>(t.data()) + t.nbytes();
-    const unsigned char saved = end[2];
-    end[2] = 0;  // a stray write, 2 bytes past the end
-    try {
-      ember::simt::check_guards();
-      ADD_FAILURE() << "expected an ember::Error";
-    } catch (const ember::Error& e) {
-      EXPECT_NE(e.message().find("byte offset 66 (2 bytes past its end)"), std::string::npos)
-          << e.message();
-    }
-    end[2] = saved;  // repaired: the tensor's free is clean
+// Guard zones surround each cudaMalloc allocation (the caching allocator's
+// segments; tensors are carved out of those), so the check is made on a raw one.
+TEST(EmulatedBackend, WriteOutsideAnAllocationIsCaughtByGuardZones) {
+  void* ptr = nullptr;
+  ASSERT_EQ(cudaMalloc(&ptr, 64), cudaSuccess);
+  unsigned char* end = static_cast<unsigned char*>(ptr) + 64;
+  const unsigned char saved = end[2];
+  end[2] = 0;  // a stray write, 2 bytes past the end
+  try {
+    ember::simt::check_guards();
+    ADD_FAILURE() << "expected an ember::Error";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("byte offset 66 (2 bytes past its end)"), std::string::npos)
+        << e.message();
   }
+  end[2] = saved;  // repaired: the free is clean
+  EXPECT_EQ(cudaFree(ptr), cudaSuccess);
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
 

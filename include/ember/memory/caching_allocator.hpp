@@ -1,0 +1,96 @@
+// CachingAllocator: a stream-ordered caching allocator over an Upstream (and,
+// for expandable segments, a VirtualUpstream), one per device. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ember/core/allocator.hpp"
+#include "ember/core/device.hpp"
+#include "ember/core/error.hpp"
+#include "ember/memory/config.hpp"
+#include "ember/memory/detail/verify.hpp"
+#include "ember/memory/stats.hpp"
+#include "ember/memory/stream_events.hpp"
+#include "ember/memory/upstream.hpp"
+
+namespace ember::memory {
+
+// Thrown when a request cannot be met even after freeing the cache. The message
+// states every number below and names the setting to try.
+class OutOfMemory : public ember::Error {
+ public:
+  struct Numbers {
+    size_t requested = 0;             // bytes asked for
+    size_t device_total = 0;          // upstream info().total (0: unknown)
+    size_t device_free = 0;           // upstream info().free (0: unknown)
+    size_t allocated = 0;             // bytes allocated by this allocator
+    size_t reserved_unallocated = 0;  // reserved by this allocator but not allocated
+    size_t largest_free_block = 0;    // largest cached free block
+  };
+  OutOfMemory(const std::string& message, const Numbers& numbers,
+              std::source_location where = std::source_location::current());
+
+  size_t requested() const noexcept { return numbers_.requested; }
+  size_t device_total() const noexcept { return numbers_.device_total; }
+  size_t device_free() const noexcept { return numbers_.device_free; }
+  size_t allocated() const noexcept { return numbers_.allocated; }
+  size_t reserved_unallocated() const noexcept { return numbers_.reserved_unallocated; }
+  size_t largest_free_block() const noexcept { return numbers_.largest_free_block; }
+
+ private:
+  Numbers numbers_;
+};
+
+class CachingAllocator final : public ember::Allocator {
+ public:
+  // virtual_upstream may be null; expandable segments are then off.
+  CachingAllocator(
+      std::shared_ptr<Upstream> upstream, std::shared_ptr<VirtualUpstream> virtual_upstream,
+      AllocatorConfig config = {},
+      std::shared_ptr<StreamEvents> events = std::make_shared<ImmediateStreamEvents>());
+  ~CachingAllocator() override;
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // ember::Allocator: on the default stream (0). deallocate ignores `bytes`.
+  void* allocate(size_t bytes) override;
+  void deallocate(void* ptr, size_t bytes) noexcept override;
+
+  // A block owned by `stream`: reusable on that stream at once after free,
+  // on others once the events recorded at free have completed.
+  void* allocate(size_t bytes, StreamId stream);
+  void free(void* ptr);  // throws ember::Error for a pointer it does not own
+  // Marks `ptr` as used by `stream`: free records an event on it, and the block
+  // is reused only after the event completes.
+  void record_stream(void* ptr, StreamId stream);
+
+  // Returns every cached, unused segment (and free mapped pages) to the upstream.
+  void empty_cache();
+  // Per-process budget: at most fraction * upstream info().total bytes reserved.
+  void set_memory_fraction(double fraction);
+  void set_max_reserved(size_t bytes);  // 0: no limit
+
+  AllocatorStats stats() const;
+  void reset_peak_stats();
+  size_t largest_free_block() const;   // bytes
+  std::string memory_summary() const;  // a readable table
+  // JSON: {"segments":[{"address","size","stream","pool","expandable",
+  //        "blocks":[{"address","size","requested","state":"allocated|free|inactive"}]}]}
+  // ("inactive": freed, waiting for stream events).
+  std::string snapshot() const;
+  const AllocatorConfig& config() const;
+
+  struct Impl;
+
+ private:
+  friend void detail::verify_invariants(const CachingAllocator& allocator);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The allocator ember installs for `device` (set_allocator): over cudaMalloc/CUDA
+// VMM on cuda:N, over host memory on the CPU, configured from EMBER_ALLOC_CONF.
+std::shared_ptr<CachingAllocator> make_default_allocator(Device device);
+
+}  // namespace ember::memory

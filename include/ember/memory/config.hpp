@@ -1,0 +1,59 @@
+// CachingAllocator settings, from code or from EMBER_ALLOC_CONF="key:value,...".
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ember::memory {
+
+struct AllocatorConfig {
+  // Blocks larger than this are never split, and cached blocks larger than it
+  // are not used for smaller requests (0: no limit). Key: max_split_size_mb.
+  size_t max_split_size = 0;
+  // Round sizes up to one of N divisions between powers of two (0: 512-byte
+  // rounding only). Key: roundup_power2_divisions.
+  int roundup_power2_divisions = 0;
+  // Free cached, unused segments once reserved memory exceeds this fraction of
+  // the budget (0: off). Key: garbage_collection_threshold (0 < t < 1).
+  double garbage_collection_threshold = 0.0;
+  // One growable segment per stream and pool, mapped in pages (needs a
+  // VirtualUpstream). Key: expandable_segments (true/false).
+  bool expandable_segments = true;
+  // Per-process budget: at most this many bytes reserved (0: no limit), or
+  // this fraction of the device's total memory (0: no limit).
+  // Keys: max_reserved_mb, memory_fraction.
+  size_t max_reserved = 0;
+  double memory_fraction = 0.0;
+
+  // Placement constants (PyTorch's names in brackets; ember uses the same values).
+  // Every size rounds up to a multiple of min_block_size [kMinBlockSize]. Requests
+  // up to small_size [kSmallSize] use the small pool, whose segments are
+  // small_buffer bytes [kSmallBuffer]; larger requests below min_large_alloc
+  // [kMinLargeAlloc] get large_buffer segments [kLargeBuffer]; the rest get
+  // segments rounded up to round_large [kRoundLarge]. Segment sizing applies
+  // without expandable segments only.
+  size_t min_block_size = 512;
+  size_t small_size = size_t{1} << 20;
+  size_t small_buffer = size_t{2} << 20;
+  size_t large_buffer = size_t{20} << 20;
+  size_t min_large_alloc = size_t{10} << 20;
+  size_t round_large = size_t{2} << 20;
+};
+
+// PyTorch's default CUDA caching allocator policy, for comparison: the constants
+// above at their defaults, no expandable segments, no max_split_size, no
+// power-of-two rounding, no garbage collection.
+AllocatorConfig pytorch_default_policy();
+
+// Parses "key:value,key:value". Unknown keys and bad values throw
+// ember::Error listing the valid keys and values.
+AllocatorConfig parse_allocator_config(std::string_view text);
+
+// parse_allocator_config(getenv("EMBER_ALLOC_CONF")), or the defaults when unset.
+AllocatorConfig allocator_config_from_env();
+
+// The config as "key:value,..." text that parse_allocator_config accepts.
+std::string to_string(const AllocatorConfig& config);
+
+}  // namespace ember::memory

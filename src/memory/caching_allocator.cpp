@@ -1,0 +1,531 @@
+// CachingAllocator: placement, stream-ordered reuse, growth, release and OOM.
+// Reporting (memory_summary, snapshot) lives in summary.cpp and snapshot.cpp.
+#include "ember/memory/caching_allocator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "caching_allocator_impl.hpp"
+
+namespace ember::memory {
+
+using detail::Block;
+using detail::BlockState;
+using detail::Segment;
+
+namespace {
+std::string human(size_t bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / (kMiB * 1024.0));
+  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.2f} MiB", bytes / kMiB);
+  if (bytes >= 1024) return fmt::format("{:.2f} KiB", bytes / 1024.0);
+  return fmt::format("{} bytes", bytes);
+}
+}  // namespace
+
+OutOfMemory::OutOfMemory(const std::string& message, const Numbers& numbers,
+                         std::source_location where)
+    : Error(message, where), numbers_(numbers) {}
+
+// ---- Impl: bookkeeping helpers -------------------------------------------------
+
+CachingAllocator::Impl::Impl(std::shared_ptr<Upstream> up, std::shared_ptr<VirtualUpstream> vup,
+                             AllocatorConfig c, std::shared_ptr<StreamEvents> ev)
+    : upstream(std::move(up)), virtual_upstream(std::move(vup)), config(c), events(std::move(ev)) {
+  EMBER_CHECK(upstream != nullptr || virtual_upstream != nullptr,
+              "CachingAllocator: expected an upstream, found none; pass an Upstream (and a "
+              "VirtualUpstream for expandable segments)");
+  EMBER_CHECK(events != nullptr,
+              "CachingAllocator: expected StreamEvents, found null; pass "
+              "std::make_shared<ImmediateStreamEvents>() where all work completes at once");
+  EMBER_CHECK(c.min_block_size > 0 && std::has_single_bit(c.min_block_size),
+              "CachingAllocator: min_block_size must be a power of two, found {}",
+              c.min_block_size);
+  expandable = c.expandable_segments && virtual_upstream != nullptr;
+  EMBER_CHECK(expandable || upstream != nullptr,
+              "CachingAllocator: expandable_segments is off but only a VirtualUpstream was given; "
+              "pass an Upstream or set expandable_segments:true");
+  if (expandable) page = virtual_upstream->page_size();
+}
+
+CachingAllocator::Impl::~Impl() {
+  for (Block* b : pending)
+    for (auto e : b->events) events->destroy(e);
+  for (auto& [base, seg] : segments) {
+    for (Block* b = seg->first; b != nullptr;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+    if (seg->expandable) {
+      for (auto it = seg->mapped.rbegin(); it != seg->mapped.rend(); ++it)
+        virtual_upstream->unmap(reinterpret_cast<void*>(it->address), it->size);
+      virtual_upstream->release(reinterpret_cast<void*>(seg->base), seg->reservation);
+    } else {
+      upstream->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
+    }
+  }
+}
+
+detail::BlockPool& CachingAllocator::Impl::pool_of(const Block* b) {
+  return b->segment->small ? small_pool : large_pool;
+}
+
+void CachingAllocator::Impl::pool_insert(Block* b) {
+  b->state = BlockState::free;
+  b->counted_split = b->is_split();
+  if (b->counted_split) stats.inactive_split.add(static_cast<int64_t>(b->size));
+  pool_of(b).insert(b);
+}
+
+void CachingAllocator::Impl::pool_erase(Block* b) {
+  pool_of(b).erase(b);
+  if (b->counted_split) stats.inactive_split.add(-static_cast<int64_t>(b->size));
+  b->counted_split = false;
+}
+
+// Coalesces a block that has just become free with free neighbours and pools it.
+void CachingAllocator::Impl::release_block(Block* b) {
+  stats.active.add(-static_cast<int64_t>(b->size));
+  b->stream_uses.clear();
+  b->requested = 0;
+  if (b->prev != nullptr && b->prev->state == BlockState::free) {
+    Block* p = b->prev;
+    pool_erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next != nullptr) b->next->prev = p;
+    delete b;
+    b = p;
+  }
+  if (b->next != nullptr && b->next->state == BlockState::free) {
+    Block* n = b->next;
+    pool_erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next != nullptr) n->next->prev = b;
+    delete n;
+  }
+  pool_insert(b);
+}
+
+void CachingAllocator::Impl::process_events() {
+  for (auto it = pending.begin(); it != pending.end();) {
+    Block* b = *it;
+    auto& evs = b->events;
+    for (auto e = evs.begin(); e != evs.end();) {
+      if (events->query(*e)) {
+        events->destroy(*e);
+        e = evs.erase(e);
+      } else {
+        ++e;
+      }
+    }
+    if (evs.empty()) {
+      it = pending.erase(it);
+      release_block(b);
+    } else {
+      ++it;
+    }
+  }
+}
+
+size_t CachingAllocator::Impl::limit() const {
+  size_t out = 0;
+  if (config.max_reserved != 0) out = config.max_reserved;
+  if (config.memory_fraction > 0.0) {
+    const size_t total = device_info().total;
+    if (total != 0) {
+      const auto by_fraction =
+          static_cast<size_t>(config.memory_fraction * static_cast<double>(total));
+      out = out == 0 ? by_fraction : std::min(out, by_fraction);
+    }
+  }
+  return out;
+}
+
+MemoryInfo CachingAllocator::Impl::device_info() const {
+  if (expandable) return virtual_upstream->info();
+  return upstream != nullptr ? upstream->info() : MemoryInfo{};
+}
+
+bool CachingAllocator::Impl::within_budget(size_t more) const {
+  const size_t l = limit();
+  return l == 0 || static_cast<size_t>(stats.reserved.current) + more <= l;
+}
+
+Block* CachingAllocator::Impl::find_free(StreamId stream, bool small, size_t size) {
+  detail::BlockPool& pool = small ? small_pool : large_pool;
+  Block* b = pool.best_fit(stream, size);
+  if (b == nullptr || expandable) return b;
+  const size_t max_split = config.max_split_size;
+  if (max_split != 0) {
+    // Oversize blocks serve only oversize requests, and only close fits.
+    if (size < max_split && b->size >= max_split) return nullptr;
+    if (size >= max_split && b->size >= size + config.large_buffer) return nullptr;
+  }
+  return b;
+}
+
+// A new fixed segment with one free block covering it; null when out of memory.
+Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t size) {
+  const size_t bytes = detail::segment_size(size, config);
+  if (!within_budget(bytes)) return nullptr;
+  void* ptr = upstream->allocate(bytes);
+  if (ptr == nullptr) return nullptr;
+  auto seg = std::make_unique<Segment>();
+  seg->base = reinterpret_cast<uintptr_t>(ptr);
+  seg->size = bytes;
+  seg->stream = stream;
+  seg->small = small;
+  seg->serial = next_serial++;
+  auto* b = new Block;
+  b->address = seg->base;
+  b->size = bytes;
+  b->stream = stream;
+  b->segment = seg.get();
+  seg->first = b;
+  stats.reserved.add(static_cast<int64_t>(bytes));
+  ++stats.segment_allocs;
+  segments.emplace(seg->base, std::move(seg));
+  pool_insert(b);
+  return b;
+}
+
+// Grows the (stream, pool) expandable segment at its end so that its last block is
+// free and holds `size` bytes; one map call per growth. Null when out of memory.
+Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size_t size) {
+  auto& list = expandable_segments[{stream, small}];
+  Segment* seg = list.empty() ? nullptr : list.back();
+  Block* tail = seg != nullptr ? seg->last() : nullptr;
+  const bool tail_free = tail != nullptr && tail->state == BlockState::free;
+  size_t need = detail::round_up(tail_free && tail->size < size ? size - tail->size : size, page);
+  if (seg == nullptr || seg->size + need > seg->reservation) {
+    // A new reservation: room for the whole budget (or device), so it rarely fills.
+    size_t span = limit();
+    if (span == 0) span = device_info().total;
+    if (span == 0) span = size_t{1} << 40;
+    span = detail::round_up(std::max(span, size), page);
+    void* base = virtual_upstream->reserve(span);
+    if (base == nullptr) return nullptr;
+    auto owned = std::make_unique<Segment>();
+    seg = owned.get();
+    seg->base = reinterpret_cast<uintptr_t>(base);
+    seg->reservation = span;
+    seg->stream = stream;
+    seg->small = small;
+    seg->expandable = true;
+    seg->serial = next_serial++;
+    segments.emplace(seg->base, std::move(owned));
+    list.push_back(seg);
+    ++stats.segment_allocs;
+    tail = nullptr;
+    need = detail::round_up(size, page);
+  }
+  if (!within_budget(need)) return nullptr;
+  const uintptr_t at = seg->base + seg->size;
+  if (!virtual_upstream->map(reinterpret_cast<void*>(at), need)) return nullptr;
+  ++stats.page_maps;
+  seg->mapped.push_back({at, need});
+  seg->size += need;
+  stats.reserved.add(static_cast<int64_t>(need));
+  if (tail != nullptr && tail->state == BlockState::free) {
+    pool_erase(tail);
+    tail->size += need;
+    pool_insert(tail);
+    return tail;
+  }
+  auto* b = new Block;
+  b->address = at;
+  b->size = need;
+  b->stream = stream;
+  b->segment = seg;
+  b->prev = tail;
+  if (tail != nullptr) {
+    tail->next = b;
+  } else {
+    seg->first = b;
+  }
+  pool_insert(b);
+  return b;
+}
+
+// Unmaps whole mapped ranges at the free tail of an expandable segment, and
+// releases the reservation once nothing is mapped. Returns the bytes returned.
+size_t CachingAllocator::Impl::shrink_expandable(Segment* seg, size_t enough) {
+  size_t freed = 0;
+  Block* tail = seg->last();
+  while (tail != nullptr && tail->state == BlockState::free && !seg->mapped.empty() &&
+         seg->mapped.back().address >= tail->address && freed < enough) {
+    const detail::MappedRange r = seg->mapped.back();
+    pool_erase(tail);
+    virtual_upstream->unmap(reinterpret_cast<void*>(r.address), r.size);
+    ++stats.page_unmaps;
+    seg->mapped.pop_back();
+    seg->size -= r.size;
+    stats.reserved.add(-static_cast<int64_t>(r.size));
+    freed += r.size;
+    tail->size -= r.size;
+    if (tail->size == 0) {
+      Block* prev = tail->prev;
+      if (prev != nullptr) {
+        prev->next = nullptr;
+      } else {
+        seg->first = nullptr;
+      }
+      delete tail;
+      tail = prev;
+      // A previous block cannot be free (it would have coalesced); stop here.
+      break;
+    }
+    pool_insert(tail);
+  }
+  return freed;
+}
+
+bool CachingAllocator::Impl::segment_unused(const Segment* seg) const {
+  return seg->first == nullptr ||
+         (seg->first->next == nullptr && seg->first->state == BlockState::free);
+}
+
+// Returns cached memory to the upstream, oldest segments first, until `enough`
+// bytes went back (SIZE_MAX: everything that is unused).
+size_t CachingAllocator::Impl::release_cached(size_t enough) {
+  process_events();
+  std::vector<Segment*> order;
+  for (auto& [base, seg] : segments) order.push_back(seg.get());
+  std::sort(order.begin(), order.end(),
+            [](const Segment* a, const Segment* b) { return a->serial < b->serial; });
+  size_t freed = 0;
+  for (Segment* seg : order) {
+    if (freed >= enough) break;
+    if (seg->expandable) {
+      freed += shrink_expandable(seg, enough - freed);
+      if (seg->first == nullptr) {
+        virtual_upstream->release(reinterpret_cast<void*>(seg->base), seg->reservation);
+        ++stats.segment_frees;
+        auto& list = expandable_segments[{seg->stream, seg->small}];
+        list.erase(std::find(list.begin(), list.end(), seg));
+        segments.erase(seg->base);
+      }
+    } else if (segment_unused(seg)) {
+      pool_erase(seg->first);
+      delete seg->first;
+      upstream->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
+      ++stats.segment_frees;
+      stats.reserved.add(-static_cast<int64_t>(seg->size));
+      freed += seg->size;
+      segments.erase(seg->base);
+    }
+  }
+  return freed;
+}
+
+Block* CachingAllocator::Impl::grow(StreamId stream, bool small, size_t size) {
+  return expandable ? grow_expandable(stream, small, size) : new_segment(stream, small, size);
+}
+
+size_t CachingAllocator::Impl::largest_free() const {
+  size_t out = 0;
+  for (const auto* pool : {&small_pool, &large_pool})
+    for (const Block* b : pool->blocks()) out = std::max(out, b->size);
+  return out;
+}
+
+[[noreturn]] void CachingAllocator::Impl::throw_oom(size_t bytes, StreamId stream) {
+  ++stats.ooms;
+  const MemoryInfo info = device_info();
+  OutOfMemory::Numbers n;
+  n.requested = bytes;
+  n.device_total = info.total;
+  n.device_free = info.free;
+  n.allocated = static_cast<size_t>(stats.allocated.current);
+  n.reserved_unallocated = static_cast<size_t>(stats.reserved.current - stats.allocated.current);
+  n.largest_free_block = largest_free();
+  const size_t l = limit();
+  std::string advice;
+  if (l != 0 && static_cast<size_t>(stats.reserved.current) + bytes > l) {
+    advice = fmt::format(
+        "The per-process budget of {} stops it: raise set_memory_fraction / set_max_reserved (or "
+        "memory_fraction / max_reserved_mb in EMBER_ALLOC_CONF) if the device has room.",
+        human(l));
+  } else if (n.reserved_unallocated >= bytes && !expandable) {
+    advice =
+        "Reserved-but-unallocated memory is large enough but fragmented: set "
+        "EMBER_ALLOC_CONF=expandable_segments:true (or max_split_size_mb:<MiB>) to avoid "
+        "fragmentation.";
+  } else {
+    advice =
+        "Reduce the batch size or the model, free tensors you no longer need, or share the "
+        "device with fewer jobs.";
+  }
+  const std::string where = expandable ? virtual_upstream->name() : upstream->name();
+  throw OutOfMemory(
+      fmt::format("out of memory: tried to allocate {} on stream {} from {}. The device has {} "
+                  "total and {} free; this allocator has {} allocated and {} reserved but "
+                  "unallocated; its largest free block is {}. {}",
+                  human(bytes), stream, where, info.total ? human(info.total) : "unknown",
+                  info.total ? human(info.free) : "unknown", human(n.allocated),
+                  human(n.reserved_unallocated), human(n.largest_free_block), advice),
+      n);
+}
+
+void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
+  process_events();
+  const size_t size = detail::round_size(bytes, config);
+  const bool small = detail::is_small(size, config);
+  Block* b = find_free(stream, small, size);
+  if (b == nullptr) {
+    const size_t l = limit();
+    if (config.garbage_collection_threshold > 0.0 && l != 0 &&
+        static_cast<double>(stats.reserved.current) >
+            config.garbage_collection_threshold * static_cast<double>(l)) {
+      const auto target =
+          static_cast<size_t>(config.garbage_collection_threshold * static_cast<double>(l));
+      release_cached(static_cast<size_t>(stats.reserved.current) - target);
+      b = find_free(stream, small, size);
+    }
+    if (b == nullptr) b = grow(stream, small, size);
+    if (b == nullptr) {
+      ++stats.retries;
+      release_cached(SIZE_MAX);
+      b = find_free(stream, small, size);
+      if (b == nullptr) b = grow(stream, small, size);
+    }
+    if (b == nullptr) throw_oom(bytes, stream);
+  }
+  pool_erase(b);
+  if (detail::should_split(b->size, size, small, b->segment->expandable, config)) {
+    auto* rest = new Block;
+    rest->address = b->address + size;
+    rest->size = b->size - size;
+    rest->stream = b->stream;
+    rest->segment = b->segment;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = size;
+    pool_insert(rest);
+  }
+  b->state = BlockState::allocated;
+  b->requested = bytes;
+  allocated_blocks.emplace(b->address, b);
+  stats.allocated.add(static_cast<int64_t>(b->size));
+  stats.active.add(static_cast<int64_t>(b->size));
+  stats.requested.add(static_cast<int64_t>(bytes));
+  ++stats.allocations;
+  return reinterpret_cast<void*>(b->address);
+}
+
+Block* CachingAllocator::Impl::owned(void* ptr, const char* what) {
+  auto it = allocated_blocks.find(reinterpret_cast<uintptr_t>(ptr));
+  EMBER_CHECK(it != allocated_blocks.end(),
+              "CachingAllocator::{}: expected a pointer this allocator returned and has not freed, "
+              "found {}; free each pointer once, with the allocator that allocated it",
+              what, ptr);
+  return it->second;
+}
+
+void CachingAllocator::Impl::free(void* ptr) {
+  Block* b = owned(ptr, "free");
+  allocated_blocks.erase(b->address);
+  stats.allocated.add(-static_cast<int64_t>(b->size));
+  stats.requested.add(-static_cast<int64_t>(b->requested));
+  ++stats.frees;
+  if (b->stream_uses.empty()) {
+    release_block(b);
+    return;
+  }
+  b->state = BlockState::inactive;
+  for (StreamId s : b->stream_uses) b->events.push_back(events->record(s));
+  pending.push_back(b);
+  process_events();
+}
+
+// ---- CachingAllocator ------------------------------------------------------------
+
+CachingAllocator::CachingAllocator(std::shared_ptr<Upstream> upstream,
+                                   std::shared_ptr<VirtualUpstream> virtual_upstream,
+                                   AllocatorConfig config, std::shared_ptr<StreamEvents> events)
+    : impl_(std::make_unique<Impl>(std::move(upstream), std::move(virtual_upstream), config,
+                                   std::move(events))) {}
+
+CachingAllocator::~CachingAllocator() = default;
+
+void* CachingAllocator::allocate(size_t bytes) {
+  return allocate(bytes, 0);
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t) noexcept {
+  try {
+    free(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember: CachingAllocator::deallocate: %s\n", e.what());
+    std::terminate();
+  }
+}
+
+void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->allocate(bytes, stream);
+}
+
+void CachingAllocator::free(void* ptr) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->free(ptr);
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard lock(impl_->mutex);
+  Block* b = impl_->owned(ptr, "record_stream");
+  if (stream == b->stream) return;
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
+    b->stream_uses.push_back(stream);
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard lock(impl_->mutex);
+  impl_->release_cached(SIZE_MAX);
+}
+
+void CachingAllocator::set_memory_fraction(double fraction) {
+  EMBER_CHECK(fraction >= 0.0 && fraction <= 1.0,
+              "set_memory_fraction: expected 0 < fraction <= 1 (0: no limit), found {}", fraction);
+  std::lock_guard lock(impl_->mutex);
+  EMBER_CHECK(fraction == 0.0 || impl_->device_info().total != 0,
+              "set_memory_fraction: the upstream does not report its total memory; use "
+              "set_max_reserved(bytes) instead");
+  impl_->config.memory_fraction = fraction;
+}
+
+void CachingAllocator::set_max_reserved(size_t bytes) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->config.max_reserved = bytes;
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard lock(impl_->mutex);
+  for (Stat* s : {&impl_->stats.allocated, &impl_->stats.reserved, &impl_->stats.active,
+                  &impl_->stats.requested, &impl_->stats.inactive_split})
+    s->reset_peak();
+}
+
+size_t CachingAllocator::largest_free_block() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->largest_free();
+}
+
+const AllocatorConfig& CachingAllocator::config() const {
+  return impl_->config;
+}
+
+}  // namespace ember::memory

@@ -1,0 +1,65 @@
+// CachingAllocator's state, shared by caching_allocator.cpp (policy),
+// summary.cpp and snapshot.cpp (reporting) and the invariant checker.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ember/memory/caching_allocator.hpp"
+#include "ember/memory/detail/block.hpp"
+#include "ember/memory/detail/block_pool.hpp"
+#include "ember/memory/detail/rounding.hpp"
+
+namespace ember::memory {
+
+struct CachingAllocator::Impl {
+  Impl(std::shared_ptr<Upstream> upstream, std::shared_ptr<VirtualUpstream> virtual_upstream,
+       AllocatorConfig config, std::shared_ptr<StreamEvents> events);
+  ~Impl();
+
+  void* allocate(size_t bytes, StreamId stream);
+  void free(void* ptr);
+  detail::Block* owned(void* ptr, const char* what);
+  size_t release_cached(size_t enough);
+  size_t largest_free() const;
+  size_t limit() const;
+  MemoryInfo device_info() const;
+  void verify() const;  // throws ember::Error when an invariant is broken
+
+  detail::BlockPool& pool_of(const detail::Block* b);
+  void pool_insert(detail::Block* b);
+  void pool_erase(detail::Block* b);
+  void release_block(detail::Block* b);
+  void process_events();
+  bool within_budget(size_t more) const;
+  detail::Block* find_free(StreamId stream, bool small, size_t size);
+  detail::Block* grow(StreamId stream, bool small, size_t size);
+  detail::Block* new_segment(StreamId stream, bool small, size_t size);
+  detail::Block* grow_expandable(StreamId stream, bool small, size_t size);
+  size_t shrink_expandable(detail::Segment* seg, size_t enough);
+  bool segment_unused(const detail::Segment* seg) const;
+  [[noreturn]] void throw_oom(size_t bytes, StreamId stream);
+
+  mutable std::mutex mutex;
+  std::shared_ptr<Upstream> upstream;
+  std::shared_ptr<VirtualUpstream> virtual_upstream;
+  AllocatorConfig config;
+  std::shared_ptr<StreamEvents> events;
+  bool expandable = false;
+  size_t page = 0;
+  uint64_t next_serial = 0;
+  AllocatorStats stats;
+  detail::BlockPool small_pool, large_pool;
+  std::map<uintptr_t, std::unique_ptr<detail::Segment>> segments;  // by base address
+  std::map<std::pair<StreamId, bool>, std::vector<detail::Segment*>> expandable_segments;
+  std::unordered_map<uintptr_t, detail::Block*> allocated_blocks;
+  std::list<detail::Block*> pending;  // inactive blocks waiting on events
+};
+
+}  // namespace ember::memory

@@ -1,0 +1,266 @@
+#include "ember/memory/host_virtual_upstream.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "address_space.hpp"
+#include "ember/core/error.hpp"
+
+namespace ember::memory {
+
+using detail::format_bytes;
+
+namespace {
+
+void* protect_none(void* at, size_t bytes) noexcept {
+  return ::mmap(at, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                0);
+}
+
+}  // namespace
+
+HostVirtualUpstream::HostVirtualUpstream(size_t page_size, size_t capacity)
+    : page_size_(page_size), capacity_(capacity) {
+  const size_t system_page = detail::system_page_size();
+  EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= system_page,
+              "HostVirtualUpstream needs a page size that is a power of two and at least the "
+              "system page ({} bytes), got {} bytes; use 2 MiB like CUDA",
+              system_page, page_size);
+  EMBER_CHECK(capacity % page_size == 0,
+              "HostVirtualUpstream needs a capacity that is a multiple of the page size ({}), got "
+              "{} bytes; pass 0 for no limit",
+              format_bytes(page_size), capacity);
+  fd_ = ::memfd_create("ember-host-virtual", MFD_CLOEXEC);
+  EMBER_CHECK(fd_ >= 0,
+              "HostVirtualUpstream: memfd_create failed: {}; it needs Linux 3.17+ (or use "
+              "SimulatedVirtualUpstream, which needs no memory)",
+              std::strerror(errno));
+}
+
+HostVirtualUpstream::~HostVirtualUpstream() {
+  for (const auto& [base, reservation] : reservations_) {
+    ::munmap(reinterpret_cast<void*>(base), reservation.bytes);
+  }
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::map<uintptr_t, HostVirtualUpstream::Reservation>::iterator HostVirtualUpstream::find(
+    uintptr_t address, size_t bytes) {
+  auto it = reservations_.upper_bound(address);
+  if (it == reservations_.begin()) return reservations_.end();
+  --it;
+  const size_t offset = address - it->first;
+  if (offset > it->second.bytes || bytes > it->second.bytes - offset) return reservations_.end();
+  return it;
+}
+
+void* HostVirtualUpstream::reserve(size_t bytes) {
+  EMBER_CHECK(bytes > 0 && bytes % page_size_ == 0,
+              "{}: reserve needs a positive multiple of the page size ({} bytes), got {} bytes; "
+              "round the size up to page_size()",
+              name(), page_size_, bytes);
+  void* base = detail::reserve_address_space(bytes, page_size_);
+  EMBER_CHECK(base != nullptr,
+              "{}: reserving {} of address space failed: {}; reserve less (or raise ulimit -v)",
+              name(), format_bytes(bytes), std::strerror(errno));
+  std::lock_guard lock(mutex_);
+  Reservation& reservation = reservations_[reinterpret_cast<uintptr_t>(base)];
+  reservation.bytes = bytes;
+  reservation.file_page.assign(bytes / page_size_, kUnmapped);
+  ++counters_.reserve_calls;
+  counters_.reserved_bytes += bytes;
+  return base;
+}
+
+void HostVirtualUpstream::release(void* base, size_t bytes) noexcept {
+  if (base == nullptr) return;
+  std::lock_guard lock(mutex_);
+  const auto it = reservations_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == reservations_.end() || it->second.bytes != bytes) {
+    detail::abort_with(
+        fmt::format("{}: release({}, {}) does not match a reservation", name(), base, bytes)
+            .c_str());
+  }
+  ::munmap(base, bytes);
+  for (const int64_t file_page : it->second.file_page) {
+    if (file_page == kUnmapped) continue;
+    punch(file_page, 1);
+    free_file_pages_.insert(file_page);
+    counters_.mapped_bytes -= page_size_;
+  }
+  counters_.reserved_bytes -= bytes;
+  ++counters_.release_calls;
+  reservations_.erase(it);
+}
+
+bool HostVirtualUpstream::map(void* address, size_t bytes) {
+  EMBER_CHECK(detail::is_aligned(address, page_size_) && bytes > 0 && bytes % page_size_ == 0,
+              "{}: map needs a page-aligned address and a positive multiple of the page size "
+              "({} bytes), got address {} and {} bytes",
+              name(), page_size_, address, bytes);
+  std::lock_guard lock(mutex_);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
+  const auto it = find(start, bytes);
+  EMBER_CHECK(it != reservations_.end(),
+              "{}: map({}, {}) is not inside a reservation; reserve the range first", name(),
+              address, bytes);
+  Reservation& reservation = it->second;
+  const size_t first = (start - it->first) / page_size_, count = bytes / page_size_;
+  for (size_t page = first; page < first + count; ++page) {
+    EMBER_CHECK(reservation.file_page[page] == kUnmapped,
+                "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
+                name(), address, bytes, it->first + page * page_size_);
+  }
+  ++counters_.map_calls;
+  if (capacity_ != 0 && bytes > capacity_ - counters_.mapped_bytes) {
+    ++counters_.failed_maps;
+    return false;
+  }
+
+  // Freed file pages first (lowest first, so runs stay contiguous), then new ones.
+  std::vector<int64_t> chosen(count);
+  int64_t grow = 0;
+  for (int64_t& file_page : chosen) {
+    if (!free_file_pages_.empty()) {
+      file_page = *free_file_pages_.begin();
+      free_file_pages_.erase(free_file_pages_.begin());
+    } else {
+      file_page = file_pages_ + grow++;
+    }
+  }
+  const auto page_bytes = static_cast<off_t>(page_size_);
+  if (grow > 0 && ::ftruncate(fd_, (file_pages_ + grow) * page_bytes) != 0) {
+    const int error = errno;
+    for (const int64_t file_page : chosen) {
+      if (file_page < file_pages_) free_file_pages_.insert(file_page);
+    }
+    EMBER_CHECK(error == ENOSPC || error == ENOMEM || error == EFBIG,
+                "{}: growing the memfd to {} failed: {}", name(),
+                format_bytes(static_cast<size_t>(file_pages_ + grow) * page_size_),
+                std::strerror(error));
+    ++counters_.failed_maps;
+    return false;
+  }
+  file_pages_ += grow;
+  counters_.file_bytes = static_cast<size_t>(file_pages_) * page_size_;
+
+  // Commit and map each run of consecutive file pages with one fallocate and one mmap.
+  for (size_t i = 0; i < count;) {
+    size_t n = 1;
+    while (i + n < count && chosen[i + n] == chosen[i] + static_cast<int64_t>(n)) ++n;
+    const off_t offset = chosen[i] * page_bytes;
+    const auto length = static_cast<off_t>(n * page_size_);
+    void* at = reinterpret_cast<void*>(start + i * page_size_);
+    int error = 0;
+    if (::fallocate(fd_, 0, offset, length) != 0) {
+      error = errno;
+    } else if (::mmap(at, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_FIXED, fd_, offset) == MAP_FAILED) {
+      error = errno;
+      protect_none(at, static_cast<size_t>(length));  // a failed MAP_FIXED may leave a hole
+    }
+    if (error != 0) {
+      // Undo: the runs mapped so far, then the pages not mapped.
+      if (i > 0) unmap_pages(it->first, reservation, first, i);
+      for (size_t j = i; j < count; ++j) {
+        punch(chosen[j], 1);
+        free_file_pages_.insert(chosen[j]);
+      }
+      EMBER_CHECK(error == ENOSPC || error == ENOMEM,
+                  "{}: mapping {} at {} failed: {}; see the kernel's limits (vm.max_map_count, "
+                  "ulimit -v)",
+                  name(), format_bytes(n * page_size_), at, std::strerror(error));
+      ++counters_.failed_maps;
+      return false;
+    }
+    for (size_t k = 0; k < n; ++k) reservation.file_page[first + i + k] = chosen[i + k];
+    i += n;
+  }
+  counters_.mapped_bytes += bytes;
+  counters_.peak_mapped_bytes = std::max(counters_.peak_mapped_bytes, counters_.mapped_bytes);
+  return true;
+}
+
+void HostVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
+  if (bytes == 0) return;
+  std::lock_guard lock(mutex_);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
+  const auto it = find(start, bytes);
+  bool valid = it != reservations_.end() && detail::is_aligned(address, page_size_) &&
+               bytes % page_size_ == 0;
+  const size_t first = valid ? (start - it->first) / page_size_ : 0;
+  for (size_t page = first; valid && page < first + bytes / page_size_; ++page) {
+    valid = it->second.file_page[page] != kUnmapped;
+  }
+  if (!valid) {
+    detail::abort_with(fmt::format("{}: unmap({}, {}) covers pages that are not mapped (or is "
+                                   "misaligned, or outside every reservation)",
+                                   name(), address, bytes)
+                           .c_str());
+  }
+  unmap_pages(it->first, it->second, first, bytes / page_size_);
+  counters_.mapped_bytes -= bytes;
+  ++counters_.unmap_calls;
+}
+
+void HostVirtualUpstream::unmap_pages(uintptr_t base, Reservation& reservation, size_t first,
+                                      size_t count) noexcept {
+  void* at = reinterpret_cast<void*>(base + first * page_size_);
+  if (protect_none(at, count * page_size_) == MAP_FAILED) {
+    detail::abort_with(fmt::format("{}: mapping PROT_NONE back over {} bytes at {} failed: {}",
+                                   name(), count * page_size_, at, std::strerror(errno))
+                           .c_str());
+  }
+  for (size_t i = 0; i < count;) {
+    const int64_t file_page = reservation.file_page[first + i];
+    size_t n = 1;
+    while (i + n < count &&
+           reservation.file_page[first + i + n] == file_page + static_cast<int64_t>(n)) {
+      ++n;
+    }
+    punch(file_page, n);
+    for (size_t k = 0; k < n; ++k) {
+      free_file_pages_.insert(file_page + static_cast<int64_t>(k));
+      reservation.file_page[first + i + k] = kUnmapped;
+    }
+    i += n;
+  }
+}
+
+void HostVirtualUpstream::punch(int64_t file_page, size_t count) noexcept {
+  // Frees the pages' memory; the file keeps its size, so the offsets stay valid.
+  const auto page_bytes = static_cast<off_t>(page_size_);
+  ::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, file_page * page_bytes,
+              static_cast<off_t>(count) * page_bytes);
+}
+
+MemoryInfo HostVirtualUpstream::info() const {
+  std::lock_guard lock(mutex_);
+  if (capacity_ == 0) return {};
+  return {capacity_, capacity_ - counters_.mapped_bytes};
+}
+
+std::string HostVirtualUpstream::name() const {
+  return fmt::format("host-virtual({} pages, {})", format_bytes(page_size_),
+                     capacity_ == 0 ? std::string("no limit") : format_bytes(capacity_));
+}
+
+HostVirtualUpstream::Counters HostVirtualUpstream::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
+size_t HostVirtualUpstream::backing_bytes() const {
+  struct stat status {};
+  if (::fstat(fd_, &status) != 0) return 0;
+  return static_cast<size_t>(status.st_blocks) * 512;
+}
+
+}  // namespace ember::memory

@@ -1,0 +1,68 @@
+// EMBER_ALLOC_CONF parsing: every key, and clear errors for the rest.
+#include <gtest/gtest.h>
+
+#include "ember/core/error.hpp"
+#include "ember/memory/config.hpp"
+
+namespace ember::memory {
+namespace {
+
+std::string error_of(std::string_view text) {
+  try {
+    parse_allocator_config(text);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+TEST(AllocatorConfig, ParsesEveryKey) {
+  const AllocatorConfig c = parse_allocator_config(
+      " max_split_size_mb:128, roundup_power2_divisions:4,garbage_collection_threshold:0.8,"
+      "expandable_segments:false,max_reserved_mb:1024,memory_fraction:0.5");
+  EXPECT_EQ(c.max_split_size, size_t{128} << 20);
+  EXPECT_EQ(c.roundup_power2_divisions, 4);
+  EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.8);
+  EXPECT_FALSE(c.expandable_segments);
+  EXPECT_EQ(c.max_reserved, size_t{1024} << 20);
+  EXPECT_DOUBLE_EQ(c.memory_fraction, 0.5);
+  const AllocatorConfig round_trip = parse_allocator_config(to_string(c));
+  EXPECT_EQ(round_trip.max_split_size, c.max_split_size);
+  EXPECT_EQ(round_trip.expandable_segments, c.expandable_segments);
+}
+
+TEST(AllocatorConfig, EmptyIsDefault) {
+  const AllocatorConfig c = parse_allocator_config("");
+  EXPECT_TRUE(c.expandable_segments);
+  EXPECT_EQ(c.max_split_size, 0u);
+}
+
+TEST(AllocatorConfig, PyTorchPolicy) {
+  const AllocatorConfig c = parse_allocator_config("max_split_size_mb:64,policy:pytorch");
+  EXPECT_FALSE(c.expandable_segments);
+  EXPECT_EQ(c.max_split_size, size_t{64} << 20);  // later keys override the policy anywhere
+  EXPECT_EQ(c.large_buffer, size_t{20} << 20);
+  EXPECT_EQ(c.min_large_alloc, size_t{10} << 20);
+}
+
+TEST(AllocatorConfig, UnknownKeyListsValidKeys) {
+  const std::string m = error_of("max_split_size:128");
+  EXPECT_NE(m.find("unknown key 'max_split_size'"), std::string::npos) << m;
+  EXPECT_NE(m.find("max_split_size_mb:"), std::string::npos) << m;
+  EXPECT_NE(m.find("expandable_segments:<true|false>"), std::string::npos) << m;
+}
+
+TEST(AllocatorConfig, BadValuesSayWhatIsExpected) {
+  EXPECT_NE(error_of("max_split_size_mb:abc").find("needs a whole number of MiB"),
+            std::string::npos);
+  EXPECT_NE(error_of("roundup_power2_divisions:3").find("power of two"), std::string::npos);
+  EXPECT_NE(error_of("garbage_collection_threshold:1.5").find("0 < t < 1"), std::string::npos);
+  EXPECT_NE(error_of("expandable_segments:yes").find("true or false"), std::string::npos);
+  EXPECT_NE(error_of("memory_fraction:2").find("0 < f <= 1"), std::string::npos);
+  EXPECT_NE(error_of("policy:tf").find("ember or pytorch"), std::string::npos);
+  EXPECT_NE(error_of("expandable_segments").find("expected key:value"), std::string::npos);
+  EXPECT_NE(error_of("max_split_size_mb:-1").find("found '-1'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ember::memory
