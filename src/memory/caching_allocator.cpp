@@ -52,6 +52,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Upstream> up, std::shared_ptr<Virtu
 }
 
 CachingAllocator::Impl::~Impl() {
+  for (Block* b : spare_blocks) delete b;
   for (Block* b : pending)
     for (auto e : b->events) events->destroy(e);
   for (auto& [base, seg] : segments) {
@@ -68,6 +69,37 @@ CachingAllocator::Impl::~Impl() {
       upstream->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
     }
   }
+}
+
+namespace {
+constexpr size_t kMaxSpare = 64;  // recycled Blocks / map nodes kept at most
+}  // namespace
+
+Block* CachingAllocator::Impl::new_block() {
+  if (spare_blocks.empty()) return new Block;
+  Block* b = spare_blocks.back();
+  spare_blocks.pop_back();
+  return b;
+}
+
+// Resets `b` (keeping its vectors' capacity) and keeps it for new_block.
+void CachingAllocator::Impl::delete_block(Block* b) {
+  if (spare_blocks.size() >= kMaxSpare) {
+    delete b;
+    return;
+  }
+  b->address = 0;
+  b->size = 0;
+  b->requested = 0;
+  b->stream = 0;
+  b->segment = nullptr;
+  b->prev = nullptr;
+  b->next = nullptr;
+  b->state = BlockState::free;
+  b->counted_split = false;
+  b->stream_uses.clear();
+  b->events.clear();
+  spare_blocks.push_back(b);
 }
 
 detail::BlockPool& CachingAllocator::Impl::pool_of(const Block* b) {
@@ -98,7 +130,7 @@ void CachingAllocator::Impl::release_block(Block* b) {
     p->size += b->size;
     p->next = b->next;
     if (b->next != nullptr) b->next->prev = p;
-    delete b;
+    delete_block(b);
     b = p;
   }
   if (b->next != nullptr && b->next->state == BlockState::free) {
@@ -107,12 +139,13 @@ void CachingAllocator::Impl::release_block(Block* b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next != nullptr) n->next->prev = b;
-    delete n;
+    delete_block(n);
   }
   pool_insert(b);
 }
 
 void CachingAllocator::Impl::process_events() {
+  if (pending.empty()) return;  // the common case: nothing waits on events
   for (auto it = pending.begin(); it != pending.end();) {
     Block* b = *it;
     auto& evs = b->events;
@@ -182,7 +215,7 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
   seg->stream = stream;
   seg->small = small;
   seg->serial = next_serial++;
-  auto* b = new Block;
+  auto* b = new_block();
   b->address = seg->base;
   b->size = bytes;
   b->stream = stream;
@@ -238,7 +271,7 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
     pool_insert(tail);
     return tail;
   }
-  auto* b = new Block;
+  auto* b = new_block();
   b->address = at;
   b->size = need;
   b->stream = stream;
@@ -276,7 +309,7 @@ size_t CachingAllocator::Impl::shrink_expandable(Segment* seg, size_t enough) {
       } else {
         seg->first = nullptr;
       }
-      delete tail;
+      delete_block(tail);
       tail = prev;
       // A previous block cannot be free (it would have coalesced); stop here.
       break;
@@ -313,7 +346,7 @@ size_t CachingAllocator::Impl::release_cached(size_t enough) {
       }
     } else if (segment_unused(seg)) {
       pool_erase(seg->first);
-      delete seg->first;
+      delete_block(seg->first);
       upstream->deallocate(reinterpret_cast<void*>(seg->base), seg->size);
       ++stats.segment_frees;
       stats.reserved.add(-static_cast<int64_t>(seg->size));
@@ -399,7 +432,7 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   }
   pool_erase(b);
   if (detail::should_split(b->size, size, small, b->segment->expandable, config)) {
-    auto* rest = new Block;
+    auto* rest = new_block();
     rest->address = b->address + size;
     rest->size = b->size - size;
     rest->stream = b->stream;
@@ -413,7 +446,15 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   }
   b->state = BlockState::allocated;
   b->requested = bytes;
-  allocated_blocks.emplace(b->address, b);
+  if (spare_nodes.empty()) {
+    allocated_blocks.emplace(b->address, b);
+  } else {
+    auto node = std::move(spare_nodes.back());
+    spare_nodes.pop_back();
+    node.key() = b->address;
+    node.mapped() = b;
+    allocated_blocks.insert(std::move(node));
+  }
   stats.allocated.add(static_cast<int64_t>(b->size));
   stats.active.add(static_cast<int64_t>(b->size));
   stats.requested.add(static_cast<int64_t>(bytes));
@@ -431,8 +472,11 @@ Block* CachingAllocator::Impl::owned(void* ptr, const char* what) {
 }
 
 void CachingAllocator::Impl::free(void* ptr) {
-  Block* b = owned(ptr, "free");
-  allocated_blocks.erase(b->address);
+  auto it = allocated_blocks.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == allocated_blocks.end()) owned(ptr, "free");  // throws
+  Block* b = it->second;
+  auto node = allocated_blocks.extract(it);
+  if (spare_nodes.size() < kMaxSpare) spare_nodes.push_back(std::move(node));
   stats.allocated.add(-static_cast<int64_t>(b->size));
   stats.requested.add(-static_cast<int64_t>(b->requested));
   ++stats.frees;

@@ -45,6 +45,10 @@ struct CachingAllocator::Impl {
   size_t shrink_expandable(detail::Segment* seg, size_t enough);
   bool segment_unused(const detail::Segment* seg) const;
   [[noreturn]] void throw_oom(size_t bytes, StreamId stream);
+  // Block objects and allocated_blocks nodes are recycled rather than returned to
+  // the heap, so that a cached malloc+free pair makes no heap allocation.
+  detail::Block* new_block();
+  void delete_block(detail::Block* b);
 
   mutable std::mutex mutex;
   std::shared_ptr<Upstream> upstream;
@@ -59,6 +63,8 @@ struct CachingAllocator::Impl {
   std::map<uintptr_t, std::unique_ptr<detail::Segment>> segments;  // by base address
   std::map<std::pair<StreamId, bool>, std::vector<detail::Segment*>> expandable_segments;
   std::unordered_map<uintptr_t, detail::Block*> allocated_blocks;
+  std::vector<decltype(allocated_blocks)::node_type> spare_nodes;  // for allocated_blocks
+  std::vector<detail::Block*> spare_blocks;                        // for new_block
   std::list<detail::Block*> pending;  // inactive blocks waiting on events
 };
 

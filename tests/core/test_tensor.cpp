@@ -11,8 +11,11 @@
 #include <vector>
 
 #include "ember/core/tensor.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::OmpThreads;
 
 using ember::bfloat16;
 using ember::DType;
@@ -56,18 +59,6 @@ std::vector<uint32_t> bits_of(const Tensor& t) {
   for (float v : t.to_vector<float>()) out.push_back(std::bit_cast<uint32_t>(v));
   return out;
 }
-
-// Sets the OpenMP thread count for a scope and restores the previous one.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : previous_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(previous_); }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int previous_;
-};
 
 TEST(TensorCreate, EmptyHasShapeDtypeDeviceAndAlignedStorage) {
   const Tensor t = Tensor::empty({2, 3}, DType::f16);

@@ -98,6 +98,35 @@ TEST(CachingAllocator, SplitsAndCoalesces) {
   a.free(r);
 }
 
+// Blocks, pool nodes and map nodes are recycled; a recycled block must come back
+// with no stale state (stream uses, events, neighbours).
+TEST(CachingAllocator, RecycledBlocksCarryNoStaleState) {
+  auto up = std::make_shared<SimulatedUpstream>(size_t{1} << 34);
+  auto vup = std::make_shared<SimulatedVirtualUpstream>(2 * kMiB, size_t{1} << 34);
+  CachingAllocator a(up, vup);
+  std::mt19937 rng(7);
+  std::vector<void*> live;
+  for (int i = 0; i < 2000; ++i) {
+    if (!live.empty() && rng() % 2 == 0) {
+      const size_t at = rng() % live.size();
+      a.free(live[at]);
+      live[at] = live.back();
+      live.pop_back();
+    } else {
+      void* p = a.allocate(1 + rng() % (3 * kMiB), rng() % 2);
+      if (rng() % 4 == 0) a.record_stream(p, 5);
+      live.push_back(p);
+    }
+    if (i % 97 == 0) detail::verify_invariants(a);
+  }
+  for (void* p : live) a.free(p);
+  detail::verify_invariants(a);
+  EXPECT_EQ(a.stats().allocated.current, 0);
+  EXPECT_EQ(a.stats().active.current, 0);
+  EXPECT_EQ(a.stats().requested.current, 0);
+  EXPECT_THROW(a.free(live.empty() ? &rng : live.front()), ember::Error);  // freed twice
+}
+
 TEST(CachingAllocator, LargePoolLeavesNoUnusableSliver) {
   auto up = std::make_shared<SimulatedUpstream>(256 * kMiB);
   CachingAllocator a(up, nullptr, fixed());

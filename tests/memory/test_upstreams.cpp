@@ -21,6 +21,7 @@
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/memory/simulated_upstream.hpp"
 #include "ember/memory/statistics_adaptor.hpp"
+#include "test_support.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define EMBER_TEST_ASAN 1
@@ -33,23 +34,14 @@
 namespace ember::memory {
 namespace {
 
+using ember::testing::expect_error;
+
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kGiB = size_t{1} << 30;
 constexpr size_t kPage = 2 * kMiB;
 
 unsigned char* bytes_at(void* base, size_t offset) {
   return static_cast<unsigned char*>(base) + offset;
-}
-
-// Throws ember::Error whose message contains `text`.
-template <class F>
-void expect_error(F&& f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "expected ember::Error containing '" << text << "'";
-  } catch (const Error& error) {
-    EXPECT_NE(error.message().find(text), std::string::npos) << error.message();
-  }
 }
 
 // ---- HostUpstream ----------------------------------------------------------

@@ -16,8 +16,11 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/elementwise.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::expect_error;
 
 using ember::DType;
 using ember::Shape;
@@ -452,20 +455,6 @@ TEST(ElementwiseCast, EmptyAndShapeMismatch) {
 }
 
 // ---- errors ----------------------------------------------------------------------------------
-
-// Runs f, which must throw ember::Error whose message contains every one of `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ember::Error thrown (expected one mentioning " << *parts.begin() << ")";
-  } catch (const ember::Error& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message '" << e.message() << "' lacks '" << part << "'";
-    }
-  }
-}
 
 TEST(Elementwise, ShapeMismatchNamesOpAndShapes) {
   Stream stream;

@@ -9,8 +9,11 @@
 
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::expect_error;
 
 using ember::DType;
 using ember::Shape;
@@ -197,15 +200,6 @@ TEST(Matmul, InfAndNanPropagate) {
   EXPECT_EQ(v[1], std::numeric_limits<float>::infinity());  // 1 * 0 + inf * 1
   EXPECT_EQ(v[2], 0.0f);
   EXPECT_EQ(v[3], 1.0f);
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
-  } catch (const ember::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 TEST(Matmul, RejectsBadArguments) {

@@ -17,8 +17,12 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/reduce.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::expect_error;
+using ember::testing::with_threads;
 
 using ember::DType;
 using ember::Shape;
@@ -55,28 +59,6 @@ uint32_t bits(float f) {
 // allow one ulp of the result plus the double accumulation error (n 2^-53 sum |x|, tiny).
 double sum_tolerance(double exact, double sum_abs, int64_t n) {
   return 0x1p-23 * std::abs(exact) + static_cast<double>(n) * 0x1p-52 * sum_abs + 1e-30;
-}
-
-// Runs f with OpenMP using `threads` threads, restoring the previous setting.
-template <class F>
-void with_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  f();
-  omp_set_num_threads(before);
-}
-
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ember::Error thrown (expected one mentioning " << *parts.begin() << ")";
-  } catch (const ember::Error& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message '" << e.message() << "' lacks '" << part << "'";
-    }
-  }
 }
 
 // ---- sum -------------------------------------------------------------------------------------

@@ -17,8 +17,12 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::expect_error;
+using ember::testing::with_threads;
 
 using ember::DType;
 using ember::Shape;
@@ -97,27 +101,6 @@ Forward forward(Stream& stream, const Tensor& logits, const Tensor& labels) {
   Tensor probs = Tensor::full(logits.shape(), 99.0);
   ops::softmax_cross_entropy_forward(stream, loss, probs, logits, labels);
   return {static_cast<float>(loss.item()), values(probs)};
-}
-
-template <class F>
-void with_threads(int threads, F&& f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  f();
-  omp_set_num_threads(before);
-}
-
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no ember::Error thrown (expected one mentioning " << *parts.begin() << ")";
-  } catch (const ember::Error& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(e.message().find(part), std::string::npos)
-          << "message '" << e.message() << "' lacks '" << part << "'";
-    }
-  }
 }
 
 // ---- forward ---------------------------------------------------------------------------------

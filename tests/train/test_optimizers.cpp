@@ -12,8 +12,11 @@
 
 #include "ember/train/adamw.hpp"
 #include "ember/train/sgd.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::expect_error;
 
 using ember::Tensor;
 namespace nn = ember::nn;
@@ -160,15 +163,6 @@ TEST(Optimizer, ZeroGradClearsEveryGradient) {
   opt.zero_grad();
   EXPECT_EQ(a.grad.to_vector<float>(), (std::vector<float>{0, 0}));
   EXPECT_EQ(b.grad.to_vector<float>(), (std::vector<float>{0}));
-}
-
-void expect_error(const std::function<void()>& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
-  } catch (const ember::Error& e) {
-    EXPECT_NE(e.message().find(fragment), std::string::npos) << e.what();
-  }
 }
 
 TEST(Optimizer, RejectsBadSettings) {

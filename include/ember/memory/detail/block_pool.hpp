@@ -4,6 +4,8 @@
 
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "ember/memory/detail/block.hpp"
 
@@ -27,13 +29,32 @@ class BlockPool {
     if (it == blocks_.end() || (*it)->stream != stream) return nullptr;
     return *it;
   }
-  void insert(Block* b) { blocks_.insert(b); }
-  void erase(Block* b) { blocks_.erase(b); }
+  // Insert and erase recycle the set's nodes (extract / insert(node)), so that a
+  // cached malloc+free pair, which splits and re-coalesces a block, allocates no
+  // tree node on the heap.
+  void insert(Block* b) {
+    if (spare_.empty()) {
+      blocks_.insert(b);
+      return;
+    }
+    Node node = std::move(spare_.back());
+    spare_.pop_back();
+    node.value() = b;
+    blocks_.insert(std::move(node));
+  }
+  void erase(Block* b) {
+    Node node = blocks_.extract(b);
+    if (!node.empty() && spare_.size() < kMaxSpare) spare_.push_back(std::move(node));
+  }
   bool contains(Block* b) const { return blocks_.count(b) != 0; }
   const std::set<Block*, BlockOrder>& blocks() const { return blocks_; }
 
  private:
-  std::set<Block*, BlockOrder> blocks_;
+  using Set = std::set<Block*, BlockOrder>;
+  using Node = Set::node_type;
+  static constexpr size_t kMaxSpare = 64;
+  Set blocks_;
+  std::vector<Node> spare_;  // extracted nodes kept for reuse
 };
 
 }  // namespace ember::memory::detail

@@ -1,0 +1,52 @@
+// Helpers shared by ember's unit tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "ember/core/error.hpp"
+
+namespace ember::testing {
+
+// Runs f, which must throw ember::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no ember::Error thrown (expected one mentioning '" << *parts.begin() << "')";
+  } catch (const Error& e) {
+    for (const std::string& part : parts) {
+      EXPECT_NE(e.message().find(part), std::string::npos)
+          << "message '" << e.message() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+template <class F>
+void expect_error(F&& f, const std::string& part) {
+  expect_error(std::forward<F>(f), {part});
+}
+
+// Sets the OpenMP thread count for a scope and restores the previous one.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : previous_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(previous_); }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Runs f with `threads` OpenMP threads.
+template <class F>
+void with_threads(int threads, F&& f) {
+  const OmpThreads scope(threads);
+  f();
+}
+
+}  // namespace ember::testing
