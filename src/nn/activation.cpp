@@ -14,38 +14,42 @@ void require_same_shape(const Tensor& dy, const Tensor& input, const char* modul
   EMBER_CHECK(dy.shape() == input.shape(), "{}: the output gradient {} does not match input {}",
               module, dy.view().describe(), input.view().describe());
 }
+
+// y = op(x), saving x for backward in training mode.
+template <class Op>
+Tensor apply_forward(Context& ctx, const Tensor& x, Tensor& saved, Op op) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  op(ctx.stream, y, x);
+  if (ctx.training) saved = x;
+  return y;
+}
+
+// dx = op(dy, saved x), consuming the saved input.
+template <class Op>
+Tensor apply_backward(Context& ctx, const Tensor& dy, Tensor& saved, const char* module, Op op) {
+  require_saved(saved, module);
+  require_same_shape(dy, saved, module);
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  op(ctx.stream, dx, dy, saved);
+  saved = Tensor();
+  return dx;
+}
 }  // namespace
 
 Tensor ReLU::forward(Context& ctx, const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::relu_forward(ctx.stream, y, x);
-  if (ctx.training) input_ = x;
-  return y;
+  return apply_forward(ctx, x, input_, ops::relu_forward);
 }
 
 Tensor ReLU::backward(Context& ctx, const Tensor& dy) {
-  require_saved(input_, "ReLU");
-  require_same_shape(dy, input_, "ReLU");
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-  ops::relu_backward(ctx.stream, dx, dy, input_);
-  input_ = Tensor();
-  return dx;
+  return apply_backward(ctx, dy, input_, "ReLU", ops::relu_backward);
 }
 
 Tensor GELU::forward(Context& ctx, const Tensor& x) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  ops::gelu_forward(ctx.stream, y, x);
-  if (ctx.training) input_ = x;
-  return y;
+  return apply_forward(ctx, x, input_, ops::gelu_forward);
 }
 
 Tensor GELU::backward(Context& ctx, const Tensor& dy) {
-  require_saved(input_, "GELU");
-  require_same_shape(dy, input_, "GELU");
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-  ops::gelu_backward(ctx.stream, dx, dy, input_);
-  input_ = Tensor();
-  return dx;
+  return apply_backward(ctx, dy, input_, "GELU", ops::gelu_backward);
 }
 
 }  // namespace ember::nn

@@ -16,9 +16,15 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/elementwise.hpp"
+#include "ops/ops_test_support.hpp"
 #include "test_support.hpp"
 
 namespace {
+using ember::testing::kFloatTypes;
+using ember::testing::kInf;
+using ember::testing::kNan;
+using ember::testing::random_floats;
+using ember::testing::values;
 
 using ember::testing::expect_error;
 
@@ -29,26 +35,11 @@ using ember::Tensor;
 using ember::TensorView;
 namespace ops = ember::ops;
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
 // 0, 1, odd, around the 2048-element block, and past the 32768-element parallel threshold.
 constexpr int64_t kSizes[] = {0, 1, 7, 2048, 4097, 70001};
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -4.0f, float hi = 4.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 Tensor make(const std::vector<float>& v, DType dtype) {
   return Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}).to(dtype);
-}
-
-std::vector<float> values(const Tensor& t) {
-  return t.to(DType::f32).to_vector<float>();
 }
 
 // The largest error a correct result in `dtype` may have: the f32 computation rounds once more

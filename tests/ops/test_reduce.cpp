@@ -17,9 +17,15 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/reduce.hpp"
+#include "ops/ops_test_support.hpp"
 #include "test_support.hpp"
 
 namespace {
+using ember::testing::kFloatTypes;
+using ember::testing::kInf;
+using ember::testing::kNan;
+using ember::testing::random_floats;
+using ember::testing::values;
 
 using ember::testing::expect_error;
 using ember::testing::with_threads;
@@ -31,24 +37,8 @@ using ember::Tensor;
 using ember::TensorView;
 namespace ops = ember::ops;
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -4.0f, float hi = 4.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
 Tensor make(const std::vector<float>& v, const Shape& shape, DType dtype) {
   return Tensor::from_vector(v, shape).to(dtype);
-}
-
-std::vector<float> values(const Tensor& t) {
-  return t.to(DType::f32).to_vector<float>();
 }
 
 uint32_t bits(float f) {

@@ -17,9 +17,14 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
+#include "ops/ops_test_support.hpp"
 #include "test_support.hpp"
 
 namespace {
+using ember::testing::kFloatTypes;
+using ember::testing::kInf;
+using ember::testing::kNan;
+using ember::testing::values;
 
 using ember::testing::expect_error;
 using ember::testing::with_threads;
@@ -31,16 +36,9 @@ using ember::Tensor;
 using ember::TensorView;
 namespace ops = ember::ops;
 
-constexpr DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
+// Logits in [-6, 6) by default: wide enough for a peaked softmax.
 std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -6.0f, float hi = 6.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
+  return ember::testing::random_floats(n, seed, lo, hi);
 }
 
 std::vector<int64_t> random_labels(int64_t rows, int64_t classes, uint32_t seed) {
@@ -55,10 +53,6 @@ Tensor make_labels(const std::vector<int64_t>& labels, DType dtype) {
   const Shape shape{static_cast<int64_t>(labels.size())};
   if (dtype == DType::i64) return Tensor::from_vector(labels, shape);
   return Tensor::from_vector(std::vector<int32_t>(labels.begin(), labels.end()), shape);
-}
-
-std::vector<float> values(const Tensor& t) {
-  return t.to(DType::f32).to_vector<float>();
 }
 
 struct Reference {
