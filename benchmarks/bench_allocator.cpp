@@ -155,6 +155,7 @@ struct Column {
   double ns_per_pair = 0;
   size_t smallest = 0;
   CapacitySearch search;
+  ReplayResult at_smallest;  // replayed within `smallest`
 };
 
 std::string mib(uint64_t bytes) {
@@ -182,18 +183,21 @@ int run_trace(const std::string& path, const Options& options) {
   for (const TraceEvent& e : events) allocations += e.kind == TraceEvent::allocate;
 
   std::vector<Column> columns;
-  columns.push_back({"ember", options.config, {}, {}, 0, 0, {}});
+  columns.push_back({"ember", options.config, {}, {}, 0, 0, {}, {}});
   if (options.compare_pytorch) {
     AllocatorConfig pytorch = pytorch_default_policy();
-    columns.push_back({"pytorch", pytorch, {}, {}, 0, 0, {}});
+    columns.push_back({"pytorch", pytorch, {}, {}, 0, 0, {}, {}});
     pytorch.expandable_segments = true;
-    columns.push_back({"pytorch+expand.", pytorch, {}, {}, 0, 0, {}});
+    columns.push_back({"pytorch+expand.", pytorch, {}, {}, 0, 0, {}, {}});
   }
   for (Column& c : columns) {
     c.unlimited = replay(events, c.config, 0);
     if (options.capacity != 0) c.limited = replay(events, c.config, options.capacity);
     c.ns_per_pair = replay_ns_per_pair(events, c.config, options.repetitions);
-    if (options.smallest) c.smallest = smallest_capacity(events, c.config, &c.search);
+    if (options.smallest) {
+      c.smallest = smallest_capacity(events, c.config, &c.search);
+      c.at_smallest = replay(events, c.config, c.smallest);
+    }
   }
 
   std::printf("\ntrace %s: %zu events, %zu allocations\n", path.c_str(), events.size(),
@@ -226,6 +230,9 @@ int run_trace(const std::string& path, const Options& options) {
             [](const Column& c) { return std::to_string(c.unlimited.pages_mapped); });
   print_row("page unmaps (calls)", columns,
             [](const Column& c) { return std::to_string(c.unlimited.page_unmaps); });
+  // The comparable count: one segment allocation or one map call is one physical
+  // allocation upstream (cudaMalloc; cuMemCreate for an upstream that backs a map
+  // call with one handle). "pages mapped" counts 2 MiB pages.
   print_row("upstream calls (seg allocs + maps)", columns,
             [](const Column& c) { return std::to_string(c.unlimited.upstream_acquisitions()); });
   print_row("upstream calls (all)", columns,
@@ -241,6 +248,11 @@ int run_trace(const std::string& path, const Options& options) {
       return fmt_double(static_cast<double>(c.smallest) /
                         static_cast<double>(c.unlimited.peak_requested));
     });
+    print_row("  seg allocs + maps within it", columns, [](const Column& c) {
+      return std::to_string(c.at_smallest.upstream_acquisitions());
+    });
+    print_row("  unmaps within it (calls)", columns,
+              [](const Column& c) { return std::to_string(c.at_smallest.page_unmaps); });
     print_row("  replays in the search", columns, [](const Column& c) {
       return std::to_string(c.search.replays) + (c.search.non_monotonic ? " (non-monotonic)" : "");
     });

@@ -124,24 +124,8 @@ void CachingAllocator::Impl::release_block(Block* b) {
   stats.active.add(-static_cast<int64_t>(b->size));
   b->stream_uses.clear();
   b->requested = 0;
-  if (b->prev != nullptr && b->prev->state == BlockState::free) {
-    Block* p = b->prev;
-    pool_erase(p);
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next != nullptr) b->next->prev = p;
-    delete_block(b);
-    b = p;
-  }
-  if (b->next != nullptr && b->next->state == BlockState::free) {
-    Block* n = b->next;
-    pool_erase(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next != nullptr) n->next->prev = b;
-    delete_block(n);
-  }
-  pool_insert(b);
+  b->state = BlockState::free;
+  coalesce_free(b);
 }
 
 void CachingAllocator::Impl::process_events() {
@@ -228,15 +212,23 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
   return b;
 }
 
-// Grows the (stream, pool) expandable segment at its end so that its last block is
-// free and holds `size` bytes; one map call per growth. Null when out of memory.
+// Grows the (stream, pool) expandable segments so that a free block holds `size`
+// bytes: by mapping part of a hole (expandable_holes.cpp) where that maps no more
+// than growing at the end, else at the end of the last segment so that its last
+// block is free and holds `size` bytes. One map call per growth. Null when out
+// of memory.
 Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size_t size) {
   auto& list = expandable_segments[{stream, small}];
   Segment* seg = list.empty() ? nullptr : list.back();
   Block* tail = seg != nullptr ? seg->last() : nullptr;
   const bool tail_free = tail != nullptr && tail->state == BlockState::free;
   size_t need = detail::round_up(tail_free && tail->size < size ? size - tail->size : size, page);
-  if (seg == nullptr || seg->size + need > seg->reservation) {
+  const bool fits = seg != nullptr && seg->size + need <= seg->reservation;
+  if (std::any_of(list.begin(), list.end(), [](const Segment* s) { return s->has_holes(); })) {
+    Block* b = fill_hole(stream, small, size, fits ? need : detail::round_up(size, page));
+    if (b != nullptr) return b;
+  }
+  if (!fits) {
     // A new reservation: room for the whole budget (or device), so it rarely fills.
     size_t span = limit();
     if (span == 0) span = device_info().total;
@@ -258,13 +250,9 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
     tail = nullptr;
     need = detail::round_up(size, page);
   }
-  if (!within_budget(need)) return nullptr;
   const uintptr_t at = seg->base + seg->size;
-  if (!virtual_upstream->map(reinterpret_cast<void*>(at), need)) return nullptr;
-  ++stats.page_maps;
-  seg->mapped.push_back({at, need});
+  if (!map_range(seg, at, need)) return nullptr;
   seg->size += need;
-  stats.reserved.add(static_cast<int64_t>(need));
   if (tail != nullptr && tail->state == BlockState::free) {
     pool_erase(tail);
     tail->size += need;
@@ -286,39 +274,6 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
   return b;
 }
 
-// Unmaps whole mapped ranges at the free tail of an expandable segment, and
-// releases the reservation once nothing is mapped. Returns the bytes returned.
-size_t CachingAllocator::Impl::shrink_expandable(Segment* seg, size_t enough) {
-  size_t freed = 0;
-  Block* tail = seg->last();
-  while (tail != nullptr && tail->state == BlockState::free && !seg->mapped.empty() &&
-         seg->mapped.back().address >= tail->address && freed < enough) {
-    const detail::MappedRange r = seg->mapped.back();
-    pool_erase(tail);
-    virtual_upstream->unmap(reinterpret_cast<void*>(r.address), r.size);
-    ++stats.page_unmaps;
-    seg->mapped.pop_back();
-    seg->size -= r.size;
-    stats.reserved.add(-static_cast<int64_t>(r.size));
-    freed += r.size;
-    tail->size -= r.size;
-    if (tail->size == 0) {
-      Block* prev = tail->prev;
-      if (prev != nullptr) {
-        prev->next = nullptr;
-      } else {
-        seg->first = nullptr;
-      }
-      delete_block(tail);
-      tail = prev;
-      // A previous block cannot be free (it would have coalesced); stop here.
-      break;
-    }
-    pool_insert(tail);
-  }
-  return freed;
-}
-
 bool CachingAllocator::Impl::segment_unused(const Segment* seg) const {
   return seg->first == nullptr ||
          (seg->first->next == nullptr && seg->first->state == BlockState::free);
@@ -336,7 +291,7 @@ size_t CachingAllocator::Impl::release_cached(size_t enough) {
   for (Segment* seg : order) {
     if (freed >= enough) break;
     if (seg->expandable) {
-      freed += shrink_expandable(seg, enough - freed);
+      freed += unmap_free_ranges(seg, enough - freed);
       if (seg->first == nullptr) {
         virtual_upstream->release(reinterpret_cast<void*>(seg->base), seg->reservation);
         ++stats.segment_frees;
@@ -431,19 +386,8 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
     if (b == nullptr) throw_oom(bytes, stream);
   }
   pool_erase(b);
-  if (detail::should_split(b->size, size, small, b->segment->expandable, config)) {
-    auto* rest = new_block();
-    rest->address = b->address + size;
-    rest->size = b->size - size;
-    rest->stream = b->stream;
-    rest->segment = b->segment;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next != nullptr) b->next->prev = rest;
-    b->next = rest;
-    b->size = size;
-    pool_insert(rest);
-  }
+  if (detail::should_split(b->size, size, small, b->segment->expandable, config))
+    pool_insert(split_block(b, size));
   b->state = BlockState::allocated;
   b->requested = bytes;
   if (spare_nodes.empty()) {

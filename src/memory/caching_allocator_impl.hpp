@@ -42,7 +42,14 @@ struct CachingAllocator::Impl {
   detail::Block* grow(StreamId stream, bool small, size_t size);
   detail::Block* new_segment(StreamId stream, bool small, size_t size);
   detail::Block* grow_expandable(StreamId stream, bool small, size_t size);
-  size_t shrink_expandable(detail::Segment* seg, size_t enough);
+  // Expandable segments with holes (expandable_holes.cpp).
+  detail::Block* fill_hole(StreamId stream, bool small, size_t size, size_t tail_cost);
+  size_t unmap_free_ranges(detail::Segment* seg, size_t enough);
+  void unmap_pages(detail::Segment* seg, uintptr_t lo, uintptr_t hi);
+  detail::Block* split_block(detail::Block* b, size_t offset);
+  detail::Block* coalesce_free(detail::Block* b);
+  void merge_unmapped(detail::Block* b);
+  bool map_range(detail::Segment* seg, uintptr_t address, size_t bytes);
   bool segment_unused(const detail::Segment* seg) const;
   [[noreturn]] void throw_oom(size_t bytes, StreamId stream);
   // Block objects and allocated_blocks nodes are recycled rather than returned to

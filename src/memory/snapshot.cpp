@@ -12,6 +12,8 @@ const char* state_name(detail::BlockState s) {
       return "allocated";
     case detail::BlockState::inactive:
       return "inactive";
+    case detail::BlockState::unmapped:
+      return "unmapped";
     case detail::BlockState::free:
       break;
   }

@@ -13,7 +13,8 @@ void verify_invariants(const CachingAllocator& allocator) {
   size_t free_blocks = 0, allocated_count = 0, pending = 0;
   for (const auto& [base, seg] : a.segments) {
     EMBER_CHECK(base == seg->base, "segment keyed {} has base {}", base, seg->base);
-    reserved += static_cast<int64_t>(seg->size);
+    reserved += static_cast<int64_t>(seg->expandable ? seg->mapped_bytes : seg->size);
+    size_t unmapped = 0;
     uintptr_t at = seg->base;
     const Block* prev = nullptr;
     for (const Block* b = seg->first; b != nullptr; prev = b, b = b->next) {
@@ -50,15 +51,41 @@ void verify_invariants(const CachingAllocator& allocator) {
           EMBER_CHECK(!pooled, "inactive block at {} is in a pool", b->address);
           active += static_cast<int64_t>(b->size);
           break;
+        case BlockState::unmapped:
+          unmapped += b->size;
+          EMBER_CHECK(seg->expandable, "unmapped block at {} in a fixed segment", b->address);
+          EMBER_CHECK(!pooled, "unmapped block at {} is in a pool", b->address);
+          EMBER_CHECK(prev == nullptr || prev->state != BlockState::unmapped,
+                      "unmapped blocks at {} and {} were not merged", prev ? prev->address : 0,
+                      b->address);
+          EMBER_CHECK(b->next != nullptr, "segment at {} ends with an unmapped block", seg->base);
+          break;
       }
     }
     EMBER_CHECK(at == seg->base + seg->size, "segment at {}: blocks cover {} of {} bytes",
                 seg->base, at - seg->base, seg->size);
     if (seg->expandable) {
+      // The mapped ranges, in address order, cover exactly the blocks that are not unmapped.
       size_t mapped = 0;
-      for (const MappedRange& r : seg->mapped) mapped += r.size;
-      EMBER_CHECK(mapped == seg->size, "expandable segment at {}: mapped {} but size {}", seg->base,
-                  mapped, seg->size);
+      uintptr_t end = seg->base;
+      const Block* b = seg->first;
+      for (const MappedRange& r : seg->mapped) {
+        EMBER_CHECK(r.address >= end && r.size > 0 && r.address + r.size <= seg->base + seg->size,
+                    "segment at {}: mapped range at {} overlaps another or passes the end",
+                    seg->base, r.address);
+        end = r.address + r.size;
+        mapped += r.size;
+        for (; b != nullptr && b->address < end; b = b->next) {
+          if (b->end() <= r.address) continue;
+          EMBER_CHECK(b->state != BlockState::unmapped,
+                      "segment at {}: the unmapped block at {} overlaps the mapped range at {}",
+                      seg->base, b->address, r.address);
+          if (b->end() > end) break;  // continues in the next range
+        }
+      }
+      EMBER_CHECK(mapped == seg->mapped_bytes && mapped + unmapped == seg->size,
+                  "expandable segment at {}: mapped {} (counted {}) + unmapped {} != size {}",
+                  seg->base, mapped, seg->mapped_bytes, unmapped, seg->size);
       EMBER_CHECK(seg->size <= seg->reservation, "expandable segment overflows its reservation");
     }
   }

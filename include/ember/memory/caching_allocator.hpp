@@ -77,8 +77,9 @@ class CachingAllocator final : public ember::Allocator {
   size_t largest_free_block() const;   // bytes
   std::string memory_summary() const;  // a readable table
   // JSON: {"segments":[{"address","size","stream","pool","expandable",
-  //        "blocks":[{"address","size","requested","state":"allocated|free|inactive"}]}]}
-  // ("inactive": freed, waiting for stream events).
+  //        "blocks":[{"address","size","requested","state":"allocated|free|inactive|unmapped"}]}]}
+  // ("inactive": freed, waiting for stream events; "unmapped": a hole in an
+  // expandable segment whose pages went back to the upstream).
   std::string snapshot() const;
   const AllocatorConfig& config() const;
 

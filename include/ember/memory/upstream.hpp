@@ -30,10 +30,13 @@ class Upstream {
 
 // Reserves address ranges and maps physical pages into them, so a segment can
 // grow in place (expandable segments). map returns false when out of memory.
+// unmap takes any page-aligned range of mapped pages, not only whole map calls:
+// the caching allocator gives back the pages inside free blocks anywhere in a
+// segment (expandable_holes.cpp).
 class VirtualUpstream {
  public:
   virtual ~VirtualUpstream() = default;
-  virtual size_t page_size() const = 0;  // map/unmap granularity, a power of two
+  virtual size_t page_size() const = 0;     // map/unmap granularity, a power of two
   virtual void* reserve(size_t bytes) = 0;  // bytes: a multiple of page_size()
   virtual void release(void* base, size_t bytes) noexcept = 0;
   virtual bool map(void* address, size_t bytes) = 0;  // page-aligned, inside a reservation

@@ -14,6 +14,7 @@ enum class BlockState : uint8_t {
   free,       // in a pool, reusable on its stream
   allocated,  // handed out
   inactive,   // freed, waiting for events on the streams that used it
+  unmapped,   // expandable segments: a hole whose pages went back to the upstream
 };
 
 struct Segment;
@@ -41,14 +42,18 @@ struct MappedRange {
 
 struct Segment {
   uintptr_t base = 0;
-  size_t size = 0;         // bytes the blocks tile: the allocation, or the mapped prefix
+  size_t size = 0;         // bytes the blocks tile: the allocation, or the used prefix of the range
   size_t reservation = 0;  // expandable: the reserved range (size <= reservation)
+  size_t mapped_bytes = 0;  // expandable: bytes mapped (size minus the unmapped holes)
   StreamId stream = 0;
   bool small = false;
   bool expandable = false;
-  uint64_t serial = 0;              // creation order, for garbage collection
-  Block* first = nullptr;           // null: nothing mapped
-  std::vector<MappedRange> mapped;  // expandable: map calls, in address order
+  uint64_t serial = 0;     // creation order, for garbage collection
+  Block* first = nullptr;  // null: nothing mapped
+  // Expandable: one entry per map call (one physical allocation upstream), in
+  // address order. Only whole entries are ever unmapped.
+  std::vector<MappedRange> mapped;
+  bool has_holes() const { return expandable && mapped_bytes < size; }
   Block* last() const {
     Block* b = first;
     while (b != nullptr && b->next != nullptr) b = b->next;
