@@ -7,7 +7,9 @@
 // Colors: allocated (blue); free inside a segment that also holds allocated
 // blocks, i.e. fragmentation (orange); free in a segment that is entirely free,
 // i.e. cache that empty_cache() would return (green); inactive, freed but
-// waiting for stream events (purple).
+// waiting for stream events (purple); unmapped, a hole of an expandable segment
+// whose pages went back to the device: address space without memory (a light
+// grey, hatched and outlined gap).
 //
 // The JSON reader below reads general JSON but the tool only accepts the
 // snapshot schema: {"segments":[{"address","size","stream","pool","expandable",
@@ -212,7 +214,7 @@ class JsonParser {
 
 struct Block {
   uint64_t address = 0, size = 0, requested = 0;
-  std::string state;  // allocated | free | inactive
+  std::string state;  // allocated | free | inactive | unmapped
 };
 struct Segment {
   uint64_t address = 0, size = 0, stream = 0;
@@ -286,10 +288,11 @@ std::vector<Segment> read_snapshot(const Json& root) {
       block.size = unsigned_field(b, "size", bwhere);
       block.requested = b.find("requested") != nullptr ? unsigned_field(b, "requested", bwhere) : 0;
       block.state = field(b, "state", Json::string, bwhere).str;
-      if (block.state != "allocated" && block.state != "free" && block.state != "inactive")
+      if (block.state != "allocated" && block.state != "free" && block.state != "inactive" &&
+          block.state != "unmapped")
         throw SchemaError(bwhere +
-                          ": expected \"state\" to be \"allocated\", \"free\" or "
-                          "\"inactive\", found \"" +
+                          ": expected \"state\" to be \"allocated\", \"free\", \"inactive\" "
+                          "or \"unmapped\", found \"" +
                           block.state + "\"");
       segment.blocks.push_back(std::move(block));
     }
@@ -352,6 +355,20 @@ constexpr Category kAllocated{"allocated", "#4e79a7", "allocated"};
 constexpr Category kFragmented{"fragmented", "#f28e2b", "free, in a segment with allocated blocks"};
 constexpr Category kCached{"free", "#59a14f", "free, in an entirely free segment (cache)"};
 constexpr Category kInactive{"inactive", "#b07aa1", "freed, waiting for stream events"};
+// A gap, not memory: hatched light grey with an outline (see kDefs).
+constexpr Category kUnmapped{"unmapped", "url(#unmapped)",
+                             "unmapped: a hole in an expandable segment, no memory behind it"};
+constexpr const char* kDefs =
+    "<defs><pattern id=\"unmapped\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+    "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f4f4f4\"/>"
+    "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c8c8c8\" stroke-width=\"2\"/>"
+    "</pattern></defs>\n";
+constexpr const char* kUnmappedStroke = "#aaaaaa";
+
+// The stroke attribute of a category's rectangles: only gaps are outlined.
+std::string outline(const Category& c) {
+  return &c == &kUnmapped ? std::string(" stroke=\"") + kUnmappedStroke + "\"" : std::string();
+}
 
 std::string render_svg(const std::vector<Segment>& segments, const std::string& title,
                        bool global_scale) {
@@ -376,6 +393,7 @@ std::string render_svg(const std::vector<Segment>& segments, const std::string& 
     for (const Block& b : s.blocks) {
       const Category& category = b.state == "allocated"  ? kAllocated
                                  : b.state == "inactive" ? kInactive
+                                 : b.state == "unmapped" ? kUnmapped
                                  : has_allocated         ? kFragmented
                                                          : kCached;
       totals[category.name] += b.size;
@@ -385,7 +403,8 @@ std::string render_svg(const std::vector<Segment>& segments, const std::string& 
       const double w = std::max(1.0, scale * static_cast<double>(b.size));
       body << "<rect class=\"block " << category.name << "\" x=\"" << x << "\" y=\"" << y
            << "\" width=\"" << w << "\" height=\"" << kBarHeight << "\" fill=\"" << category.color
-           << "\"><title>" << category.name << " " << format_bytes(b.size);
+           << "\"" << outline(category) << "><title>" << category.name << " "
+           << format_bytes(b.size);
       if (b.state == "allocated") body << " (requested " << format_bytes(b.requested) << ")";
       body << " at " << hex(b.address) << " (+"
            << format_bytes(b.address - std::min(b.address, s.address)) << ")</title></rect>\n";
@@ -396,12 +415,13 @@ std::string render_svg(const std::vector<Segment>& segments, const std::string& 
   std::ostringstream svg;
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLabel + kBar + 20
       << "\" height=\"" << height << "\" font-family=\"monospace\" font-size=\"12\">\n";
+  svg << kDefs;
   svg << "<text x=\"4\" y=\"18\" font-size=\"15\">" << escape(title) << " (" << segments.size()
       << " segments)</text>\n";
   int x = 4;
-  for (const Category* c : {&kAllocated, &kFragmented, &kCached, &kInactive}) {
+  for (const Category* c : {&kAllocated, &kFragmented, &kCached, &kInactive, &kUnmapped}) {
     svg << "<rect class=\"legend\" x=\"" << x << "\" y=\"30\" width=\"12\" height=\"12\" fill=\""
-        << c->color << "\"><title>" << c->meaning << "</title></rect>";
+        << c->color << "\"" << outline(*c) << "><title>" << c->meaning << "</title></rect>";
     const std::string label = std::string(c->name) + " " + format_bytes(totals[c->name]);
     svg << "<text x=\"" << x + 16 << "\" y=\"40\">" << label << "</text>\n";
     x += 16 + static_cast<int>(label.size()) * 8 + 20;
@@ -418,7 +438,8 @@ void usage(std::FILE* out) {
       "Draws a CachingAllocator::snapshot() JSON file as an SVG: one row per segment,\n"
       "blocks colored allocated (blue), fragmented = free in a segment that holds\n"
       "allocated blocks (orange), free = an entirely free cached segment (green),\n"
-      "inactive = freed, waiting for stream events (purple); sizes in the tooltips.\n"
+      "inactive = freed, waiting for stream events (purple), unmapped = a hole of an\n"
+      "expandable segment, no memory behind it (hatched grey gap); sizes in the tooltips.\n"
       "  -o OUT.svg      output file (default: SNAPSHOT with .svg in place of .json)\n"
       "  --title TEXT    the picture's title (default: the snapshot's file name)\n"
       "  --scale S       segment: every row full width (default); global: rows to scale\n");

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdio>
+
+#include "address_space.hpp"
 #include "ember/core/error.hpp"
 
-// The driver API exists in the real CUDA build only: the emulated build's shim
-// is the runtime API alone, so there this upstream refuses to be constructed.
-#if EMBER_WITH_CUDA && !(defined(EMBER_SIMT) && EMBER_SIMT)
+// The driver API comes with the real CUDA build and, emulated, with the
+// emulated-CUDA build's shim (its cuda.h and cudaGetDriverEntryPointByVersion).
+#if EMBER_WITH_CUDA
 #define EMBER_CUDA_VMM 1
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -17,6 +21,8 @@
 #endif
 
 namespace ember::memory {
+
+using detail::format_bytes;
 
 #if EMBER_CUDA_VMM
 
@@ -80,13 +86,23 @@ const char* driver_error_string(CUresult status) {
   return driver().cuGetErrorString(status, &text) == CUDA_SUCCESS && text ? text : "no description";
 }
 
-#define EMBER_CU_CHECK(expr)                                                             \
-  do {                                                                                   \
-    const CUresult ember_status_ = (expr);                                               \
-    if (ember_status_ != CUDA_SUCCESS) [[unlikely]]                                      \
-      EMBER_THROW("CUDA driver call '{}' failed: {} ({})", #expr,                        \
-                  driver_error_name(ember_status_), driver_error_string(ember_status_)); \
+std::string describe(CUresult status) {
+  return fmt::format("{} ({})", driver_error_name(status), driver_error_string(status));
+}
+
+#define EMBER_CU_CHECK(expr)                                                           \
+  do {                                                                                 \
+    const CUresult ember_status_ = (expr);                                             \
+    if (ember_status_ != CUDA_SUCCESS) [[unlikely]]                                    \
+      EMBER_THROW("CUDA driver call '{}' failed: {}", #expr, describe(ember_status_)); \
   } while (0)
+
+// A failed driver call in a noexcept path: reported, not thrown. After the
+// driver shut down (static destructors at exit) there is nothing to give back.
+void report(CUresult status, const std::string& what) noexcept {
+  if (status == CUDA_SUCCESS || status == CUDA_ERROR_DEINITIALIZED) return;
+  std::fprintf(stderr, "ember::memory: %s failed: %s\n", what.c_str(), describe(status).c_str());
+}
 
 CUmemAllocationProp device_memory(int device) {
   CUmemAllocationProp prop{};
@@ -96,8 +112,8 @@ CUmemAllocationProp device_memory(int device) {
   return prop;
 }
 
-CUdeviceptr to_device_ptr(void* ptr) {
-  return reinterpret_cast<CUdeviceptr>(ptr);
+CUdeviceptr to_device_ptr(uintptr_t address) {
+  return static_cast<CUdeviceptr>(address);
 }
 
 }  // namespace
@@ -124,82 +140,191 @@ CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size) : device_
   EMBER_CU_CHECK(driver().cuMemGetAllocationGranularity(&granularity_, &prop,
                                                         CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   page_size_ = page_size == 0 ? granularity_ : page_size;
-  EMBER_CHECK(page_size_ % granularity_ == 0 && (page_size_ & (page_size_ - 1)) == 0,
+  EMBER_CHECK(page_size_ % granularity_ == 0 && detail::is_power_of_two(page_size_),
               "CudaVirtualUpstream: the page size must be a power of two and a multiple of "
               "cuda:{}'s allocation granularity ({} bytes), got {} bytes; pass 0 for the "
               "granularity",
               device, granularity_, page_size);
 }
 
+CudaVirtualUpstream::~CudaVirtualUpstream() {
+  // Whatever the caller left behind (it should have released everything).
+  std::lock_guard lock(mutex_);
+  while (!allocations_.empty()) free_allocation(allocations_.begin());
+  for (const auto& [base, bytes] : reservations_)
+    report(driver().cuMemAddressFree(to_device_ptr(base), bytes), "cuMemAddressFree");
+}
+
 void* CudaVirtualUpstream::reserve(size_t bytes) {
   EMBER_CHECK(bytes > 0 && bytes % page_size_ == 0,
-              "{}: reserve needs a positive multiple of the page size ({} bytes), got {} bytes",
-              name(), page_size_, bytes);
+              "{}: reserve needs a positive multiple of the page size ({}), got {} bytes", name(),
+              format_bytes(page_size_), bytes);
   CUdeviceptr base = 0;
-  EMBER_CU_CHECK(driver().cuMemAddressReserve(&base, bytes, page_size_, 0, 0));
+  const CUresult status = driver().cuMemAddressReserve(&base, bytes, page_size_, 0, 0);
+  EMBER_CHECK(status == CUDA_SUCCESS, "{}: cuMemAddressReserve of {} failed: {}", name(),
+              format_bytes(bytes), describe(status));
+  std::lock_guard lock(mutex_);
+  reservations_.emplace(static_cast<uintptr_t>(base), bytes);
+  ++counters_.reserve_calls;
   return reinterpret_cast<void*>(base);
 }
 
 void CudaVirtualUpstream::release(void* base, size_t bytes) noexcept {
-  if (base != nullptr) driver().cuMemAddressFree(to_device_ptr(base), bytes);
+  if (base == nullptr) return;
+  std::lock_guard lock(mutex_);
+  const auto start = reinterpret_cast<uintptr_t>(base);
+  const auto r = reservations_.find(start);
+  if (r == reservations_.end() || r->second != bytes) {
+    detail::abort_with(fmt::format("{}: release({}, {} bytes) is not a live reservation of that "
+                                   "size (released twice, or never reserved here)",
+                                   name(), base, bytes)
+                           .c_str());
+  }
+  for (auto it = allocations_.lower_bound(start);
+       it != allocations_.end() && it->first < start + bytes;) {
+    const auto next = std::next(it);
+    counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
+    free_allocation(it);
+    it = next;
+  }
+  report(driver().cuMemAddressFree(to_device_ptr(start), bytes), "cuMemAddressFree");
+  reservations_.erase(r);
+  ++counters_.release_calls;
+}
+
+std::map<uintptr_t, CudaVirtualUpstream::Allocation>::iterator CudaVirtualUpstream::allocation_at(
+    uintptr_t address) {
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin()) return allocations_.end();
+  --it;
+  return address < it->first + it->second.bytes ? it : allocations_.end();
 }
 
 bool CudaVirtualUpstream::map(void* address, size_t bytes) {
-  EMBER_CHECK(reinterpret_cast<uintptr_t>(address) % page_size_ == 0 && bytes > 0 &&
-                  bytes % page_size_ == 0,
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  EMBER_CHECK(start % page_size_ == 0 && bytes > 0 && bytes % page_size_ == 0,
               "{}: map needs a page-aligned address and a positive multiple of the page size "
-              "({} bytes), got address {} and {} bytes",
-              name(), page_size_, address, bytes);
-  EMBER_CUDA_CHECK(cudaSetDevice(device_));
-  const CUmemAllocationProp prop = device_memory(device_);
-  const CUdeviceptr start = to_device_ptr(address);
+              "({}), got address {} and {} bytes",
+              name(), format_bytes(page_size_), address, bytes);
+  std::lock_guard lock(mutex_);
+  ++counters_.map_calls;
+  auto r = reservations_.upper_bound(start);
+  EMBER_CHECK(
+      r != reservations_.begin() && start + bytes <= std::prev(r)->first + std::prev(r)->second,
+      "{}: map({}, {}) is not inside a reservation; reserve the range first", name(), address,
+      format_bytes(bytes));
+  // Pages already backed by an allocation (retained), and runs of pages that are not.
+  std::vector<uintptr_t> retained;
+  std::vector<std::pair<uintptr_t, size_t>> runs;
+  for (uintptr_t page = start; page < start + bytes; page += page_size_) {
+    const auto it = allocation_at(page);
+    if (it != allocations_.end()) {
+      EMBER_CHECK(!it->second.mapped[(page - it->first) / page_size_],
+                  "{}: map({}, {}) covers the page at {:#x}, which is already mapped", name(),
+                  address, format_bytes(bytes), page);
+      retained.push_back(page);
+    } else if (!runs.empty() && runs.back().first + runs.back().second == page) {
+      runs.back().second += page_size_;
+    } else {
+      runs.emplace_back(page, page_size_);
+    }
+  }
   size_t done = 0;
   auto undo = [&] {
-    if (done > 0) unmap(address, done);
+    for (size_t i = 0; i < done; ++i) free_allocation(allocations_.find(runs[i].first));
   };
-  for (; done < bytes; done += page_size_) {
-    CUmemGenericAllocationHandle handle{};
-    const CUresult created = driver().cuMemCreate(&handle, page_size_, &prop, 0);
-    if (created == CUDA_ERROR_OUT_OF_MEMORY) {
-      undo();
-      return false;
+  try {
+    for (; done < runs.size(); ++done) {
+      if (!back(runs[done].first, runs[done].second)) {
+        undo();
+        ++counters_.failed_maps;
+        return false;
+      }
     }
-    if (created != CUDA_SUCCESS) {
-      undo();
-      EMBER_THROW("{}: cuMemCreate of a {}-byte page failed: {} ({})", name(), page_size_,
-                  driver_error_name(created), driver_error_string(created));
-    }
-    const CUresult mapped = driver().cuMemMap(start + done, page_size_, 0, handle, 0);
-    driver().cuMemRelease(handle);  // the mapping now owns the memory; cuMemUnmap frees it
-    if (mapped != CUDA_SUCCESS) {
-      undo();
-      if (mapped == CUDA_ERROR_OUT_OF_MEMORY) return false;
-      EMBER_THROW(
-          "{}: cuMemMap at {:#x} failed: {} ({}); is the address inside a reservation "
-          "and not already mapped?",
-          name(), start + done, driver_error_name(mapped), driver_error_string(mapped));
-    }
+  } catch (...) {
+    undo();
+    throw;
+  }
+  for (const uintptr_t page : retained) {
+    const auto it = allocation_at(page);
+    it->second.mapped[(page - it->first) / page_size_] = true;
+    ++it->second.mapped_pages;
+  }
+  counters_.retaken_pages += retained.size();
+  counters_.mapped_bytes += bytes;
+  return true;
+}
+
+bool CudaVirtualUpstream::back(uintptr_t start, size_t bytes) {
+  const CUmemAllocationProp prop = device_memory(device_);
+  CUmemGenericAllocationHandle handle{};
+  const CUresult created = driver().cuMemCreate(&handle, bytes, &prop, 0);
+  if (created == CUDA_ERROR_OUT_OF_MEMORY) return false;
+  EMBER_CHECK(created == CUDA_SUCCESS, "{}: cuMemCreate of {} failed: {}", name(),
+              format_bytes(bytes), describe(created));
+  const CUresult mapped = driver().cuMemMap(to_device_ptr(start), bytes, 0, handle, 0);
+  if (mapped != CUDA_SUCCESS) {
+    report(driver().cuMemRelease(handle), "cuMemRelease");
+    if (mapped == CUDA_ERROR_OUT_OF_MEMORY) return false;
+    EMBER_THROW("{}: cuMemMap of {} at {:#x} failed: {}", name(), format_bytes(bytes), start,
+                describe(mapped));
   }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult allowed = driver().cuMemSetAccess(start, bytes, &access, 1);
+  const CUresult allowed = driver().cuMemSetAccess(to_device_ptr(start), bytes, &access, 1);
   if (allowed != CUDA_SUCCESS) {
-    undo();
+    report(driver().cuMemUnmap(to_device_ptr(start), bytes), "cuMemUnmap");
+    report(driver().cuMemRelease(handle), "cuMemRelease");
     if (allowed == CUDA_ERROR_OUT_OF_MEMORY) return false;
-    EMBER_THROW("{}: cuMemSetAccess failed: {} ({})", name(), driver_error_name(allowed),
-                driver_error_string(allowed));
+    EMBER_THROW("{}: cuMemSetAccess of {} at {:#x} failed: {}", name(), format_bytes(bytes), start,
+                describe(allowed));
   }
+  const size_t pages = bytes / page_size_;
+  allocations_.emplace(start, Allocation{handle, bytes, std::vector<bool>(pages, true), pages});
+  ++counters_.physical_allocations;
+  ++counters_.driver_maps;
+  counters_.backed_bytes += bytes;
+  counters_.peak_backed_bytes = std::max(counters_.peak_backed_bytes, counters_.backed_bytes);
   return true;
 }
 
+void CudaVirtualUpstream::free_allocation(std::map<uintptr_t, Allocation>::iterator it) noexcept {
+  const CUdeviceptr at = to_device_ptr(it->first);
+  report(driver().cuMemUnmap(at, it->second.bytes),
+         fmt::format("{}: cuMemUnmap of {} at {:#x}", name(), format_bytes(it->second.bytes), at));
+  report(driver().cuMemRelease(it->second.handle), fmt::format("{}: cuMemRelease", name()));
+  counters_.backed_bytes -= it->second.bytes;
+  ++counters_.physical_frees;
+  allocations_.erase(it);
+}
+
 void CudaVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
-  // One mapping per page: cuMemUnmap must cover whole mappings.
-  const CUdeviceptr start = to_device_ptr(address);
-  for (size_t offset = 0; offset < bytes; offset += page_size_) {
-    driver().cuMemUnmap(start + offset, page_size_);
+  if (bytes == 0) return;
+  std::lock_guard lock(mutex_);
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  bool valid = start % page_size_ == 0 && bytes % page_size_ == 0;
+  for (uintptr_t page = start; valid && page < start + bytes; page += page_size_) {
+    const auto it = allocation_at(page);
+    valid = it != allocations_.end() && it->second.mapped[(page - it->first) / page_size_];
   }
+  if (!valid) {
+    detail::abort_with(fmt::format("{}: unmap({}, {} bytes) covers pages that are not mapped (or "
+                                   "is misaligned, or outside every reservation)",
+                                   name(), address, bytes)
+                           .c_str());
+  }
+  for (uintptr_t page = start; page < start + bytes;) {
+    const auto it = allocation_at(page);
+    Allocation& a = it->second;
+    const uintptr_t end = std::min(start + bytes, it->first + a.bytes);
+    a.mapped_pages -= (end - page) / page_size_;
+    for (; page < end; page += page_size_) a.mapped[(page - it->first) / page_size_] = false;
+    if (a.mapped_pages == 0) free_allocation(it);  // its last page: the memory goes back
+  }
+  counters_.mapped_bytes -= bytes;
+  ++counters_.unmap_calls;
 }
 
 MemoryInfo CudaVirtualUpstream::info() const {
@@ -214,13 +339,12 @@ MemoryInfo CudaVirtualUpstream::info() const {
 CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t /*page_size*/) : device_(device) {
   EMBER_THROW(
       "CudaVirtualUpstream(cuda:{}) needs the CUDA driver API (cuMemCreate/cuMemMap), which this "
-      "build lacks ({}); use CudaUpstream, or HostVirtualUpstream / SimulatedVirtualUpstream to "
-      "exercise expandable segments on the CPU",
-      device,
-      EMBER_WITH_CUDA ? "the emulated-CUDA build has the runtime API only"
-                      : "ember was built without CUDA; rebuild with -DEMBER_CUDA=ON");
+      "build lacks (ember was built without CUDA; rebuild with -DEMBER_CUDA=ON); use "
+      "HostVirtualUpstream / SimulatedVirtualUpstream to exercise expandable segments on the CPU",
+      device);
 }
 
+CudaVirtualUpstream::~CudaVirtualUpstream() = default;
 void* CudaVirtualUpstream::reserve(size_t) {
   EMBER_THROW("{}: no CUDA driver API", name());
 }
@@ -235,8 +359,13 @@ MemoryInfo CudaVirtualUpstream::info() const {
 
 #endif
 
+CudaVirtualUpstream::Counters CudaVirtualUpstream::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
+}
+
 std::string CudaVirtualUpstream::name() const {
-  return fmt::format("driver().cuMemMap(cuda:{}, {}-byte pages)", device_, page_size_);
+  return fmt::format("cuMemMap(cuda:{}, {} pages)", device_, format_bytes(page_size_));
 }
 
 }  // namespace ember::memory

@@ -23,7 +23,8 @@ std::shared_ptr<CachingAllocator> make_default_allocator(Device device) {
     try {
       virtual_upstream = std::make_shared<CudaVirtualUpstream>(device.index());
     } catch (const Error&) {
-      // No driver API (the emulated-CUDA build): fixed cudaMalloc segments instead.
+      // No virtual memory API (an old driver, MPS/vGPU without it): fixed
+      // cudaMalloc segments instead. The emulated-CUDA build has it, emulated.
       virtual_upstream = nullptr;
     }
   }

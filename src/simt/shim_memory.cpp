@@ -116,16 +116,18 @@ cudaError_t check_copy(const void* dst, const void* src, size_t bytes, cudaMemcp
       dst_device = src_device = true;
       break;
     case cudaMemcpyDefault:
-      dst_device = inside_device(m, dst);
-      src_device = inside_device(m, src);
+      dst_device = inside_device(m, dst) || shim::vmm_range_mapped(dst, 1);
+      src_device = inside_device(m, src) || shim::vmm_range_mapped(src, 1);
       break;
     default:
       return cudaErrorInvalidMemcpyDirection;
   }
   if (bytes == 0) return cudaSuccess;
   if (!dst || !src) return cudaErrorInvalidValue;
-  if (dst_device && !find_device(m, dst, bytes)) return cudaErrorInvalidValue;
-  if (src_device && !find_device(m, src, bytes)) return cudaErrorInvalidValue;
+  if (dst_device && !find_device(m, dst, bytes) && !shim::vmm_range_mapped(dst, bytes))
+    return cudaErrorInvalidValue;
+  if (src_device && !find_device(m, src, bytes) && !shim::vmm_range_mapped(src, bytes))
+    return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 
@@ -133,7 +135,8 @@ cudaError_t check_memset(const void* ptr, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
-  return find_device(m, ptr, bytes) ? cudaSuccess : cudaErrorInvalidValue;
+  return find_device(m, ptr, bytes) || shim::vmm_range_mapped(ptr, bytes) ? cudaSuccess
+                                                                          : cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -176,6 +179,22 @@ void check_guards() {
 }
 
 namespace shim {
+bool take_device_bytes(int device, size_t bytes) {
+  const size_t total = device_profile().total_global_mem;
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  size_t& used = m.used[device];
+  if (used > total || bytes > total - used) return false;
+  used += bytes;
+  return true;
+}
+
+void give_device_bytes(int device, size_t bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  m.used[device] -= bytes;
+}
+
 void release_deferred_frees() {
   Memory& m = memory();
   std::vector<void*> frees;

@@ -1,5 +1,6 @@
 # Runs memory_snapshot_svg (TOOL) on tests/examples/snapshot_small.json and checks
-# the SVG: one rect per block, with the category of each and the legend.
+# the SVG: one rect per block, with the category of each and the legend; the
+# unmapped hole is a hatched, outlined gap.
 set(svg "${WORK_DIR}/snapshot_small.svg")
 file(REMOVE "${svg}")
 execute_process(COMMAND "${TOOL}" "${SNAPSHOT}" -o "${svg}" --title "small snapshot"
@@ -16,13 +17,16 @@ function(expect_count pattern expected)
     message(FATAL_ERROR "expected ${expected} matches of '${pattern}' in ${svg}, found ${n}")
   endif()
 endfunction()
-expect_count("<rect class=\"block " 4)
+expect_count("<rect class=\"block " 5)
 expect_count("<rect class=\"segment\"" 2)
-expect_count("<rect class=\"legend\"" 4)
+expect_count("<rect class=\"legend\"" 5)
 expect_count("class=\"block allocated\"[^>]*fill=\"#4e79a7\"" 1)
 expect_count("class=\"block fragmented\"[^>]*fill=\"#f28e2b\"" 1)
 expect_count("class=\"block inactive\"[^>]*fill=\"#b07aa1\"" 1)
 expect_count("class=\"block free\"[^>]*fill=\"#59a14f\"" 1)
+expect_count("class=\"block unmapped\"[^>]*fill=\"url\\(#unmapped\\)\" stroke=\"#aaaaaa\"" 1)
+expect_count("<pattern id=\"unmapped\"" 1)
+expect_count("unmapped 12.00 MiB</text>" 1)
 expect_count("allocated 1.00 MiB \\(requested 976.6 KiB\\)" 1)
 expect_count("^<svg " 1)
 expect_count("</svg>" 1)

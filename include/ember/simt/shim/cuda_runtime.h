@@ -204,6 +204,25 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// ---- driver entry points --------------------------------------------------------------
+enum cudaGetDriverEntryPointFlags {
+  cudaEnableDefault = 0x0,
+  cudaEnableLegacyStream = 0x1,
+  cudaEnablePerThreadDefaultStream = 0x2,
+};
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2,  // sic, as the toolkit spells it
+};
+// Finds the emulated driver functions of the shim's cuda.h (the virtual-memory
+// API and what it needs), all available from CUDA 10.2 on: other names give a
+// null pointer and cudaDriverEntryPointSymbolNotFound, a cudaVersion above
+// the emulated driver's (CUDART_VERSION) cudaErrorInvalidValue.
+cudaError_t cudaGetDriverEntryPointByVersion(
+    const char* symbol, void** funcPtr, unsigned int cudaVersion, unsigned long long flags,
+    cudaDriverEntryPointQueryResult* driverStatus = nullptr);
+
 // ---- kernels -------------------------------------------------------------------------------
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
 template <class Kernel>
