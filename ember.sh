@@ -26,12 +26,25 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# SASS checks (ptxas_report) need cuobjdump and nvdisasm, which some CUDA toolkit installs
+# lack; NVIDIA publishes them as PyPI wheels. Best effort: without them the SASS checks skip.
+install_cuda_tools() {
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  [ -x /usr/local/cuda/bin/cuobjdump ] && [ -x /usr/local/cuda/bin/nvdisasm ] && return 0
+  [ -x .tools/cuda/nvidia/cu13/bin/nvdisasm ] && return 0
+  echo "ember: installing cuobjdump and nvdisasm into .tools/cuda (PyPI: nvidia-cuda-*)"
+  python3 -m pip install -q --disable-pip-version-check --target .tools/cuda \
+    nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm 2>/dev/null ||
+    echo "ember: could not install them; ptxas_report will skip its SASS checks" >&2
+}
+
 # OpenMP threads that spin while waiting make every op ~30x slower when other
 # processes share the cores (measured: train_mlp next to a compiler); passive
 # waiting costs ~20% on an idle machine and avoids that cliff.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 build() {
+  install_cuda_tools
   cmake --preset release
   cmake --build --preset release --parallel "$(nproc)"
 }

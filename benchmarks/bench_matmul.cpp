@@ -1,13 +1,16 @@
-// bench_matmul: ember's matmul against a direct BLAS call on the same shapes.
+// bench_matmul: ember's matmul against the vendor library on the same shapes, same run.
 //
-// On this build's CPU backend the reference is OpenBLAS's sgemm called
-// directly, so the ratio is ember's dispatch and conversion overhead. GPU
-// benchmarks against cuBLAS(Lt) come with ember's CUDA matmul kernels; until
-// then, and on machines without a GPU, they are skipped with a notice.
+// CPU backend: against OpenBLAS's sgemm called directly (GFLOP/s; the ratio is ember's
+// dispatch, conversion and epilogue overhead). GPU (bench_matmul_cuda.cpp): ember's tiled
+// kernels and its cuBLASLt backend against cublasGemmEx (TFLOP/s). Without a GPU the GPU
+// benchmarks are skipped with a notice saying why. Options: --flush_l2 (GPU), and Google
+// Benchmark's own (--benchmark_filter=cuda_bf16, ...).
 #include <cblas.h>
 
 #include <cstdio>
+#include <cstring>
 
+#include "bench_matmul_cuda.hpp"
 #include "ember/ember.hpp"
 #include "ratio_reporter.hpp"
 
@@ -82,11 +85,24 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Until ember's CUDA matmul lands, every machine measures the CPU backend.
-  std::string why = "ember's CUDA matmul kernels are not built yet";
-  if (ember::cuda_device_count() == 0) ember::default_device(&why);
-  std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend against OpenBLAS.\n",
-              why.c_str());
+  bool flush_l2 = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {  // our own flag; the rest go to Google Benchmark
+    if (std::strcmp(argv[i], "--flush_l2") == 0) {
+      flush_l2 = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  std::string why;
+  if (ember::bench::register_cuda_matmul_benchmarks(flush_l2, &why)) {
+    std::printf("GPU benchmarks: ember (tiled, cublaslt) against cuBLAS on cuda:0%s.\n",
+                flush_l2 ? ", L2 flushed before each iteration" : "");
+  } else {
+    std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend against OpenBLAS.\n",
+                why.c_str());
+  }
   register_all();
-  return ember::bench::run_with_ratios(argc, argv, "blas");
+  return ember::bench::run_with_ratios(argc, argv, {"blas", "cublas"});
 }

@@ -1,6 +1,7 @@
 // A Google Benchmark console reporter that, after the usual table, prints the
 // ratio of each ember benchmark to its reference measured in the same run.
-// Benchmarks pair up by name: "<group>/ember/<args>" against "<group>/<reference>/<args>".
+// Benchmarks pair up by name: "<group>/ember/<args>" against "<group>/<reference>/<args>" for
+// each of the references (e.g. "blas" for the CPU groups, "cublas" for the GPU ones).
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -14,7 +15,8 @@ namespace ember::bench {
 
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
-  explicit RatioReporter(std::string reference) : reference_(std::move(reference)) {}
+  explicit RatioReporter(std::vector<std::string> references)
+      : references_(std::move(references)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -27,34 +29,37 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
   void Finalize() override {
     ConsoleReporter::Finalize();
-    const std::string ours = "/ember/", theirs = "/" + reference_ + "/";
-    bool header = false;
-    for (const auto& [name, time] : seconds_) {
-      const size_t at = name.find(ours);
-      if (at == std::string::npos) continue;
-      std::string other = name;
-      other.replace(at, ours.size(), theirs);
-      const auto it = seconds_.find(other);
-      if (it == seconds_.end()) continue;
-      if (!header) {
-        std::printf("\nspeed of ember relative to %s, same run (>1: ember is faster)\n",
-                    reference_.c_str());
-        header = true;
+    const std::string ours = "/ember/";
+    for (const std::string& reference : references_) {
+      const std::string theirs = "/" + reference + "/";
+      bool header = false;
+      for (const auto& [name, time] : seconds_) {
+        const size_t at = name.find(ours);
+        if (at == std::string::npos) continue;
+        std::string other = name;
+        other.replace(at, ours.size(), theirs);
+        const auto it = seconds_.find(other);
+        if (it == seconds_.end()) continue;
+        if (!header) {
+          std::printf("\nspeed of ember relative to %s, same run (>1: ember is faster)\n",
+                      reference.c_str());
+          header = true;
+        }
+        std::printf("  %-48s %6.3f\n", name.c_str(), it->second / time);
       }
-      std::printf("  %-40s %6.3f\n", name.c_str(), it->second / time);
     }
   }
 
  private:
-  std::string reference_;
+  std::vector<std::string> references_;
   std::map<std::string, double> seconds_;
 };
 
 // Runs the registered benchmarks with a RatioReporter; use as main's body.
-inline int run_with_ratios(int argc, char** argv, const std::string& reference) {
+inline int run_with_ratios(int argc, char** argv, std::vector<std::string> references) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter(reference);
+  RatioReporter reporter(std::move(references));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -82,8 +82,8 @@ __device__ __forceinline__ float apply_activation_grad(EpilogueActivation activa
   }
 }
 
-__device__ __forceinline__ int64_t element_offset(const MatrixRef& ref, int64_t batch,
-                                                  int64_t row, int64_t col) {
+__device__ __forceinline__ int64_t element_offset(const MatrixRef& ref, int64_t batch, int64_t row,
+                                                  int64_t col) {
   return batch * ref.batch_stride + row * ref.ld + col;
 }
 
@@ -105,8 +105,8 @@ __device__ __forceinline__ void matmul_epilogue(const MatmulProblem& p, int64_t 
   }
   float d = p.output_scale * apply_activation(p.activation, t);
   if (p.residual.data != nullptr) {
-    d += load_element(p.residual.data, p.residual.type,
-                      element_offset(p.residual, batch, row, col));
+    d +=
+        load_element(p.residual.data, p.residual.type, element_offset(p.residual, batch, row, col));
   }
   store_element(p.c.data, p.c.type, ci, d);
 }

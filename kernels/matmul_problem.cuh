@@ -7,7 +7,8 @@
 //   t   = t * act'(activation_input_b)                    if activation_grad != none (backward)
 //   pre = t                                               if pre_activation.data (saved, [m, n])
 //   D_b = output_scale * act(t) + residual_b              written over C_b
-//   bias_grad[i] = sum_k op(A)[i, k]                      if bias_grad.data (batch == 1 only)
+//   bias_grad[i] = sum_k op(A)[i, k] + bias_grad_beta * bias_grad[i]
+//                                                         if bias_grad.data (batch == 1 only)
 // bias_grad is Linear's bias gradient when op(A) = dY^T: it is computed by a separate
 // deterministic reduction in the tiled backend and by cuBLASLt's BGRAD epilogue there.
 // All arithmetic in f32; each operand is read and written in its own element type.
@@ -47,7 +48,8 @@ struct MatmulProblem {
   MatrixRef pre_activation;    // [m, n]: receives t before the activation
   MatrixRef residual;          // [m, n]: added after the activation and the output scale
   float output_scale = 1.0f;
-  MatrixRef bias_grad;  // [m]: receives the row sums of op(A) (overwritten)
+  MatrixRef bias_grad;          // [m]: receives the row sums of op(A)
+  float bias_grad_beta = 0.0f;  // 1: accumulate into bias_grad; 0: overwrite (never read)
 };
 
 }  // namespace ember::kernels

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "ember/ops/matmul.hpp"
-#include "ember/ops/reduce.hpp"
 
 namespace ember::nn {
 
@@ -61,16 +60,18 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   EMBER_CHECK(dy.shape() == Shape({input_.shape()[0], out_}),
               "{}: the output gradient must be [{}, {}], not {}", name(), input_.shape()[0], out_,
               dy.view().describe());
-  // dW += dy^T x, then db += column sums of dy: both final here, so report them ready.
+  // dW += dy^T x and db += column sums of dy, in one matmul (the bias gradient is the row sums
+  // of op(A) = dy^T); both final here, so report them ready.
   ops::MatmulOptions dw;
   dw.transpose_a = true;
   dw.beta = 1.0f;
+  if (has_bias_) {
+    dw.bias_grad = bias_.grad;
+    dw.bias_grad_beta = 1.0f;
+  }
   ops::matmul(ctx.stream, weight_.grad, dy, input_, dw);
   grad_ready(weight_);
-  if (has_bias_) {
-    ops::column_sums(ctx.stream, bias_.grad, dy, {.accumulate = true});
-    grad_ready(bias_);
-  }
+  if (has_bias_) grad_ready(bias_);
   Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), dy.device());
   ops::matmul(ctx.stream, dx, dy, weight_.value);  // dx = dy W
   input_ = Tensor();                               // backward consumed it

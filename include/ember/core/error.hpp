@@ -38,7 +38,7 @@ template <class... Args>
 [[noreturn]] void throw_error(std::source_location where, std::string_view format,
                               const Args&... args) {
   std::ostringstream out;
-  auto put = [&](const auto& arg) {
+  [[maybe_unused]] auto put = [&](const auto& arg) {
     const size_t at = format.find("{}");
     if (at == std::string_view::npos) return;  // more arguments than placeholders
     out << format.substr(0, at) << arg;

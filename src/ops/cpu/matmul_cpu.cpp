@@ -27,23 +27,77 @@ const float* as_f32(const TensorView& t, std::vector<float>& scratch) {
   return out;
 }
 
-// Rounds f32 results into a 16-bit float tensor, in parallel blocks.
+// Writes f32 results into a float tensor (rounding into 16-bit ones in parallel blocks).
 void store_from_f32(const TensorView& t, const float* values) {
   const int64_t n = t.numel();
+  if (t.dtype == DType::f32) {
+    std::copy(values, values + n, static_cast<float*>(t.data));
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t begin = 0; begin < n; begin += kBlock) {
     store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
   }
 }
 
+// bias_grad[i] = sum_p op(A)[i, p], accumulated in f32 in order of p.
+void row_sums_of_op_a(const TensorView& out, float beta, const float* a, int64_t m, int64_t k,
+                      bool transpose_a) {
+  std::vector<float> sums(static_cast<size_t>(m), 0.0f);
+  if (transpose_a) {  // A is [k, m]: add its rows
+    for (int64_t p = 0; p < k; ++p) {
+      const float* row = a + p * m;
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) sums[i] += row[i];
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (m * k > 65536)
+    for (int64_t i = 0; i < m; ++i) {
+      float total = 0.0f;
+      for (int64_t p = 0; p < k; ++p) total += a[i * k + p];
+      sums[i] = total;
+    }
+  }
+  if (beta != 0.0f) {
+    std::vector<float> old;
+    const float* previous = as_f32(out, old);
+    for (int64_t i = 0; i < m; ++i) sums[i] += beta * previous[i];
+  }
+  store_from_f32(out, sums.data());
+}
+
+void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
+#pragma omp parallel for schedule(static) if (rows * n > 16384)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = values + i * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) r[j] += row[j];
+  }
+}
+
 }  // namespace
 
-void matmul(const TensorView& c, const TensorView& a, const TensorView& b, int64_t m, int64_t n,
-            int64_t k, const MatmulOptions& options) {
-  if (m == 0 || n == 0) return;
-  std::vector<float> a_scratch, b_scratch, c_scratch, bias_scratch;
+void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
+            const detail::MatmulDims& dims, const MatmulOptions& options) {
+  const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
+  std::vector<float> a_scratch, b_scratch, c_scratch, scratch;
   const float* a32 = as_f32(a, a_scratch);
+  if (options.bias_grad.data != nullptr && m > 0) {
+    row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a32, m, k, options.transpose_a);
+  }
+  if (m == 0 || n == 0 || batch == 0) return;
   const float* b32 = as_f32(b, b_scratch);
+  const int64_t total = batch * m * n;
+  // A residual that is C itself must be read before the product overwrites C.
+  std::vector<float> residual_copy;
+  const float* residual32 = nullptr;
+  if (options.residual.data != nullptr) {
+    residual32 = as_f32(options.residual, residual_copy);
+    if (options.residual.data == c.data && residual32 == c.data) {
+      residual_copy.assign(residual32, residual32 + total);
+      residual32 = residual_copy.data();
+    }
+  }
 
   // The product goes straight into C when C is f32; otherwise into an f32 buffer.
   float* c32 = nullptr;
@@ -53,49 +107,53 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b, int64
     if (options.beta != 0.0f) {
       as_f32(c, c_scratch);  // beta reads C
     } else {
-      c_scratch.resize(static_cast<size_t>(m * n));
+      c_scratch.resize(static_cast<size_t>(total));
     }
     c32 = c_scratch.data();
   }
 
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
-#pragma omp parallel for schedule(static) if (m * n > 65536)
-    for (int64_t i = 0; i < m * n; ++i)
+#pragma omp parallel for schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i)
       c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
   } else {
-    const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[1]));
-    const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[1]));
-    cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
-                options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), options.alpha, a32, lda, b32, ldb,
-                options.beta, c32, static_cast<blasint>(n));
-  }
-
-  const bool has_bias = options.bias.data != nullptr;
-  const bool saves_pre = options.pre_activation.data != nullptr;
-  const float* bias32 = has_bias ? as_f32(options.bias, bias_scratch) : nullptr;
-  const bool pre_is_f32 = saves_pre && options.pre_activation.dtype == DType::f32;
-  float* pre32 = pre_is_f32 ? static_cast<float*>(options.pre_activation.data) : nullptr;
-  std::vector<float> pre_scratch;
-  if (saves_pre && !pre_is_f32) {
-    pre_scratch.resize(static_cast<size_t>(m * n));
-    pre32 = pre_scratch.data();
-  }
-
-  if (has_bias || saves_pre) {
-#pragma omp parallel for schedule(static) if (m * n > 16384)
-    for (int64_t i = 0; i < m; ++i) {
-      float* row = c32 + i * n;
-      if (has_bias) {
-        for (int64_t j = 0; j < n; ++j) row[j] += bias32[j];
-      }
-      if (pre32) std::copy(row, row + n, pre32 + i * n);
+    const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[a.rank() - 1]));
+    const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[b.rank() - 1]));
+    for (int64_t e = 0; e < batch; ++e) {
+      cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
+                  options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), options.alpha,
+                  a32 + (dims.a_batched ? e * m * k : 0), lda,
+                  b32 + (dims.b_batched ? e * k * n : 0), ldb, options.beta, c32 + e * m * n,
+                  static_cast<blasint>(n));
     }
   }
-  const TensorView result{c32, DType::f32, Shape{m, n}, Device::cpu()};
+
+  // The epilogue, over all batch * m rows at once, with the standalone ops' kernels so that
+  // fused and unfused results are bitwise equal.
+  const TensorView result{c32, DType::f32, Shape{batch * m, n}, Device::cpu()};
+  if (options.bias.data != nullptr) add_rows(c32, batch * m, n, as_f32(options.bias, scratch));
+  if (options.activation_grad != Activation::none) {
+    const TensorView x{const_cast<float*>(as_f32(options.activation_input, scratch)), DType::f32,
+                       result.shape, Device::cpu()};
+    if (options.activation_grad == Activation::relu) relu_backward(result, result, x);
+    if (options.activation_grad == Activation::gelu) gelu_backward(result, result, x);
+  }
+  if (options.pre_activation.data != nullptr) {
+    store_from_f32(options.pre_activation, c32);
+  }
   if (options.activation == Activation::relu) relu_forward(result, result);
   if (options.activation == Activation::gelu) gelu_forward(result, result);
-  if (saves_pre && !pre_is_f32) store_from_f32(options.pre_activation, pre32);
+  if (options.output_scale != 1.0f) {
+    const float s = options.output_scale;
+#pragma omp parallel for simd schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i) c32[i] *= s;
+  }
+  if (residual32 != nullptr) {
+    const float* r = residual32;
+#pragma omp parallel for simd schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
+  }
   if (c.dtype != DType::f32) store_from_f32(c, c32);
 }
 

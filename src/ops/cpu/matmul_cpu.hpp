@@ -1,12 +1,13 @@
 // Internal: the CPU matmul (BLAS sgemm plus a fused epilogue pass).
 #pragma once
 
+#include "../matmul_dims.hpp"
 #include "ember/ops/matmul.hpp"
 
 namespace ember::ops::cpu {
 
-// Shapes are already checked: op(A) is [m, k], op(B) is [k, n], C is [m, n].
-void matmul(const TensorView& c, const TensorView& a, const TensorView& b, int64_t m, int64_t n,
-            int64_t k, const MatmulOptions& options);
+// Operands are already checked against `dims` (see ops::matmul).
+void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
+            const detail::MatmulDims& dims, const MatmulOptions& options);
 
 }  // namespace ember::ops::cpu
