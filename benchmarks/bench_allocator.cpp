@@ -2,11 +2,14 @@
 //
 //   bench_allocator --trace FILE [--capacity BYTES] [--conf key:value,...]
 //                   [--no-compare-pytorch] [--no-smallest] [--repetitions N]
+//                   [--physical map-call|page]
 //   bench_allocator --all [DIR]          the three traces in ../shared/traces (or DIR)
 //   bench_allocator --micro [--benchmark_...]   Google Benchmark microbenchmarks
 //
 // Trace mode replays an allocation trace (shared/traces/FORMAT.md) over
-// simulated upstreams (address ranges, no memory; 2 MiB pages) and prints the
+// simulated upstreams (address ranges, no memory; 2 MiB pages; physical memory
+// as the CUDA driver hands it out: one allocation per map call, freed only
+// whole, unless --physical page) and prints the
 // FORMAT.md figures for ember's configuration and, unless --no-compare-pytorch,
 // for PyTorch's default policy and for PyTorch's policy with expandable
 // segments, side by side with the ratios ember / PyTorch.
@@ -145,6 +148,7 @@ struct Options {
   bool compare_pytorch = true;
   bool smallest = true;
   int repetitions = 5;
+  PhysicalGranularity physical = PhysicalGranularity::map_call;
 };
 
 struct Column {
@@ -191,18 +195,23 @@ int run_trace(const std::string& path, const Options& options) {
     columns.push_back({"pytorch+expand.", pytorch, {}, {}, 0, 0, {}, {}});
   }
   for (Column& c : columns) {
-    c.unlimited = replay(events, c.config, 0);
-    if (options.capacity != 0) c.limited = replay(events, c.config, options.capacity);
+    c.unlimited = replay(events, c.config, 0, options.physical);
+    if (options.capacity != 0)
+      c.limited = replay(events, c.config, options.capacity, options.physical);
     c.ns_per_pair = replay_ns_per_pair(events, c.config, options.repetitions);
     if (options.smallest) {
-      c.smallest = smallest_capacity(events, c.config, &c.search);
-      c.at_smallest = replay(events, c.config, c.smallest);
+      c.smallest = smallest_capacity(events, c.config, &c.search, options.physical);
+      c.at_smallest = replay(events, c.config, c.smallest, options.physical);
     }
   }
 
   std::printf("\ntrace %s: %zu events, %zu allocations\n", path.c_str(), events.size(),
               allocations);
   std::printf("  ember config: %s\n", to_string(options.config).c_str());
+  std::printf("  physical memory: %s\n",
+              options.physical == PhysicalGranularity::map_call
+                  ? "one allocation per map call, freed only whole (the CUDA driver's rules)"
+                  : "page-granular (OPTIMISTIC: every unmapped page is freed; not a GPU)");
   std::printf("  %-34s", "");
   for (const Column& c : columns) std::printf(" %16s", c.name.c_str());
   std::printf("\n");
@@ -230,6 +239,8 @@ int run_trace(const std::string& path, const Options& options) {
             [](const Column& c) { return std::to_string(c.unlimited.pages_mapped); });
   print_row("page unmaps (calls)", columns,
             [](const Column& c) { return std::to_string(c.unlimited.page_unmaps); });
+  print_row("physical allocations", columns,
+            [](const Column& c) { return std::to_string(c.unlimited.physical_allocations); });
   // The comparable count: one segment allocation or one map call is one physical
   // allocation upstream (cudaMalloc; cuMemCreate for an upstream that backs a map
   // call with one handle). "pages mapped" counts 2 MiB pages.
@@ -253,6 +264,10 @@ int run_trace(const std::string& path, const Options& options) {
     });
     print_row("  unmaps within it (calls)", columns,
               [](const Column& c) { return std::to_string(c.at_smallest.page_unmaps); });
+    print_row("  physical allocations within it", columns,
+              [](const Column& c) { return std::to_string(c.at_smallest.physical_allocations); });
+    print_row("  peak physical within it", columns,
+              [&](const Column& c) { return bytes(c.at_smallest.peak_backed); });
     print_row("  replays in the search", columns, [](const Column& c) {
       return std::to_string(c.search.replays) + (c.search.non_monotonic ? " (non-monotonic)" : "");
     });
@@ -295,6 +310,7 @@ void usage(std::FILE* out) {
       out,
       "usage: bench_allocator --trace FILE [--capacity BYTES] [--conf key:value,...]\n"
       "                       [--no-compare-pytorch] [--no-smallest] [--repetitions N]\n"
+      "                       [--physical map-call|page]\n"
       "       bench_allocator --all [DIR] [same options]\n"
       "       bench_allocator --micro [--benchmark_filter=... and other Google Benchmark flags]\n"
       "Replays allocation traces (shared/traces/FORMAT.md; .gz read through gzip) over\n"
@@ -310,6 +326,9 @@ void usage(std::FILE* out) {
       "  --conf TEXT           ember's config, as EMBER_ALLOC_CONF (e.g. max_split_size_mb:64)\n"
       "  --no-compare-pytorch  ember's config only\n"
       "  --no-smallest         skip the smallest-capacity search\n"
+      "  --physical MODEL      map-call (default: one physical allocation per map call,\n"
+      "                        freed only whole, as the CUDA driver does) or page (optimistic:\n"
+      "                        every unmapped page is freed at once; for comparison only)\n"
       "  --repetitions N       replays timed for ns per malloc+free (median; default 5)\n"
       "  --micro               microbenchmarks: cached malloc+free pair, ember vs malloc\n");
 }
@@ -417,6 +436,14 @@ int main(int argc, char** argv) {
       options.compare_pytorch = true;
     } else if (arg == "--no-compare-pytorch") {
       options.compare_pytorch = false;
+    } else if (arg == "--physical") {
+      const std::string model = value();
+      if (model == "map-call")
+        options.physical = PhysicalGranularity::map_call;
+      else if (model == "page")
+        options.physical = PhysicalGranularity::page;
+      else
+        bad_arguments("--physical needs 'map-call' or 'page', not '" + model + "'");
     } else if (arg == "--no-smallest") {
       options.smallest = false;
     } else if (arg == "--repetitions") {

@@ -155,7 +155,7 @@ double accuracy(ember::nn::Module& model, const ember::data::Dataset& data, embe
   const int64_t n = data.size();
   const int64_t features = data.inputs.shape()[1];
   int64_t correct = 0;
-  Tensor hits = Tensor::empty({1}, DType::i64);
+  Tensor hits = Tensor::empty({1}, DType::i64, stream.device());
   for (int64_t begin = 0; begin < n; begin += batch) {
     const int64_t end = std::min(n, begin + batch);
     Tensor x = data.inputs.slice(begin, end).to(stream.device());

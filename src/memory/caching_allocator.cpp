@@ -48,7 +48,10 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Upstream> up, std::shared_ptr<Virtu
   EMBER_CHECK(expandable || upstream != nullptr,
               "CachingAllocator: expandable_segments is off but only a VirtualUpstream was given; "
               "pass an Upstream or set expandable_segments:true");
-  if (expandable) page = virtual_upstream->page_size();
+  if (expandable) {
+    page = virtual_upstream->page_size();
+    max_map = c.max_map_size == 0 ? SIZE_MAX : std::max(page, c.max_map_size / page * page);
+  }
 }
 
 CachingAllocator::Impl::~Impl() {
@@ -215,8 +218,9 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
 // Grows the (stream, pool) expandable segments so that a free block holds `size`
 // bytes: by mapping part of a hole (expandable_holes.cpp) where that maps no more
 // than growing at the end, else at the end of the last segment so that its last
-// block is free and holds `size` bytes. One map call per growth. Null when out
-// of memory.
+// block is free and holds `size` bytes. Growth at the end of a large-pool
+// segment maps a multiple of growth_granularity when the budget allows. Each
+// growth maps at most max_map bytes per map call. Null when out of memory.
 Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size_t size) {
   auto& list = expandable_segments[{stream, small}];
   Segment* seg = list.empty() ? nullptr : list.back();
@@ -251,7 +255,13 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
     need = detail::round_up(size, page);
   }
   const uintptr_t at = seg->base + seg->size;
-  if (!map_range(seg, at, need)) return nullptr;
+  const size_t step = small ? page : std::max(page, config.growth_granularity / page * page);
+  const size_t rounded = std::min(detail::round_up(need, step), seg->reservation - seg->size);
+  if (rounded > need && map_chunks(seg, at, rounded)) {
+    need = rounded;
+  } else if (!map_chunks(seg, at, need)) {
+    return nullptr;
+  }
   seg->size += need;
   if (tail != nullptr && tail->state == BlockState::free) {
     pool_erase(tail);

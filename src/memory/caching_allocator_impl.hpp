@@ -45,11 +45,12 @@ struct CachingAllocator::Impl {
   // Expandable segments with holes (expandable_holes.cpp).
   detail::Block* fill_hole(StreamId stream, bool small, size_t size, size_t tail_cost);
   size_t unmap_free_ranges(detail::Segment* seg, size_t enough);
-  void unmap_pages(detail::Segment* seg, uintptr_t lo, uintptr_t hi);
+  void unmap_chunks(detail::Segment* seg, size_t first, size_t last);
   detail::Block* split_block(detail::Block* b, size_t offset);
   detail::Block* coalesce_free(detail::Block* b);
   void merge_unmapped(detail::Block* b);
   bool map_range(detail::Segment* seg, uintptr_t address, size_t bytes);
+  bool map_chunks(detail::Segment* seg, uintptr_t address, size_t bytes);
   bool segment_unused(const detail::Segment* seg) const;
   [[noreturn]] void throw_oom(size_t bytes, StreamId stream);
   // Block objects and allocated_blocks nodes are recycled rather than returned to
@@ -64,6 +65,7 @@ struct CachingAllocator::Impl {
   std::shared_ptr<StreamEvents> events;
   bool expandable = false;
   size_t page = 0;
+  size_t max_map = 0;  // expandable: the most bytes one map call maps (a multiple of page)
   uint64_t next_serial = 0;
   AllocatorStats stats;
   detail::BlockPool small_pool, large_pool;

@@ -20,7 +20,8 @@ constexpr std::string_view kValidKeys =
     "max_split_size_mb:<MiB, 0 = no limit>, roundup_power2_divisions:<0 or a power of two "
     "1..64>, garbage_collection_threshold:<0 = off, or 0 < t < 1>, "
     "expandable_segments:<true|false>, max_reserved_mb:<MiB, 0 = no limit>, "
-    "memory_fraction:<0 = no limit, or 0 < f <= 1>, policy:<ember|pytorch>";
+    "memory_fraction:<0 = no limit, or 0 < f <= 1>, max_map_mb:<MiB, 0 = no cap>, "
+    "growth_granularity_mb:<MiB, 0 = the page size>, policy:<ember|pytorch>";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -65,6 +66,10 @@ AllocatorConfig pytorch_default_policy() {
   c.large_buffer = 20 * kMiB;
   c.min_large_alloc = 10 * kMiB;
   c.round_large = 2 * kMiB;
+  // With expandable_segments:true, PyTorch maps its large-pool segments in
+  // 20 MiB (kLargeBuffer) pieces, one cuMemCreate handle each.
+  c.max_map_size = 20 * kMiB;
+  c.growth_granularity = 20 * kMiB;
   return c;
 }
 
@@ -116,6 +121,11 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
       }
     } else if (key == "max_reserved_mb") {
       c.max_reserved = parse_uint(key, value, "a whole number of MiB (0: no limit)") * kMiB;
+    } else if (key == "max_map_mb") {
+      c.max_map_size = parse_uint(key, value, "a whole number of MiB (0: no cap)") * kMiB;
+    } else if (key == "growth_granularity_mb") {
+      c.growth_granularity =
+          parse_uint(key, value, "a whole number of MiB (0: the page size)") * kMiB;
     } else if (key == "memory_fraction") {
       const double f = parse_double(key, value, "a number with 0 < f <= 1 (0: no limit)");
       if (!(f >= 0.0 && f <= 1.0)) bad_value(key, value, "a number with 0 < f <= 1 (0: no limit)");
@@ -136,9 +146,11 @@ AllocatorConfig allocator_config_from_env() {
 std::string to_string(const AllocatorConfig& c) {
   return fmt::format(
       "max_split_size_mb:{},roundup_power2_divisions:{},garbage_collection_threshold:{},"
-      "expandable_segments:{},max_reserved_mb:{},memory_fraction:{}",
+      "expandable_segments:{},max_reserved_mb:{},memory_fraction:{},max_map_mb:{},"
+      "growth_granularity_mb:{}",
       c.max_split_size / kMiB, c.roundup_power2_divisions, c.garbage_collection_threshold,
-      c.expandable_segments ? "true" : "false", c.max_reserved / kMiB, c.memory_fraction);
+      c.expandable_segments ? "true" : "false", c.max_reserved / kMiB, c.memory_fraction,
+      c.max_map_size / kMiB, c.growth_granularity / kMiB);
 }
 
 }  // namespace ember::memory

@@ -6,9 +6,11 @@
 // longer counts against the device's capacity, and its pages back growth
 // elsewhere (another stream, the other pool, the end of the segment).
 //
-// Holes are whole pages: a free block gives back the pages wholly inside it,
-// whichever map calls mapped them (VirtualUpstream::unmap takes any mapped,
-// page-aligned range).
+// Holes are whole map calls. On a GPU a map call is one physical allocation
+// (cuMemCreate), which the driver frees only whole (cuda_virtual_upstream.hpp):
+// unmapping some of its pages would free nothing. So a free block gives back
+// the map calls that lie wholly inside it, and no map call maps more than
+// max_map bytes, so that a large free block can go back piece by piece.
 #include <algorithm>
 #include <vector>
 
@@ -91,6 +93,30 @@ bool CachingAllocator::Impl::map_range(Segment* seg, uintptr_t address, size_t b
   return true;
 }
 
+// Maps [address, address + bytes) in map calls of at most max_map bytes, all
+// or nothing: when one is refused, those already made are unmapped again.
+bool CachingAllocator::Impl::map_chunks(Segment* seg, uintptr_t address, size_t bytes) {
+  for (size_t done = 0; done < bytes;) {
+    const size_t piece = std::min(max_map, bytes - done);
+    if (!map_range(seg, address + done, piece)) {
+      if (done > 0) {
+        const auto first =
+            static_cast<size_t>(std::lower_bound(seg->mapped.begin(), seg->mapped.end(), address,
+                                                 [](const detail::MappedRange& r, uintptr_t a) {
+                                                   return r.address < a;
+                                                 }) -
+                                seg->mapped.begin());
+        size_t last = first;
+        while (last < seg->mapped.size() && seg->mapped[last].address < address + done) ++last;
+        unmap_chunks(seg, first, last);
+      }
+      return false;
+    }
+    done += piece;
+  }
+  return true;
+}
+
 // Maps the part of a hole of the (stream, pool) segments that makes room for
 // `size` bytes together with a free neighbour of the hole, choosing the hole
 // that needs the fewest mapped bytes (then the lowest address), if that is at
@@ -125,7 +151,7 @@ Block* CachingAllocator::Impl::fill_hole(StreamId stream, bool small, size_t siz
     }
   }
   if (best == nullptr || best_cost > tail_cost) return nullptr;
-  if (!map_range(best->segment, best_at, best_cost)) return nullptr;
+  if (!map_chunks(best->segment, best_at, best_cost)) return nullptr;
   Block* mid = best;
   if (best_at > best->address) mid = split_block(best, best_at - best->address);
   if (mid->size > best_cost) split_block(mid, best_cost);  // the rest stays unmapped
@@ -133,9 +159,9 @@ Block* CachingAllocator::Impl::fill_hole(StreamId stream, bool small, size_t siz
   return coalesce_free(mid);
 }
 
-// Unmaps the whole pages inside every free block of `seg` (in address order,
-// until `enough` bytes went back), one unmap call per mapped range they touch,
-// then drops a hole at the end of the segment. Returns the bytes unmapped.
+// Unmaps the map calls that lie wholly inside a free block of `seg` (in address
+// order, until `enough` bytes went back), one unmap call per free block, then
+// drops a hole at the end of the segment. Returns the bytes unmapped.
 size_t CachingAllocator::Impl::unmap_free_ranges(Segment* seg, size_t enough) {
   std::vector<Block*> free_blocks;
   for (Block* b = seg->first; b != nullptr; b = b->next)
@@ -143,10 +169,20 @@ size_t CachingAllocator::Impl::unmap_free_ranges(Segment* seg, size_t enough) {
   size_t freed = 0;
   for (Block* b : free_blocks) {
     if (freed >= enough) break;
-    const uintptr_t lo = detail::round_up(b->address, page);
-    const uintptr_t hi = b->end() / page * page;
-    if (hi <= lo) continue;
-    unmap_pages(seg, lo, hi);
+    // A free block is mapped throughout: the map calls wholly inside it are
+    // consecutive entries of seg->mapped, [first, last).
+    auto it =
+        std::lower_bound(seg->mapped.begin(), seg->mapped.end(), b->address,
+                         [](const detail::MappedRange& r, uintptr_t a) { return r.address < a; });
+    const auto first = static_cast<size_t>(it - seg->mapped.begin());
+    size_t last = first;
+    while (last < seg->mapped.size() &&
+           seg->mapped[last].address + seg->mapped[last].size <= b->end())
+      ++last;
+    if (last == first) continue;
+    const uintptr_t lo = seg->mapped[first].address;
+    const uintptr_t hi = seg->mapped[last - 1].address + seg->mapped[last - 1].size;
+    unmap_chunks(seg, first, last);
     freed += hi - lo;
     pool_erase(b);
     Block* hole = b;
@@ -171,23 +207,15 @@ size_t CachingAllocator::Impl::unmap_free_ranges(Segment* seg, size_t enough) {
   return freed;
 }
 
-// Unmaps [lo, hi), which is mapped: one unmap call per mapped range it
-// touches, keeping the parts of those ranges outside it.
-void CachingAllocator::Impl::unmap_pages(Segment* seg, uintptr_t lo, uintptr_t hi) {
-  std::vector<detail::MappedRange> kept;
-  kept.reserve(seg->mapped.size() + 1);
-  for (const detail::MappedRange& r : seg->mapped) {
-    const uintptr_t a = std::max(r.address, lo), e = std::min(r.address + r.size, hi);
-    if (a >= e) {
-      kept.push_back(r);
-      continue;
-    }
-    virtual_upstream->unmap(reinterpret_cast<void*>(a), e - a);
-    ++stats.page_unmaps;
-    if (a > r.address) kept.push_back({r.address, a - r.address});
-    if (r.address + r.size > e) kept.push_back({e, r.address + r.size - e});
-  }
-  seg->mapped.swap(kept);
+// Unmaps the consecutive map calls seg->mapped[first, last) with one unmap call.
+void CachingAllocator::Impl::unmap_chunks(Segment* seg, size_t first, size_t last) {
+  const uintptr_t lo = seg->mapped[first].address;
+  const uintptr_t hi = seg->mapped[last - 1].address + seg->mapped[last - 1].size;
+  virtual_upstream->unmap(reinterpret_cast<void*>(lo), hi - lo);
+  ++stats.page_unmaps;
+  const auto begin = seg->mapped.begin();
+  seg->mapped.erase(begin + static_cast<std::ptrdiff_t>(first),
+                    begin + static_cast<std::ptrdiff_t>(last));
   seg->mapped_bytes -= hi - lo;
   stats.reserved.add(-static_cast<int64_t>(hi - lo));
 }

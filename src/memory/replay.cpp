@@ -59,51 +59,60 @@ class BudgetUpstream final : public Upstream {
   Budget& budget_;
 };
 
+// The virtual upstream's physical memory counts against the budget as the
+// simulated upstream backs it: map takes what needs a new allocation (retained
+// pages need none), unmap gives back what was freed (nothing while the rest of
+// an allocation is mapped, in map-call granularity).
 class BudgetVirtualUpstream final : public VirtualUpstream {
  public:
-  BudgetVirtualUpstream(std::shared_ptr<VirtualUpstream> inner, Budget& budget)
+  BudgetVirtualUpstream(std::shared_ptr<SimulatedVirtualUpstream> inner, Budget& budget)
       : inner_(std::move(inner)), budget_(budget) {}
   size_t page_size() const override { return inner_->page_size(); }
   void* reserve(size_t bytes) override { return inner_->reserve(bytes); }
-  void release(void* base, size_t bytes) noexcept override { inner_->release(base, bytes); }
+  void release(void* base, size_t bytes) noexcept override {
+    const size_t before = inner_->counters().backed_bytes;
+    inner_->release(base, bytes);
+    budget_.give(before - inner_->counters().backed_bytes);
+  }
   bool map(void* address, size_t bytes) override {
-    if (!budget_.take(bytes)) return false;
+    const size_t more = inner_->unbacked_bytes(address, bytes);
+    if (!budget_.take(more)) return false;
     if (!inner_->map(address, bytes)) {
-      budget_.give(bytes);
+      budget_.give(more);
       return false;
     }
     budget_.pages_mapped += bytes / inner_->page_size();
     return true;
   }
   void unmap(void* address, size_t bytes) noexcept override {
+    const size_t before = inner_->counters().backed_bytes;
     inner_->unmap(address, bytes);
-    budget_.give(bytes);
+    budget_.give(before - inner_->counters().backed_bytes);
   }
   Device device() const override { return inner_->device(); }
   MemoryInfo info() const override { return BudgetUpstream::budget_info(budget_); }
   std::string name() const override { return inner_->name(); }
+  const SimulatedVirtualUpstream& inner() const { return *inner_; }
 
  private:
-  std::shared_ptr<VirtualUpstream> inner_;
+  std::shared_ptr<SimulatedVirtualUpstream> inner_;
   Budget& budget_;
 };
 
-// Caveat for the figures below: release() of a reservation with pages still
-// mapped unmaps them without an unmap call; the allocator is expected to unmap
-// first. The budget would then overcount, so the allocator's own stats are
-// used for the peaks and the budget only for the limit.
-
 struct Setup {
   Budget budget;
+  std::shared_ptr<BudgetVirtualUpstream> virt;
   std::unique_ptr<CachingAllocator> allocator;
 
-  Setup(const AllocatorConfig& config, size_t capacity) {
+  Setup(const AllocatorConfig& config, size_t capacity, PhysicalGranularity granularity) {
     budget.capacity = capacity;
     const size_t simulated = capacity != 0 ? capacity : kUnlimited;
     auto plain =
         std::make_shared<BudgetUpstream>(std::make_shared<SimulatedUpstream>(simulated), budget);
-    auto virt = std::make_shared<BudgetVirtualUpstream>(
-        std::make_shared<SimulatedVirtualUpstream>(kReplayPageSize, simulated), budget);
+    virt = std::make_shared<BudgetVirtualUpstream>(
+        std::make_shared<SimulatedVirtualUpstream>(kReplayPageSize, simulated, Device::cpu(),
+                                                   granularity),
+        budget);
     allocator = std::make_unique<CachingAllocator>(plain, virt, config);
   }
 };
@@ -116,10 +125,10 @@ double fragmentation(uint64_t free_bytes, uint64_t largest) {
 }  // namespace
 
 ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                    size_t capacity) {
+                    size_t capacity, PhysicalGranularity granularity) {
   ReplayResult result;
   result.capacity = capacity;
-  Setup setup(config, capacity);
+  Setup setup(config, capacity, granularity);
   CachingAllocator& allocator = *setup.allocator;
 
   struct Live {
@@ -204,6 +213,9 @@ ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig
   result.page_unmaps = stats.page_unmaps;
   result.retries = stats.retries;
   result.pages_mapped = setup.budget.pages_mapped;
+  const SimulatedVirtualUpstream::Counters physical = setup.virt->inner().counters();
+  result.physical_allocations = static_cast<int64_t>(physical.physical_allocations);
+  result.peak_backed = physical.peak_backed_bytes;
   // Live allocations at the end (parameters, optimizer state) go back with the
   // allocator; free them first so its destructor sees a clean state.
   for (const auto& [id, entry] : live) allocator.free(entry.ptr);
@@ -253,7 +265,7 @@ double replay_ns_per_pair(const std::vector<TraceEvent>& events, const Allocator
   std::vector<double> ns;
   std::vector<void*> ptrs(slots, nullptr);
   for (int rep = 0; rep < std::max(1, repetitions); ++rep) {
-    Setup setup(config, 0);
+    Setup setup(config, 0, PhysicalGranularity::map_call);
     CachingAllocator& allocator = *setup.allocator;
     const auto start = std::chrono::steady_clock::now();
     for (const Op& op : ops) {
@@ -283,17 +295,17 @@ double replay_ns_per_pair(const std::vector<TraceEvent>& events, const Allocator
 }
 
 size_t smallest_capacity(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                         CapacitySearch* search) {
+                         CapacitySearch* search, PhysicalGranularity granularity) {
   CapacitySearch local;
   CapacitySearch& info = search != nullptr ? *search : local;
   info = {};
   constexpr size_t page = kReplayPageSize;
   auto completes = [&](size_t capacity) {
     ++info.replays;
-    return replay(events, config, capacity).completed;
+    return replay(events, config, capacity, granularity).completed;
   };
 
-  const ReplayResult unlimited = replay(events, config, 0);
+  const ReplayResult unlimited = replay(events, config, 0, granularity);
   ++info.replays;
   EMBER_CHECK(unlimited.completed, "replay without a capacity limit failed: {}", unlimited.failure);
   if (unlimited.peak_requested == 0) return 0;

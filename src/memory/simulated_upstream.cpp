@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "address_space.hpp"
 #include "ember/core/error.hpp"
@@ -82,8 +83,9 @@ SimulatedUpstream::Counters SimulatedUpstream::counters() const {
 
 // ---------------------------------------------------------------------------
 
-SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device)
-    : page_size_(page_size), capacity_(capacity), device_(device) {
+SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device,
+                                                   PhysicalGranularity granularity)
+    : page_size_(page_size), capacity_(capacity), device_(device), granularity_(granularity) {
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= detail::system_page_size(),
               "SimulatedVirtualUpstream needs a page size that is a power of two and at least "
               "the system page ({} bytes), got {} bytes; use 2 MiB like CUDA",
@@ -94,9 +96,29 @@ SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capa
 }
 
 SimulatedVirtualUpstream::~SimulatedVirtualUpstream() {
-  for (const auto& [base, reservation] : reservations_) {
-    detail::release_address_space(reinterpret_cast<void*>(base), reservation.bytes);
+  for (const auto& [base, bytes] : reservations_) {
+    detail::release_address_space(reinterpret_cast<void*>(base), bytes);
   }
+}
+
+SimulatedVirtualUpstream::Allocations::const_iterator SimulatedVirtualUpstream::allocation_at(
+    uintptr_t address) const {
+  auto it = allocations_.upper_bound(address);
+  if (it == allocations_.begin()) return allocations_.end();
+  --it;
+  return address < it->first + it->second.bytes ? it : allocations_.end();
+}
+
+SimulatedVirtualUpstream::Allocations::iterator SimulatedVirtualUpstream::allocation_at(
+    uintptr_t address) {
+  const auto it = std::as_const(*this).allocation_at(address);
+  return allocations_.erase(it, it);  // the same position, non-const
+}
+
+void SimulatedVirtualUpstream::free_allocation(Allocations::iterator it) noexcept {
+  counters_.backed_bytes -= it->second.bytes;
+  ++counters_.physical_frees;
+  allocations_.erase(it);
 }
 
 void* SimulatedVirtualUpstream::reserve(size_t bytes) {
@@ -110,9 +132,7 @@ void* SimulatedVirtualUpstream::reserve(size_t bytes) {
               "space); reserve less",
               name(), format_bytes(bytes));
   std::lock_guard lock(mutex_);
-  Reservation& reservation = reservations_[reinterpret_cast<uintptr_t>(base)];
-  reservation.bytes = bytes;
-  reservation.mapped.assign(bytes / page_size_, false);
+  reservations_.emplace(reinterpret_cast<uintptr_t>(base), bytes);
   ++counters_.reserve_calls;
   counters_.reserved_bytes += bytes;
   return base;
@@ -121,19 +141,32 @@ void* SimulatedVirtualUpstream::reserve(size_t bytes) {
 void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
   if (base == nullptr) return;
   std::lock_guard lock(mutex_);
-  const auto it = reservations_.find(reinterpret_cast<uintptr_t>(base));
-  if (it == reservations_.end() || it->second.bytes != bytes) {
+  const auto start = reinterpret_cast<uintptr_t>(base);
+  const auto r = reservations_.find(start);
+  if (r == reservations_.end() || r->second != bytes) {
     detail::abort_with(
         fmt::format("{}: release({}, {}) does not match a reservation", name(), base, bytes)
             .c_str());
   }
-  const size_t still_mapped =
-      static_cast<size_t>(std::count(it->second.mapped.begin(), it->second.mapped.end(), true));
-  counters_.mapped_bytes -= still_mapped * page_size_;
+  // Allocations never straddle reservations: map checks that its range lies in one.
+  for (auto it = allocations_.lower_bound(start);
+       it != allocations_.end() && it->first < start + bytes;) {
+    counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
+    free_allocation(it++);
+  }
   counters_.reserved_bytes -= bytes;
   ++counters_.release_calls;
-  reservations_.erase(it);
+  reservations_.erase(r);
   detail::release_address_space(base, bytes);
+}
+
+size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t bytes) const {
+  std::lock_guard lock(mutex_);
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  size_t out = 0;
+  for (uintptr_t page = start; page < start + bytes; page += page_size_)
+    if (allocation_at(page) == allocations_.end()) out += page_size_;
+  return out;
 }
 
 bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
@@ -142,29 +175,53 @@ bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
               "({} bytes), got address {} and {} bytes",
               name(), page_size_, address, bytes);
   std::lock_guard lock(mutex_);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  auto it = reservations_.upper_bound(start);
-  EMBER_CHECK(it != reservations_.begin(), "{}: map({}, {}) is outside every reservation", name(),
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  auto r = reservations_.upper_bound(start);
+  EMBER_CHECK(r != reservations_.begin(), "{}: map({}, {}) is outside every reservation", name(),
               address, bytes);
-  --it;
-  Reservation& reservation = it->second;
-  const size_t offset = start - it->first;
-  EMBER_CHECK(offset <= reservation.bytes && bytes <= reservation.bytes - offset,
+  --r;
+  EMBER_CHECK(start - r->first <= r->second && bytes <= r->second - (start - r->first),
               "{}: map({}, {}) is outside every reservation (the nearest one below starts at {:#x} "
               "and has {} bytes)",
-              name(), address, bytes, it->first, reservation.bytes);
-  const size_t first = offset / page_size_, count = bytes / page_size_;
-  for (size_t page = first; page < first + count; ++page) {
-    EMBER_CHECK(!reservation.mapped[page],
-                "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
-                name(), address, bytes, it->first + page * page_size_);
+              name(), address, bytes, r->first, r->second);
+  // Pages still backed (retained), and runs of pages that need a new allocation.
+  std::vector<uintptr_t> retained;
+  std::vector<std::pair<uintptr_t, size_t>> runs;
+  size_t unbacked = 0;
+  for (uintptr_t page = start; page < start + bytes; page += page_size_) {
+    const auto it = allocation_at(page);
+    if (it != allocations_.end()) {
+      EMBER_CHECK(
+          !it->second.mapped[(page - it->first) / page_size_],
+          "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
+          name(), address, bytes, page);
+      retained.push_back(page);
+    } else if (!runs.empty() && runs.back().first + runs.back().second == page &&
+               granularity_ == PhysicalGranularity::map_call) {
+      runs.back().second += page_size_;
+    } else {
+      runs.emplace_back(page, page_size_);
+    }
+    unbacked += it == allocations_.end() ? page_size_ : 0;
   }
   ++counters_.map_calls;
-  if (bytes > capacity_ - counters_.mapped_bytes) {
+  if (unbacked > capacity_ - counters_.backed_bytes) {
     ++counters_.failed_maps;
     return false;
   }
-  std::fill_n(reservation.mapped.begin() + static_cast<std::ptrdiff_t>(first), count, true);
+  for (const auto& [at, run] : runs) {
+    const size_t pages = run / page_size_;
+    allocations_.emplace(at, Allocation{run, std::vector<bool>(pages, true), pages});
+    ++counters_.physical_allocations;
+  }
+  for (const uintptr_t page : retained) {
+    const auto it = allocation_at(page);
+    it->second.mapped[(page - it->first) / page_size_] = true;
+    ++it->second.mapped_pages;
+  }
+  counters_.retaken_pages += retained.size();
+  counters_.backed_bytes += unbacked;
+  counters_.peak_backed_bytes = std::max(counters_.peak_backed_bytes, counters_.backed_bytes);
   counters_.mapped_bytes += bytes;
   counters_.peak_mapped_bytes = std::max(counters_.peak_mapped_bytes, counters_.mapped_bytes);
   return true;
@@ -172,39 +229,38 @@ bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
 
 void SimulatedVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  auto it = reservations_.upper_bound(start);
-  bool valid = it != reservations_.begin() && detail::is_aligned(address, page_size_) &&
-               bytes % page_size_ == 0;
-  size_t first = 0;
-  if (valid) {
-    --it;
-    const size_t offset = start - it->first;
-    valid = offset <= it->second.bytes && bytes <= it->second.bytes - offset;
-    first = offset / page_size_;
-  }
-  for (size_t page = first; valid && page < first + bytes / page_size_; ++page) {
-    valid = it->second.mapped[page];
+  const auto start = reinterpret_cast<uintptr_t>(address);
+  bool valid = detail::is_aligned(address, page_size_) && bytes % page_size_ == 0;
+  for (uintptr_t page = start; valid && page < start + bytes; page += page_size_) {
+    const auto it = allocation_at(page);
+    valid = it != allocations_.end() && it->second.mapped[(page - it->first) / page_size_];
   }
   if (!valid) {
     detail::abort_with(
         fmt::format("{}: unmap({}, {}) covers pages that are not mapped", name(), address, bytes)
             .c_str());
   }
-  std::fill_n(it->second.mapped.begin() + static_cast<std::ptrdiff_t>(first), bytes / page_size_,
-              false);
+  for (uintptr_t page = start; page < start + bytes;) {
+    const auto it = allocation_at(page);
+    Allocation& a = it->second;
+    const uintptr_t end = std::min(start + bytes, it->first + a.bytes);
+    a.mapped_pages -= (end - page) / page_size_;
+    for (; page < end; page += page_size_) a.mapped[(page - it->first) / page_size_] = false;
+    if (a.mapped_pages == 0) free_allocation(it);  // its last page: the memory goes back
+  }
   counters_.mapped_bytes -= bytes;
   ++counters_.unmap_calls;
 }
 
 MemoryInfo SimulatedVirtualUpstream::info() const {
   std::lock_guard lock(mutex_);
-  return {capacity_, capacity_ - counters_.mapped_bytes};
+  return {capacity_, capacity_ - counters_.backed_bytes};
 }
 
 std::string SimulatedVirtualUpstream::name() const {
-  return fmt::format("simulated-virtual({}, {}, {} pages)", device_.to_string(),
-                     format_bytes(capacity_), format_bytes(page_size_));
+  return fmt::format("simulated-virtual({}, {}, {} pages{})", device_.to_string(),
+                     format_bytes(capacity_), format_bytes(page_size_),
+                     granularity_ == PhysicalGranularity::page ? ", page-granular" : "");
 }
 
 SimulatedVirtualUpstream::Counters SimulatedVirtualUpstream::counters() const {

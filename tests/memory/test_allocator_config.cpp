@@ -19,15 +19,20 @@ std::string error_of(std::string_view text) {
 TEST(AllocatorConfig, ParsesEveryKey) {
   const AllocatorConfig c = parse_allocator_config(
       " max_split_size_mb:128, roundup_power2_divisions:4,garbage_collection_threshold:0.8,"
-      "expandable_segments:false,max_reserved_mb:1024,memory_fraction:0.5");
+      "expandable_segments:false,max_reserved_mb:1024,memory_fraction:0.5,max_map_mb:48,"
+      "growth_granularity_mb:8");
   EXPECT_EQ(c.max_split_size, size_t{128} << 20);
   EXPECT_EQ(c.roundup_power2_divisions, 4);
   EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.8);
   EXPECT_FALSE(c.expandable_segments);
   EXPECT_EQ(c.max_reserved, size_t{1024} << 20);
   EXPECT_DOUBLE_EQ(c.memory_fraction, 0.5);
+  EXPECT_EQ(c.max_map_size, size_t{48} << 20);
+  EXPECT_EQ(c.growth_granularity, size_t{8} << 20);
   const AllocatorConfig round_trip = parse_allocator_config(to_string(c));
   EXPECT_EQ(round_trip.max_split_size, c.max_split_size);
+  EXPECT_EQ(round_trip.max_map_size, c.max_map_size);
+  EXPECT_EQ(round_trip.growth_granularity, c.growth_granularity);
   EXPECT_EQ(round_trip.expandable_segments, c.expandable_segments);
 }
 
@@ -43,6 +48,9 @@ TEST(AllocatorConfig, PyTorchPolicy) {
   EXPECT_EQ(c.max_split_size, size_t{64} << 20);  // later keys override the policy anywhere
   EXPECT_EQ(c.large_buffer, size_t{20} << 20);
   EXPECT_EQ(c.min_large_alloc, size_t{10} << 20);
+  // With expandable segments PyTorch maps 20 MiB handles (kLargeBuffer).
+  EXPECT_EQ(c.max_map_size, size_t{20} << 20);
+  EXPECT_EQ(c.growth_granularity, size_t{20} << 20);
 }
 
 TEST(AllocatorConfig, UnknownKeyListsValidKeys) {

@@ -88,6 +88,23 @@ TEST(Replay, DefaultConfigIsConsistent) {
   EXPECT_FALSE(ember::memory::replay(kTrace, ember_default, smallest - 2 * kMiB).completed);
 }
 
+// By default the simulated device follows the CUDA driver's rules: one physical
+// allocation per map call. ember never unmaps part of a map call, so the
+// physical peak is the reserved peak. The page model (comparison only) counts
+// one allocation per page.
+TEST(Replay, PhysicalAllocationsFollowTheModel) {
+  const AllocatorConfig ember_default;
+  const auto r = ember::memory::replay(kTrace, ember_default);
+  EXPECT_GT(r.page_maps, 0);
+  EXPECT_EQ(r.physical_allocations, r.page_maps);
+  EXPECT_EQ(r.peak_backed, r.peak_reserved);
+  const auto pages =
+      ember::memory::replay(kTrace, ember_default, 0, ember::memory::PhysicalGranularity::page);
+  EXPECT_EQ(pages.page_maps, r.page_maps);
+  EXPECT_EQ(static_cast<uint64_t>(pages.physical_allocations), pages.pages_mapped);
+  EXPECT_EQ(pages.peak_reserved, r.peak_reserved);
+}
+
 TEST(Replay, StreamsAndRecordStream) {
   const std::vector<TraceEvent> trace = {
       a(1, 4096, 0), a(2, 8192, 1), {TraceEvent::record_stream, 2, 0, 0}, f(2), f(1), a(3, 100, 1)};

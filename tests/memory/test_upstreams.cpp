@@ -270,6 +270,7 @@ TEST(SimulatedUpstream, HandsOutMultiGiBRangesWithoutMemory) {
 
 TEST(SimulatedVirtualUpstream, CountsMapsAndRefusesPastCapacity) {
   SimulatedVirtualUpstream sim(kPage, 4 * kGiB);
+  EXPECT_EQ(sim.granularity(), PhysicalGranularity::map_call);  // the default: the driver's rules
   void* base = sim.reserve(16 * kGiB);  // reservations are not limited by the capacity
   ASSERT_NE(base, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % kPage, 0u);
@@ -279,21 +280,102 @@ TEST(SimulatedVirtualUpstream, CountsMapsAndRefusesPastCapacity) {
   expect_error([&] { sim.map(base, kPage); }, "already mapped");
   expect_error([&] { sim.map(bytes_at(base, 4096), kPage); }, "page-aligned");
   expect_error([&] { sim.map(bytes_at(base, 16 * kGiB), kPage); }, "outside every reservation");
-  sim.unmap(bytes_at(base, kGiB), kGiB);
+  sim.unmap(bytes_at(base, 3 * kGiB), kGiB);  // the whole second map call: freed
   EXPECT_EQ(sim.info().free, kGiB);
   auto c = sim.counters();
   EXPECT_EQ(c.reserve_calls, 1u);
   EXPECT_EQ(c.map_calls, 3u);
   EXPECT_EQ(c.failed_maps, 1u);
   EXPECT_EQ(c.unmap_calls, 1u);
+  EXPECT_EQ(c.physical_allocations, 2u);
+  EXPECT_EQ(c.physical_frees, 1u);
   EXPECT_EQ(c.mapped_bytes, 3 * kGiB);
   EXPECT_EQ(c.peak_mapped_bytes, 4 * kGiB);
+  EXPECT_EQ(c.peak_backed_bytes, 4 * kGiB);
   sim.release(base, 16 * kGiB);  // unmaps the rest
   c = sim.counters();
   EXPECT_EQ(c.release_calls, 1u);
   EXPECT_EQ(c.mapped_bytes, 0u);
+  EXPECT_EQ(c.backed_bytes, 0u);
   EXPECT_EQ(c.reserved_bytes, 0u);
   expect_error([] { SimulatedVirtualUpstream bad(3000, kGiB); }, "power of two");
+}
+
+// The CUDA driver's rules (CudaVirtualUpstream): a map call is one physical
+// allocation, freed only when its last page is unmapped; unmapping part of it
+// keeps it all counted ("retained"), and mapping retained pages again takes
+// them back without a new allocation.
+TEST(SimulatedVirtualUpstream, PartialUnmapRetainsAndFullUnmapFrees) {
+  SimulatedVirtualUpstream sim(kPage, 16 * kPage);
+  void* base = sim.reserve(32 * kPage);
+  ASSERT_TRUE(sim.map(base, 8 * kPage));                       // allocation A: pages 0..7
+  ASSERT_TRUE(sim.map(bytes_at(base, 8 * kPage), 8 * kPage));  // allocation B: pages 8..15
+  EXPECT_EQ(sim.info().free, 0u);
+
+  sim.unmap(bytes_at(base, 2 * kPage), 4 * kPage);  // pages 2..5 of A: nothing is freed
+  auto c = sim.counters();
+  EXPECT_EQ(c.mapped_bytes, 12 * kPage);
+  EXPECT_EQ(c.backed_bytes, 16 * kPage);
+  EXPECT_EQ(c.retained_bytes(), 4 * kPage);
+  EXPECT_EQ(c.physical_frees, 0u);
+  EXPECT_EQ(sim.info().free, 0u);
+  // The retained pages do not make room: a map of two new pages is refused.
+  EXPECT_EQ(sim.unbacked_bytes(bytes_at(base, 16 * kPage), 2 * kPage), 2 * kPage);
+  EXPECT_FALSE(sim.map(bytes_at(base, 16 * kPage), 2 * kPage));
+
+  // The rest of A, in two calls: A is freed with its last page.
+  sim.unmap(base, 2 * kPage);
+  EXPECT_EQ(sim.counters().physical_frees, 0u);
+  sim.unmap(bytes_at(base, 6 * kPage), 2 * kPage);
+  c = sim.counters();
+  EXPECT_EQ(c.physical_frees, 1u);
+  EXPECT_EQ(c.backed_bytes, 8 * kPage);
+  EXPECT_EQ(c.retained_bytes(), 0u);
+  EXPECT_EQ(sim.info().free, 8 * kPage);
+  sim.release(base, 32 * kPage);
+  EXPECT_EQ(sim.counters().backed_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_frees, 2u);
+}
+
+TEST(SimulatedVirtualUpstream, RemapOfRetainedPagesMakesNoAllocation) {
+  SimulatedVirtualUpstream sim(kPage, 8 * kPage);
+  void* base = sim.reserve(16 * kPage);
+  ASSERT_TRUE(sim.map(base, 6 * kPage));
+  sim.unmap(bytes_at(base, 2 * kPage), 2 * kPage);  // pages 2..3 retained
+  EXPECT_EQ(sim.unbacked_bytes(bytes_at(base, 2 * kPage), 2 * kPage), 0u);
+  ASSERT_TRUE(sim.map(bytes_at(base, 2 * kPage), 2 * kPage));
+  auto c = sim.counters();
+  EXPECT_EQ(c.physical_allocations, 1u);
+  EXPECT_EQ(c.retaken_pages, 2u);
+  EXPECT_EQ(c.backed_bytes, 6 * kPage);
+  EXPECT_EQ(c.retained_bytes(), 0u);
+
+  // Retained pages plus new ones: one allocation for the new run only, and the
+  // capacity is charged for the new pages alone (6 backed + 2 new = 8).
+  sim.unmap(bytes_at(base, 4 * kPage), 2 * kPage);  // pages 4..5 retained
+  EXPECT_EQ(sim.unbacked_bytes(bytes_at(base, 4 * kPage), 4 * kPage), 2 * kPage);
+  ASSERT_TRUE(sim.map(bytes_at(base, 4 * kPage), 4 * kPage));
+  c = sim.counters();
+  EXPECT_EQ(c.physical_allocations, 2u);
+  EXPECT_EQ(c.retaken_pages, 4u);
+  EXPECT_EQ(c.backed_bytes, 8 * kPage);
+  EXPECT_EQ(c.mapped_bytes, 8 * kPage);
+  sim.release(base, 16 * kPage);
+}
+
+// The optimistic comparison model: every unmapped page is freed at once.
+TEST(SimulatedVirtualUpstream, PageGranularityFreesEveryUnmappedPage) {
+  SimulatedVirtualUpstream sim(kPage, 8 * kPage, Device::cpu(), PhysicalGranularity::page);
+  void* base = sim.reserve(16 * kPage);
+  ASSERT_TRUE(sim.map(base, 8 * kPage));
+  EXPECT_EQ(sim.counters().physical_allocations, 8u);  // one per page
+  sim.unmap(bytes_at(base, 2 * kPage), 2 * kPage);
+  EXPECT_EQ(sim.counters().backed_bytes, 6 * kPage);
+  EXPECT_EQ(sim.info().free, 2 * kPage);
+  EXPECT_TRUE(sim.map(bytes_at(base, 8 * kPage), 2 * kPage));
+  EXPECT_NE(sim.name().find("page-granular"), std::string::npos);
+  sim.release(base, 16 * kPage);
+  EXPECT_EQ(sim.counters().backed_bytes, 0u);
 }
 
 // ---- Adaptors ----------------------------------------------------------------

@@ -20,6 +20,18 @@ struct AllocatorConfig {
   // One growable segment per stream and pool, mapped in pages (needs a
   // VirtualUpstream). Key: expandable_segments (true/false).
   bool expandable_segments = true;
+  // Expandable segments on a GPU: one map call is one physical allocation
+  // (cuMemCreate), and the driver frees an allocation only whole. So no map
+  // call maps more than max_map_size bytes (0: no cap), and the allocator
+  // gives back only whole map calls, so that a free range in a segment can go
+  // back to the device piece by piece. Key: max_map_mb.
+  size_t max_map_size = size_t{32} << 20;
+  // Expandable segments: growth at the end of a large-pool segment maps a
+  // multiple of this many bytes (0: of the page size), so that a run of
+  // small allocations does not make one map call each; the extra stays free
+  // at the segment's end. Within a budget that refuses it, growth falls back
+  // to the bytes needed. Key: growth_granularity_mb.
+  size_t growth_granularity = size_t{16} << 20;
   // Per-process budget: at most this many bytes reserved (0: no limit), or
   // this fraction of the device's total memory (0: no limit).
   // Keys: max_reserved_mb, memory_fraction.

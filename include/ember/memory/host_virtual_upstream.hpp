@@ -27,6 +27,11 @@ namespace ember::memory {
 // reservation, or pages already mapped. Unmapping pages that are not mapped
 // aborts (unmap is noexcept). release unmaps what is still mapped.
 // Thread-safe. Linux only (memfd_create).
+//
+// Physical memory here is page-granular: unmapping any page frees it (the
+// kernel drops punched-out file pages), unlike a GPU, where a map call is one
+// allocation freed only whole (CudaVirtualUpstream; SimulatedVirtualUpstream
+// models both, PhysicalGranularity).
 class HostVirtualUpstream final : public VirtualUpstream {
  public:
   struct Counters {

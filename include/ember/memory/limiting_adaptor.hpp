@@ -37,7 +37,10 @@ class LimitingUpstream final : public Upstream {
 
 // The same for virtual memory: map returns false, without asking the
 // upstream, when the mapped bytes would pass `limit_bytes`. Reservations are
-// address space only and are not limited.
+// address space only and are not limited. It counts mapped pages (the page
+// model): over CudaVirtualUpstream, pages unmapped out of a partly mapped
+// allocation are still held on the device. CachingAllocator unmaps whole map
+// calls only, so for it mapped and held bytes agree.
 class LimitingVirtualUpstream final : public VirtualUpstream {
  public:
   LimitingVirtualUpstream(std::shared_ptr<VirtualUpstream> upstream, size_t limit_bytes);

@@ -6,7 +6,9 @@
 // stream work is complete at every event (ImmediateStreamEvents), so a freed
 // block is reusable at once on any stream. Streams are the trace's numbers.
 // The physical memory is one budget of `capacity` bytes shared by the plain
-// upstream's segments and the virtual upstream's mapped 2 MiB pages.
+// upstream's segments and the virtual upstream's physical allocations, which
+// follow the CUDA driver's rules by default (PhysicalGranularity::map_call:
+// one allocation per map call, freed only whole; simulated_upstream.hpp).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "ember/memory/config.hpp"
+#include "ember/memory/simulated_upstream.hpp"
 #include "ember/memory/trace.hpp"
 
 namespace ember::memory {
@@ -45,10 +48,14 @@ struct ReplayResult {
   int64_t page_maps = 0;       // VirtualUpstream::map calls (successful)
   int64_t page_unmaps = 0;     // VirtualUpstream::unmap calls
   uint64_t pages_mapped = 0;   // 2 MiB pages those map calls mapped in total
-  int64_t retries = 0;         // upstream refusals followed by emptying the cache
-  int64_t allocations = 0;     // allocate events applied
-  int64_t frees = 0;           // free events applied
-  double seconds = 0;          // wall time of the replay, bookkeeping included
+  // Physical allocations the virtual upstream made (cuMemCreate calls on a GPU):
+  // one per map call, less the map calls that only took back retained pages.
+  int64_t physical_allocations = 0;
+  uint64_t peak_backed = 0;  // peak bytes of live physical allocations (retained included)
+  int64_t retries = 0;       // upstream refusals followed by emptying the cache
+  int64_t allocations = 0;   // allocate events applied
+  int64_t frees = 0;         // free events applied
+  double seconds = 0;        // wall time of the replay, bookkeeping included
 
   // Segment allocations plus page maps: what it costs to get memory.
   int64_t upstream_acquisitions() const { return segment_allocs + page_maps; }
@@ -62,7 +69,8 @@ struct ReplayResult {
 // OutOfMemory stops the replay (completed = false); any other ember::Error
 // (a bad trace) propagates.
 ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                    size_t capacity = 0);
+                    size_t capacity = 0,
+                    PhysicalGranularity granularity = PhysicalGranularity::map_call);
 
 // Median nanoseconds per allocate+free pair over `repetitions` replays with no
 // bookkeeping (unlimited capacity; the simulated upstream's calls included).
@@ -86,6 +94,7 @@ struct CapacitySearch {
 // 8 capacities under the answer; if one of them completes, the search goes on
 // below it and `non_monotonic` is set.
 size_t smallest_capacity(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                         CapacitySearch* search = nullptr);
+                         CapacitySearch* search = nullptr,
+                         PhysicalGranularity granularity = PhysicalGranularity::map_call);
 
 }  // namespace ember::memory

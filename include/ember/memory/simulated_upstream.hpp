@@ -51,12 +51,28 @@ class SimulatedUpstream final : public Upstream {
   Counters counters_;
 };
 
+// How a simulated virtual upstream backs map calls with physical memory.
+enum class PhysicalGranularity {
+  // The CUDA driver's rules (CudaVirtualUpstream): one map call is one physical
+  // allocation (cuMemCreate), which goes back to the device only whole. Pages
+  // unmapped out of a partly mapped allocation stay "retained" (still counted
+  // against the capacity) until its last page is unmapped; mapping retained
+  // pages again takes them back without a new allocation. The default.
+  map_call,
+  // Optimistic, for comparison only: every page is freed as soon as it is
+  // unmapped, as with HostVirtualUpstream's memfd pages (punched out one by
+  // one). A GPU does not behave like this.
+  page,
+};
+
 // A VirtualUpstream with `capacity` bytes of simulated physical memory:
 // reserve hands out page-aligned address ranges (address space only, never
 // limited by capacity), map and unmap do the bookkeeping of which pages are
-// mapped and refuse (map returns false) past capacity. Mapping a page twice,
-// or outside a reservation, throws ember::Error; unmapping a page that is not
-// mapped aborts (unmap is noexcept). release unmaps what is still mapped.
+// mapped and which physical allocations back them, and map returns false when
+// the new physical memory it needs would pass the capacity. Mapping a page
+// twice, or outside a reservation, throws ember::Error; unmapping a page that
+// is not mapped aborts (unmap is noexcept). release unmaps what is still
+// mapped and frees every allocation in the range.
 class SimulatedVirtualUpstream final : public VirtualUpstream {
  public:
   struct Counters {
@@ -64,13 +80,21 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
     size_t release_calls = 0;
     size_t map_calls = 0;  // including the refused ones
     size_t unmap_calls = 0;
-    size_t failed_maps = 0;  // map calls that returned false
+    size_t failed_maps = 0;           // map calls that returned false
+    size_t physical_allocations = 0;  // backing allocations made (cuMemCreate on a GPU)
+    size_t physical_frees = 0;        // allocations freed (their last page unmapped)
+    size_t retaken_pages = 0;         // pages map took back from retained ones
     size_t reserved_bytes = 0;
-    size_t mapped_bytes = 0;
+    size_t mapped_bytes = 0;  // pages mapped, as the caller sees them
     size_t peak_mapped_bytes = 0;
+    size_t backed_bytes = 0;  // bytes of live physical allocations: what counts
+    size_t peak_backed_bytes = 0;
+    // Unmapped by the caller but still held: the rest of their allocation is mapped.
+    size_t retained_bytes() const { return backed_bytes - mapped_bytes; }
   };
 
-  SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device = Device::cpu());
+  SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device = Device::cpu(),
+                           PhysicalGranularity granularity = PhysicalGranularity::map_call);
   ~SimulatedVirtualUpstream() override;
   SimulatedVirtualUpstream(const SimulatedVirtualUpstream&) = delete;
   SimulatedVirtualUpstream& operator=(const SimulatedVirtualUpstream&) = delete;
@@ -81,23 +105,38 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   bool map(void* address, size_t bytes) override;
   void unmap(void* address, size_t bytes) noexcept override;
   Device device() const override { return device_; }
-  MemoryInfo info() const override;  // total: capacity, free: capacity - mapped bytes
+  MemoryInfo info() const override;  // total: capacity, free: capacity - backed bytes
   std::string name() const override;
 
   size_t capacity() const { return capacity_; }
+  PhysicalGranularity granularity() const { return granularity_; }
   Counters counters() const;
+  // The new physical memory map(address, bytes) would need: the bytes of the
+  // range that no allocation backs (retained pages need none).
+  size_t unbacked_bytes(const void* address, size_t bytes) const;
 
  private:
-  struct Reservation {
+  // One physical allocation: the pages of one map call (of one page in `page`
+  // granularity), and which of them the caller has mapped.
+  struct Allocation {
     size_t bytes = 0;
-    std::vector<bool> mapped;  // one flag per page
+    std::vector<bool> mapped;  // per page
+    size_t mapped_pages = 0;
   };
+  using Allocations = std::map<uintptr_t, Allocation>;
+
+  // The allocation holding the page at `address`, or end(). Locked.
+  Allocations::const_iterator allocation_at(uintptr_t address) const;
+  Allocations::iterator allocation_at(uintptr_t address);
+  void free_allocation(Allocations::iterator it) noexcept;  // locked
 
   const size_t page_size_;
   const size_t capacity_;
   const Device device_;
+  const PhysicalGranularity granularity_;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, Reservation> reservations_;  // base -> reservation
+  std::map<uintptr_t, size_t> reservations_;  // base -> bytes
+  Allocations allocations_;                   // base address -> allocation
   Counters counters_;
 };
 

@@ -30,9 +30,10 @@ class Upstream {
 
 // Reserves address ranges and maps physical pages into them, so a segment can
 // grow in place (expandable segments). map returns false when out of memory.
-// unmap takes any page-aligned range of mapped pages, not only whole map calls:
-// the caching allocator gives back the pages inside free blocks anywhere in a
-// segment (expandable_holes.cpp).
+// unmap takes any page-aligned range of mapped pages, not only whole map calls,
+// but whether that frees memory depends on the upstream: a GPU frees a map
+// call's physical allocation only whole (CudaVirtualUpstream). So the caching
+// allocator unmaps whole map calls only (expandable_holes.cpp).
 class VirtualUpstream {
  public:
   virtual ~VirtualUpstream() = default;
