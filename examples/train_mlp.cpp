@@ -238,7 +238,7 @@ int run(const Config& c) {
     const Tensor logits = model->forward(ctx, x);
     const Tensor loss = criterion.forward(ctx, logits, y);
     model->backward(ctx, criterion.backward(ctx));
-    optimizer.step();
+    optimizer.step(stream);
     last_loss = loss.item();  // synchronizes with the device
     if (step == 1) first_loss = last_loss;
 

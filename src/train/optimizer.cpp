@@ -1,5 +1,13 @@
 #include "ember/train/optimizer.hpp"
 
+#include <algorithm>
+
+#if EMBER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "ember/core/check_cuda.hpp"
+#endif
+
 namespace ember::train {
 
 Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::move(parameters)) {
@@ -9,18 +17,64 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::
     EMBER_CHECK(p->value.defined() && p->grad.defined(),
                 "Optimizer: parameter '{}' has no value or no gradient", p->name);
     EMBER_CHECK(p->value.dtype() == DType::f32 && p->grad.dtype() == DType::f32,
-                "Optimizer: parameter '{}' must be f32 (the master weights), not {}", p->name,
-                p->value.view().describe());
+                "Optimizer: parameter '{}' must be f32 (the master weights), not {}; keep f16/bf16 "
+                "weights as f32 master copies (ember::amp) and optimize those",
+                p->name, p->value.view().describe());
     EMBER_CHECK(p->value.shape() == p->grad.shape() && p->value.device() == p->grad.device(),
                 "Optimizer: parameter '{}' is {} but its gradient is {}", p->name,
                 p->value.view().describe(), p->grad.view().describe());
-    EMBER_CHECK(p->value.device().is_cpu(),
-                "Optimizer: parameter '{}' is on {}; optimizers have no CUDA implementation yet",
-                p->name, p->value.device().to_string());
+    auto group = std::find_if(groups_.begin(), groups_.end(),
+                              [&](const DeviceGroup& g) { return g.device == p->value.device(); });
+    if (group == groups_.end()) group = groups_.insert(groups_.end(), {p->value.device(), {}});
+    group->parameters.push_back(i);
+  }
+}
+
+void Optimizer::step() {
+  run_step(nullptr);
+}
+
+void Optimizer::step(Stream& stream) {
+  run_step(&stream);
+}
+
+void Optimizer::run_step(Stream* stream) {
+  ++steps_;
+  prepare_step();
+  for (const DeviceGroup& group : groups_) {
+    if (group.device.is_cpu()) {
+      update_cpu(group);
+      continue;
+    }
+#if EMBER_WITH_CUDA
+    EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
+    if (stream != nullptr && stream->device() == group.device) {
+      update_cuda(group, stream->native());
+    } else {
+      // The default stream does not wait for non-blocking streams (ember's), so wait for the
+      // device first: the gradients may still be in flight on the user's stream.
+      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+      update_cuda(group, nullptr);
+      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+#else
+    (void)stream;
+    EMBER_THROW("Optimizer: parameters on {} need a build with CUDA", group.device.to_string());
+#endif
   }
 }
 
 void Optimizer::zero_grad() {
+#if EMBER_WITH_CUDA
+  // Tensor::fill_ runs on the default stream, which does not wait for ember's non-blocking
+  // streams: a step(stream) still reading these gradients must finish first.
+  for (const DeviceGroup& group : groups_) {
+    if (group.device.is_cuda()) {
+      EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
+      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  }
+#endif
   for (nn::Parameter* p : parameters_) p->grad.fill_(0.0);
 }
 

@@ -2,8 +2,13 @@
 
 #include <cmath>
 
+#if EMBER_WITH_CUDA
+#include "cuda/optimizer_cuda.hpp"
+#endif
+
 namespace ember::train {
 namespace {
+
 void validate(const SGDOptions& o) {
   EMBER_CHECK(std::isfinite(o.lr) && o.lr >= 0, "SGD: lr must be finite and >= 0, not {}", o.lr);
   EMBER_CHECK(o.momentum >= 0, "SGD: momentum must be >= 0, not {}", o.momentum);
@@ -13,6 +18,17 @@ void validate(const SGDOptions& o) {
               "dampening={})",
               o.momentum, o.dampening);
 }
+
+template <bool kMomentum>
+void update_elements(const rules::SGDScalars& s, float* param, const float* grad, float* buf,
+                     int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    float unused = 0.0f;
+    rules::sgd_update<kMomentum>(s, param[i], grad[i], kMomentum ? buf[i] : unused);
+  }
+}
+
 }  // namespace
 
 SGD::SGD(std::vector<nn::Parameter*> parameters, const SGDOptions& options)
@@ -27,28 +43,57 @@ void SGD::set_lr(float lr) {
   options_ = o;
 }
 
-void SGD::step() {
-  const SGDOptions o = options_;
-  const bool first = momentum_.empty();
-  if (first && o.momentum != 0) {
-    for (nn::Parameter* p : parameters_) momentum_.push_back(Tensor::empty(p->value.shape()));
-  }
-  for (size_t t = 0; t < parameters_.size(); ++t) {
-    float* param = parameters_[t]->value.data<float>();
-    const float* grad = parameters_[t]->grad.data<float>();
-    float* buf = o.momentum != 0 ? momentum_[t].data<float>() : nullptr;
-    const int64_t n = parameters_[t]->value.numel();
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      float g = o.weight_decay != 0 ? grad[i] + o.weight_decay * param[i] : grad[i];
-      if (buf) {
-        buf[i] = first ? g : o.momentum * buf[i] + (1.0f - o.dampening) * g;
-        g = o.nesterov ? g + o.momentum * buf[i] : buf[i];
-      }
-      param[i] -= o.lr * g;
+const Tensor& SGD::momentum_buffer(size_t i) const {
+  static const Tensor none;
+  return momentum_.empty() ? none : momentum_.at(i);
+}
+
+void SGD::prepare_step() {
+  const SGDOptions& o = options_;
+  const bool momentum = o.momentum != 0;
+  scalars_ = {.lr = o.lr,
+              .momentum = o.momentum,
+              .one_minus_dampening = 1.0f - o.dampening,
+              .weight_decay = o.weight_decay,
+              .first = momentum && momentum_.empty(),
+              .nesterov = o.nesterov};
+  if (scalars_.first) {  // the first step writes each buffer before reading it
+    for (nn::Parameter* p : parameters_) {
+      momentum_.push_back(Tensor::empty(p->value.shape(), DType::f32, p->value.device()));
     }
   }
-  ++steps_;
+}
+
+void SGD::update_cpu(const DeviceGroup& group) {
+  for (size_t t : group.parameters) {
+    float* param = parameters_[t]->value.data<float>();
+    const float* grad = parameters_[t]->grad.data<float>();
+    const int64_t n = parameters_[t]->value.numel();
+    if (options_.momentum != 0) {
+      update_elements<true>(scalars_, param, grad, momentum_[t].data<float>(), n);
+    } else {
+      update_elements<false>(scalars_, param, grad, nullptr, n);
+    }
+  }
+}
+
+void SGD::update_cuda(const DeviceGroup& group, void* cuda_stream) {
+#if EMBER_WITH_CUDA
+  const bool momentum = options_.momentum != 0;
+  std::vector<cuda::TensorOperands> tensors;
+  tensors.reserve(group.parameters.size());
+  for (size_t t : group.parameters) {
+    cuda::TensorOperands& op = tensors.emplace_back();
+    op.data = {parameters_[t]->value.data<float>(), parameters_[t]->grad.data<float>(),
+               momentum ? momentum_[t].data<float>() : nullptr};
+    op.numel = parameters_[t]->value.numel();
+  }
+  cuda::sgd_update(scalars_, momentum, tensors, static_cast<cudaStream_t>(cuda_stream));
+#else
+  (void)group;
+  (void)cuda_stream;
+  EMBER_THROW("SGD: CUDA parameters need a build with CUDA");
+#endif
 }
 
 }  // namespace ember::train

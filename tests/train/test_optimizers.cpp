@@ -96,6 +96,36 @@ TEST(AdamW, VaryingGradientMatchesReference) {
   }
 }
 
+// The state accessors expose the moments after a step: from zero state, m = (1 - beta1) g and
+// v = (1 - beta2) g g, each product rounded once in f32 (the same expressions give the same bits).
+TEST(AdamW, StateAfterOneStep) {
+  const train::AdamWOptions o{.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.95f, .amsgrad = true};
+  nn::Parameter p = param({1.0f, -2.0f});
+  p.grad.copy_(Tensor::from_vector<float>({0.3f, -1.5f}, {2}));
+  train::AdamW opt({&p}, o);
+  EXPECT_EQ(opt.exp_avg(0).to_vector<float>(), (std::vector<float>{0, 0}));
+  opt.step();
+  const std::vector<float> g = {0.3f, -1.5f};
+  for (size_t i = 0; i < 2; ++i) {
+    const float one_minus_beta1 = 1.0f - o.beta1, one_minus_beta2 = 1.0f - o.beta2;
+    const float v = one_minus_beta2 * g[i] * g[i];
+    EXPECT_EQ(opt.exp_avg(0).to_vector<float>()[i], one_minus_beta1 * g[i]) << i;
+    EXPECT_EQ(opt.exp_avg_sq(0).to_vector<float>()[i], v) << i;
+    EXPECT_EQ(opt.max_exp_avg_sq(0).to_vector<float>()[i], v) << i;
+  }
+  train::AdamW plain({&p});
+  EXPECT_FALSE(plain.max_exp_avg_sq(0).defined());
+}
+
+TEST(SGD, MomentumBufferStartsAsTheGradient) {
+  nn::Parameter p = param({1.0f, 2.0f});
+  p.grad.copy_(Tensor::from_vector<float>({0.5f, -4.0f}, {2}));
+  train::SGD opt({&p}, {.lr = 0.25f, .momentum = 0.9f});
+  EXPECT_FALSE(opt.momentum_buffer(0).defined());
+  opt.step();
+  EXPECT_EQ(opt.momentum_buffer(0).to_vector<float>(), (std::vector<float>{0.5f, -4.0f}));
+}
+
 TEST(AdamW, PyTorchDefaults) {
   const train::AdamWOptions o;
   EXPECT_FLOAT_EQ(o.lr, 1e-3f);

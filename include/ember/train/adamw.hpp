@@ -4,9 +4,11 @@
 //   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
 //   (amsgrad: vmax = max(vmax, v), used in place of v below)
 //   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// The arithmetic is ember::train::rules::adamw_update, the same on the CPU and on CUDA.
 #pragma once
 
 #include "ember/train/optimizer.hpp"
+#include "ember/train/update_rules.hpp"
 
 namespace ember::train {
 
@@ -22,12 +24,20 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options = {});
-  void step() override;
   const AdamWOptions& options() const { return options_; }
   void set_lr(float lr);
+  // State of parameter i, f32 on its device (max_exp_avg_sq is undefined without amsgrad).
+  const Tensor& exp_avg(size_t i) const;
+  const Tensor& exp_avg_sq(size_t i) const;
+  const Tensor& max_exp_avg_sq(size_t i) const;
 
  private:
+  void prepare_step() override;
+  void update_cpu(const DeviceGroup& group) override;
+  void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+
   AdamWOptions options_;
+  rules::AdamWScalars scalars_{};
   std::vector<Tensor> exp_avg_, exp_avg_sq_, max_exp_avg_sq_;
 };
 

@@ -1,9 +1,14 @@
-// Optimizer: updates a fixed list of parameters from their gradients.
+// Optimizer: updates a fixed list of parameters from their gradients, on whatever devices the
+// parameters live. Parameters are grouped by device at construction: CPU parameters are
+// updated by an OpenMP loop, the parameters of each CUDA device by one fused multi-tensor
+// kernel launch (kernels/multi_tensor.cuh; more launches only past a few dozen tensors or
+// ~10M elements per launch). Optimizer state lives on each parameter's device.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "ember/core/stream.hpp"
 #include "ember/nn/parameter.hpp"
 
 namespace ember::train {
@@ -14,14 +19,37 @@ class Optimizer {
   explicit Optimizer(std::vector<nn::Parameter*> parameters);
   virtual ~Optimizer() = default;
 
-  virtual void step() = 0;  // one update from the current gradients
-  void zero_grad();         // sets every gradient to zero
+  // One update from the current gradients. step() is synchronous: on CUDA devices it waits
+  // for all work queued on the device, updates on its default stream and waits again.
+  // step(stream) enqueues the update of the parameters on stream's device on `stream`
+  // (ordered after the backward pass queued there, without waiting on the host); parameters
+  // on other devices are updated as by step().
+  void step();
+  void step(Stream& stream);
+  void zero_grad();  // sets every gradient to zero
   int64_t steps() const { return steps_; }
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
 
  protected:
+  struct DeviceGroup {
+    Device device;
+    std::vector<size_t> parameters;  // indices into parameters_
+  };
+
+  // Called once per step, after steps_ is incremented and before any update: per-step
+  // scalars, state created lazily.
+  virtual void prepare_step() {}
+  virtual void update_cpu(const DeviceGroup& group) = 0;
+  // Enqueues the update of a CUDA group on `cuda_stream` (a cudaStream_t); the group's device
+  // is current.
+  virtual void update_cuda(const DeviceGroup& group, void* cuda_stream) = 0;
+
   std::vector<nn::Parameter*> parameters_;
+  std::vector<DeviceGroup> groups_;  // one per device, in order of first appearance
   int64_t steps_ = 0;
+
+ private:
+  void run_step(Stream* stream);
 };
 
 }  // namespace ember::train

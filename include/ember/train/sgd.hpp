@@ -4,9 +4,11 @@
 //   b = g on the first step, else momentum * b + (1 - dampening) * g
 //   g = nesterov ? g + momentum * b : b        (when momentum != 0)
 //   p -= lr * g
+// The arithmetic is ember::train::rules::sgd_update, the same on the CPU and on CUDA.
 #pragma once
 
 #include "ember/train/optimizer.hpp"
+#include "ember/train/update_rules.hpp"
 
 namespace ember::train {
 
@@ -21,12 +23,19 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   SGD(std::vector<nn::Parameter*> parameters, const SGDOptions& options = {});
-  void step() override;
   const SGDOptions& options() const { return options_; }
   void set_lr(float lr);
+  // The momentum buffer of parameter i (on its device); undefined before the first step or
+  // without momentum.
+  const Tensor& momentum_buffer(size_t i) const;
 
  private:
+  void prepare_step() override;
+  void update_cpu(const DeviceGroup& group) override;
+  void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+
   SGDOptions options_;
+  rules::SGDScalars scalars_{};
   std::vector<Tensor> momentum_;  // one buffer per parameter, created on the first step
 };
 

@@ -1,0 +1,160 @@
+// multi_tensor: one kernel launch applies a per-element update to many tensors at once (the
+// optimizers' "fused"/"foreach" updates), as PyTorch's multi_tensor_apply does.
+//
+// Each tensor has kDepth f32 operands of the same length (slot 0 the parameter, slot 1 its
+// gradient, then optimizer state). Tensors are cut into chunks of kMultiTensorChunk elements;
+// one block updates one chunk. A MultiTensorBatch, passed by value in the kernel's parameter
+// space (4 KiB on every architecture), holds up to kMaxTensors tensors' pointers and a table
+// mapping each block to (tensor, chunk); plan_multi_tensor_batches fills batches and starts a
+// new one only when a batch's tensor list or block table is full.
+//
+// Slot 1 (the gradient) is read-only: the kernel writes back every other slot.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/core/launch.hpp"
+
+#if defined(__CUDACC__) && !defined(EMBER_SIMT)
+#define EMBER_MULTI_TENSOR_UNROLL _Pragma("unroll")
+#else
+#define EMBER_MULTI_TENSOR_UNROLL _Pragma("GCC unroll 4")
+#endif
+
+namespace ember::kernels {
+
+constexpr int kMultiTensorThreads = 256;
+constexpr int64_t kMultiTensorChunk = 32768;  // elements per block: 128 per thread
+constexpr int kMultiTensorMaxBlocks = 320;
+
+// Tensors per batch for kDepth operand slots, chosen to keep a batch under 4 KiB.
+template <int kDepth>
+constexpr int multi_tensor_capacity() {
+  static_assert(kDepth >= 2 && kDepth <= 5, "multi_tensor: 2 to 5 operands per tensor");
+  return kDepth == 2 ? 96 : kDepth == 3 ? 64 : kDepth == 4 ? 48 : 36;
+}
+
+template <int kDepth>
+struct MultiTensorBatch {
+  static constexpr int kMaxTensors = multi_tensor_capacity<kDepth>();
+  float* data[kDepth][kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int32_t block_chunk[kMultiTensorMaxBlocks];   // which chunk of its tensor block b updates
+  uint8_t block_tensor[kMultiTensorMaxBlocks];  // which tensor of the batch block b updates
+};
+
+// CUDA's limit on a kernel's parameters is 4 KiB before CUDA 12.1; leave room for the update's
+// own scalars.
+static_assert(sizeof(MultiTensorBatch<2>) <= 3968 && sizeof(MultiTensorBatch<3>) <= 3968 &&
+                  sizeof(MultiTensorBatch<4>) <= 3968 && sizeof(MultiTensorBatch<5>) <= 3968,
+              "a MultiTensorBatch must fit CUDA's 4 KiB of kernel parameters");
+
+// Packs `count` tensors into batches and calls launch(batch, blocks) for each: tensor t has
+// operands pointers(t)[0..kDepth) and numel(t) elements (empty tensors are skipped). A tensor
+// that does not fit a batch's block table continues in the next batch. max_tensors and
+// max_blocks (at most the batch's capacities) let tests exercise the packing with small
+// numbers; chunk is the elements per block.
+template <int kDepth, class Pointers, class Numel, class Launch>
+void plan_multi_tensor_batches(int64_t count, Pointers&& pointers, Numel&& numel, Launch&& launch,
+                               int max_tensors = MultiTensorBatch<kDepth>::kMaxTensors,
+                               int max_blocks = kMultiTensorMaxBlocks,
+                               int64_t chunk = kMultiTensorChunk) {
+  MultiTensorBatch<kDepth> batch{};
+  int tensors = 0, blocks = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t n = numel(t);
+    if (n == 0) continue;
+    const auto& ptrs = pointers(t);
+    auto add_tensor = [&] {
+      for (int d = 0; d < kDepth; ++d) batch.data[d][tensors] = ptrs[d];
+      batch.numel[tensors] = n;
+      ++tensors;
+    };
+    add_tensor();
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      batch.block_tensor[blocks] = static_cast<uint8_t>(tensors - 1);
+      batch.block_chunk[blocks] = static_cast<int32_t>(c);
+      ++blocks;
+      const bool last_chunk = c == chunks - 1;
+      if (blocks == max_blocks || (tensors == max_tensors && last_chunk)) {
+        launch(batch, blocks);
+        blocks = 0;
+        tensors = 0;
+        if (!last_chunk) add_tensor();  // the rest of this tensor goes in the next batch
+      }
+    }
+  }
+  if (blocks > 0) launch(batch, blocks);
+}
+
+// 16 bytes, aligned: nvcc turns a load of one into a single 128-bit global load.
+struct alignas(16) Float4 {
+  float v[4];
+};
+
+// Block b updates chunk block_chunk[b] of tensor block_tensor[b]: op(x) on the kDepth values
+// x[0..kDepth) of each element. 128-bit loads and stores when every operand of the tensor is
+// 16-byte aligned (chunks start at multiples of 4 elements, so they stay aligned), else scalar.
+template <class Op, int kDepth>
+__global__ void __launch_bounds__(kMultiTensorThreads)
+    multi_tensor_kernel(MultiTensorBatch<kDepth> batch, int64_t chunk, Op op) {
+  const int t = batch.block_tensor[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(batch.block_chunk[blockIdx.x]) * chunk;
+  const int64_t left = batch.numel[t] - begin;
+  const int64_t n = left < chunk ? left : chunk;
+  float* ptr[kDepth];
+  bool aligned = true;
+  EMBER_MULTI_TENSOR_UNROLL
+  for (int d = 0; d < kDepth; ++d) {
+    ptr[d] = batch.data[d][t] + begin;
+    aligned = aligned && reinterpret_cast<uintptr_t>(ptr[d]) % 16 == 0;
+  }
+  const int64_t vector_end = aligned ? n / 4 * 4 : 0;
+  for (int64_t i = 4 * static_cast<int64_t>(threadIdx.x); i < vector_end;
+       i += 4 * static_cast<int64_t>(blockDim.x)) {
+    Float4 v[kDepth];
+    EMBER_MULTI_TENSOR_UNROLL
+    for (int d = 0; d < kDepth; ++d) v[d] = *reinterpret_cast<const Float4*>(ptr[d] + i);
+    EMBER_MULTI_TENSOR_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      float x[kDepth];
+      EMBER_MULTI_TENSOR_UNROLL
+      for (int d = 0; d < kDepth; ++d) x[d] = v[d].v[e];
+      op(x);
+      EMBER_MULTI_TENSOR_UNROLL
+      for (int d = 0; d < kDepth; ++d) v[d].v[e] = x[d];
+    }
+    EMBER_MULTI_TENSOR_UNROLL
+    for (int d = 0; d < kDepth; ++d) {
+      if (d != 1) *reinterpret_cast<Float4*>(ptr[d] + i) = v[d];
+    }
+  }
+  for (int64_t i = vector_end + threadIdx.x; i < n; i += blockDim.x) {
+    float x[kDepth];
+    EMBER_MULTI_TENSOR_UNROLL
+    for (int d = 0; d < kDepth; ++d) x[d] = ptr[d][i];
+    op(x);
+    EMBER_MULTI_TENSOR_UNROLL
+    for (int d = 0; d < kDepth; ++d) {
+      if (d != 1) ptr[d][i] = x[d];
+    }
+  }
+}
+
+// Enqueues op over every element of `count` tensors (see plan_multi_tensor_batches for
+// pointers and numel): one launch per batch, usually one in all. Returns the launches made.
+template <int kDepth, class Op, class Pointers, class Numel>
+int launch_multi_tensor(int64_t count, Pointers&& pointers, Numel&& numel, const Op& op,
+                        cudaStream_t stream) {
+  int launches = 0;
+  plan_multi_tensor_batches<kDepth>(
+      count, pointers, numel, [&](const MultiTensorBatch<kDepth>& batch, int blocks) {
+        launch(multi_tensor_kernel<Op, kDepth>, dim3(static_cast<unsigned>(blocks)),
+               dim3(kMultiTensorThreads), 0, stream, batch, kMultiTensorChunk, op);
+        ++launches;
+      });
+  return launches;
+}
+
+}  // namespace ember::kernels
