@@ -5,6 +5,9 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
+#if EMBER_WITH_CUDA
+#include "cuda/reduce_cuda.hpp"
+#endif
 
 namespace ember::ops {
 
@@ -14,8 +17,15 @@ void sum(Stream& stream, const TensorView& out, const TensorView& x, const Reduc
   detail::check_scalar(kOp, "out", out, DType::f32);
   detail::check_floating(kOp, "x", x);
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::sum(out, x, options.accumulate);
+  if (stream.device().is_cpu()) {
+    cpu::sum(out, x, options.accumulate);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::sum(stream, out, x, options.accumulate);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
@@ -37,8 +47,15 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
   EMBER_CHECK(out_ok, "{}: out must be [{}] (one sum per column of x), not {}; x is {}", kOp, cols,
               out.describe(), x.describe());
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::column_sums(out, x, options.accumulate);
+  if (stream.device().is_cpu()) {
+    cpu::column_sums(out, x, options.accumulate);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::column_sums(stream, out, x, options.accumulate);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 void max(Stream& stream, const TensorView& out, const TensorView& x) {
@@ -49,8 +66,15 @@ void max(Stream& stream, const TensorView& out, const TensorView& x) {
   EMBER_CHECK(x.numel() > 0, "{}: x {} is empty, and an empty tensor has no largest element", kOp,
               x.describe());
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::max(out, x);
+  if (stream.device().is_cpu()) {
+    cpu::max(out, x);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::max(stream, out, x);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 }  // namespace ember::ops

@@ -8,6 +8,9 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
+#if EMBER_WITH_CUDA
+#include "cuda/softmax_cross_entropy_cuda.hpp"
+#endif
 
 namespace ember::ops {
 namespace {
@@ -50,9 +53,16 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   detail::check_overlap(kOp, probs, logits);  // probs may be exactly f32 logits (in-place)
   for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, probs, labels);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::check_labels(kOp, labels, logits.shape[1]);
-  cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_labels(kOp, labels, logits.shape[1]);
+    cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
@@ -68,9 +78,16 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
   detail::check_same_shape(kOp, dlogits, probs);
   detail::check_overlap(kOp, dlogits, probs);  // dlogits may be exactly probs (in-place)
   detail::check_disjoint(kOp, dlogits, labels);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::check_labels(kOp, labels, probs.shape[1]);
-  cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
+  if (stream.device().is_cpu()) {
+    cpu::check_labels(kOp, labels, probs.shape[1]);
+    cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::softmax_cross_entropy_backward(stream, kOp, dlogits, probs, labels, dloss);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
@@ -85,8 +102,15 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
   EMBER_CHECK(out.dtype == DType::i64 || x.shape[1] <= std::numeric_limits<int32_t>::max(),
               "{}: out is i32 but x {} has more columns than i32 can index", kOp, x.describe());
   detail::check_disjoint(kOp, out, x);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::argmax(out, x);
+  if (stream.device().is_cpu()) {
+    cpu::argmax(out, x);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::argmax(stream, out, x);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
@@ -98,9 +122,16 @@ void count_correct(Stream& stream, const TensorView& correct, const TensorView& 
   detail::check_scalar(kOp, "correct", correct, DType::i64);
   detail::check_disjoint(kOp, correct, logits);
   detail::check_disjoint(kOp, correct, labels);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::check_labels(kOp, labels, logits.shape[1]);
-  cpu::count_correct(correct, logits, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_labels(kOp, labels, logits.shape[1]);
+    cpu::count_correct(correct, logits, labels);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::count_correct(stream, kOp, correct, logits, labels);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
 }
 
 }  // namespace ember::ops

@@ -1,0 +1,24 @@
+// Internal: the CUDA implementations behind ops::sum, ops::column_sums and ops::max, and the
+// small helpers that the softmax + cross-entropy host code shares with them. Arguments arrive
+// validated by the dispatching functions in src/ops/reduce.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+#include "reduce_launchers.hpp"
+
+namespace ember::ops::cuda {
+
+void sum(Stream& stream, const TensorView& out, const TensorView& x, bool accumulate);
+void column_sums(Stream& stream, const TensorView& out, const TensorView& x, bool accumulate);
+void max(Stream& stream, const TensorView& out, const TensorView& x);  // x is not empty
+
+// The launchers' name for a floating dtype (f32, f16 or bf16).
+FloatType float_type(DType dtype);
+
+// Makes the stream's device current and returns the stream's handle.
+cudaStream_t enter(const Stream& stream);
+
+}  // namespace ember::ops::cuda
