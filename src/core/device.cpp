@@ -6,12 +6,6 @@
 #include "cuda_backend.hpp"
 #include "ember/core/error.hpp"
 
-// Set to 1 once every op train_mlp uses has a CUDA implementation (the matmul
-// and elementwise-fusion issues); until then the examples train on the CPU.
-#ifndef EMBER_CUDA_OPS_COMPLETE
-#define EMBER_CUDA_OPS_COMPLETE 0
-#endif
-
 namespace ember {
 
 Device Device::parse(std::string_view text) {
@@ -32,7 +26,9 @@ std::string Device::to_string() const {
   return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index_);
 }
 
-bool built_with_cuda() { return EMBER_WITH_CUDA != 0; }
+bool built_with_cuda() {
+  return EMBER_WITH_CUDA != 0;
+}
 
 namespace {
 struct CudaProbe {
@@ -49,7 +45,9 @@ const CudaProbe& probe() {
 }
 }  // namespace
 
-int cuda_device_count() { return probe().count; }
+int cuda_device_count() {
+  return probe().count;
+}
 
 void require_available(Device device) {
   if (device.is_cpu()) return;
@@ -64,10 +62,6 @@ Device default_device(std::string* reason) {
   const CudaProbe& p = probe();
   if (p.count == 0) {
     if (reason) *reason = p.reason;
-    return Device::cpu();
-  }
-  if (!EMBER_CUDA_OPS_COMPLETE) {
-    if (reason) *reason = "ember's CUDA ops are not complete yet";
     return Device::cpu();
   }
   return Device::cuda(0);

@@ -6,6 +6,17 @@
 #include "cpu/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
 
+#if EMBER_WITH_CUDA
+#include "cuda/elementwise_cuda.hpp"
+#endif
+
+// The CUDA implementation of an op, or a plain error in builds without CUDA.
+#if EMBER_WITH_CUDA
+#define EMBER_ON_CUDA(call) call
+#else
+#define EMBER_ON_CUDA(call) detail::no_cuda_implementation(kOp)
+#endif
+
 namespace ember::ops {
 namespace {
 
@@ -35,22 +46,31 @@ void check_binary(std::string_view op, const Stream& stream, const TensorView& o
 void add(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
   constexpr std::string_view kOp = "ops::add";
   check_binary(kOp, stream, out, "out", a, "a", b, "b");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::add(out, a, b);
+  if (stream.device().is_cpu()) {
+    cpu::add(out, a, b);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::add(stream, out, a, b));
 }
 
 void mul(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
   constexpr std::string_view kOp = "ops::mul";
   check_binary(kOp, stream, out, "out", a, "a", b, "b");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::mul(out, a, b);
+  if (stream.device().is_cpu()) {
+    cpu::mul(out, a, b);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::mul(stream, out, a, b));
 }
 
 void scale(Stream& stream, const TensorView& out, const TensorView& x, float alpha) {
   constexpr std::string_view kOp = "ops::scale";
   check_unary(kOp, stream, out, "out", x, "x");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::scale(out, x, alpha);
+  if (stream.device().is_cpu()) {
+    cpu::scale(out, x, alpha);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::scale(stream, out, x, alpha));
 }
 
 void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias) {
@@ -63,38 +83,53 @@ void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const 
               "{}: bias {} does not match the last dimension of x {}", kOp, bias.describe(),
               x.describe());
   detail::check_overlap(kOp, out, bias);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::bias_add(out, x, bias);
+  if (stream.device().is_cpu()) {
+    cpu::bias_add(out, x, bias);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::bias_add(stream, out, x, bias));
 }
 
 void relu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
   constexpr std::string_view kOp = "ops::relu_forward";
   check_unary(kOp, stream, y, "y", x, "x");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::relu_forward(y, x);
+  if (stream.device().is_cpu()) {
+    cpu::relu_forward(y, x);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::relu_forward(stream, y, x));
 }
 
 void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
   constexpr std::string_view kOp = "ops::relu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::relu_backward(dx, dy, x);
+  if (stream.device().is_cpu()) {
+    cpu::relu_backward(dx, dy, x);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::relu_backward(stream, dx, dy, x));
 }
 
 void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
   constexpr std::string_view kOp = "ops::gelu_forward";
   check_unary(kOp, stream, y, "y", x, "x");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::gelu_forward(y, x);
+  if (stream.device().is_cpu()) {
+    cpu::gelu_forward(y, x);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::gelu_forward(stream, y, x));
 }
 
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
   constexpr std::string_view kOp = "ops::gelu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::gelu_backward(dx, dy, x);
+  if (stream.device().is_cpu()) {
+    cpu::gelu_backward(dx, dy, x);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::gelu_backward(stream, dx, dy, x));
 }
 
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {
@@ -102,8 +137,89 @@ void cast(Stream& stream, const TensorView& out, const TensorView& in) {
   detail::check_devices(kOp, stream, {&out, &in});
   detail::check_same_shape(kOp, out, in);
   detail::check_overlap(kOp, out, in);
-  if (stream.device().is_cuda()) detail::no_cuda_implementation(kOp);
-  cpu::cast(out, in);
+  if (stream.device().is_cpu()) {
+    cpu::cast(out, in);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::cast(stream, out, in));
+}
+
+void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale) {
+  constexpr std::string_view kOp = "ops::cast_scaled";
+  detail::check_devices(kOp, stream, {&out, &in});
+  EMBER_CHECK(is_floating(out.dtype) || out.dtype == DType::u8,
+              "{}: out {} must be f32, f16, "
+              "bf16 or u8",
+              kOp, out.describe());
+  EMBER_CHECK(is_floating(in.dtype) || in.dtype == DType::u8,
+              "{}: in {} must be f32, f16, "
+              "bf16 or u8",
+              kOp, in.describe());
+  detail::check_same_shape(kOp, out, in);
+  detail::check_overlap(kOp, out, in);
+  if (stream.device().is_cpu()) {
+    cpu::cast_scaled(out, in, scale);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::cast_scaled(stream, out, in, scale));
+}
+
+void residual_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& y,
+                  float alpha) {
+  constexpr std::string_view kOp = "ops::residual_add";
+  check_binary(kOp, stream, out, "out", x, "x", y, "y");
+  if (stream.device().is_cpu()) {
+    cpu::residual_add(out, x, y, alpha);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::residual_add(stream, out, x, y, alpha));
+}
+
+namespace {
+
+// Kept elements are scaled by 1 / (1 - p); with p == 1 nothing is kept and the scale is 0.
+float dropout_scale(std::string_view op, float p) {
+  EMBER_CHECK(p >= 0.0f && p <= 1.0f, "{}: the drop probability must be in [0, 1], not {}", op, p);
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+void check_mask(std::string_view op, const Stream& stream, const TensorView& mask,
+                const TensorView& like) {
+  detail::check_devices(op, stream, {&mask});
+  EMBER_CHECK(is_floating(mask.dtype) || mask.dtype == DType::u8,
+              "{}: mask {} must be u8 or a float dtype", op, mask.describe());
+  detail::check_same_shape(op, mask, like);
+}
+
+}  // namespace
+
+void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
+                     const TensorView& x, float p, uint64_t seed, uint64_t offset) {
+  constexpr std::string_view kOp = "ops::dropout_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  check_mask(kOp, stream, mask, x);
+  detail::check_disjoint(kOp, mask, x);
+  detail::check_disjoint(kOp, mask, y);
+  const fn::Dropout dropout{seed, offset, p, dropout_scale(kOp, p)};
+  if (stream.device().is_cpu()) {
+    cpu::dropout_forward(y, mask, x, dropout);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::dropout_forward(stream, y, mask, x, dropout));
+}
+
+void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                      const TensorView& mask, float p) {
+  constexpr std::string_view kOp = "ops::dropout_backward";
+  check_unary(kOp, stream, dx, "dx", dy, "dy");
+  check_mask(kOp, stream, mask, dy);
+  detail::check_overlap(kOp, dx, mask);
+  const float scale = dropout_scale(kOp, p);
+  if (stream.device().is_cpu()) {
+    cpu::dropout_backward(dx, dy, mask, scale);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::dropout_backward(stream, dx, dy, mask, scale));
 }
 
 }  // namespace ember::ops

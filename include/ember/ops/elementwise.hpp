@@ -1,8 +1,10 @@
-// Pointwise ops. Operands are f32, f16 or bf16 (they may differ), computed in
-// f32 and rounded once to the output dtype. `out` may be exactly an input
-// (in-place: the same memory and element size); any other overlap throws.
-// Shape, dtype and device mismatches throw ember::Error naming the op.
+// Pointwise ops, each one ops::map pass (map.hpp) on the CPU and on CUDA. Operands are f32, f16
+// or bf16 (they may differ), computed in f32 and rounded once to the output dtype. `out` may be
+// exactly an input (in-place: the same memory and element size); any other overlap throws. Shape,
+// dtype and device mismatches throw ember::Error naming the op.
 #pragma once
+
+#include <cstdint>
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
@@ -29,6 +31,27 @@ void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, c
 // Converts between any two dtypes: floats round to nearest even; float to
 // integer truncates toward zero and saturates, nan giving 0. Any dtypes, same
 // shape; in-place only between dtypes of one size (f32 <-> i32, f16 <-> bf16).
+// On CUDA, casts among f32, f16, bf16 and u8 only so far.
 void cast(Stream& stream, const TensorView& out, const TensorView& in);
+
+// out = in * scale, rounded once to out's dtype: loss scaling and unscaling in AMP, f32 master
+// weights to f16 and back. Float dtypes and u8 (truncating, saturating, nan giving 0).
+void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale);
+
+// out = x + alpha * y (the product rounded, then the sum; no fused multiply-add on any backend):
+// a residual connection x + f(x), or an axpy.
+void residual_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& y,
+                  float alpha = 1.0f);
+
+// Dropout with probability p in [0, 1]: element i is kept when u_i >= p, u_i uniform in [0, 1)
+// from 24 bits of Philox4x32-10 keyed by `seed`, counter (i / 4, offset), word i % 4. Kept
+// elements are scaled by 1 / (1 - p) (0 when p == 1). `mask` (u8 or a float dtype, x's shape)
+// receives 1 for kept elements, 0 for dropped ones. The same (seed, offset) gives the same mask
+// on the CPU and on CUDA; give each layer and step its own offset (or seed).
+void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
+                     const TensorView& x, float p, uint64_t seed, uint64_t offset);
+// dx = dy / (1 - p) where mask != 0, else 0.
+void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                      const TensorView& mask, float p);
 
 }  // namespace ember::ops

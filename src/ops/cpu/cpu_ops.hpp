@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ember/core/tensor.hpp"
+#include "ember/ops/map_functors.hpp"
 
 namespace ember::ops::cpu {
 
@@ -21,6 +22,12 @@ void relu_backward(const TensorView& dx, const TensorView& dy, const TensorView&
 void gelu_forward(const TensorView& y, const TensorView& x);
 void gelu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x);
 void cast(const TensorView& out, const TensorView& in);
+void cast_scaled(const TensorView& out, const TensorView& in, float scale);
+void residual_add(const TensorView& out, const TensorView& x, const TensorView& y, float alpha);
+void dropout_forward(const TensorView& y, const TensorView& mask, const TensorView& x,
+                     const fn::Dropout& dropout);
+void dropout_backward(const TensorView& dx, const TensorView& dy, const TensorView& mask,
+                      float scale);
 
 // ---- reductions (reduce_cpu.cpp) ---------------------------------------------------------------
 void sum(const TensorView& out, const TensorView& x, bool accumulate);

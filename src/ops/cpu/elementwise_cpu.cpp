@@ -1,47 +1,28 @@
-// CPU pointwise ops. Every op is an f32 kernel over one block of elements; map_unary/map_binary
-// feed it blocks in parallel, pointing straight at f32 operands and converting 16-bit ones
-// through stack buffers. Blocks are independent, so results do not depend on the thread count.
+// CPU pointwise ops, each one ops::map loop (include/ember/ops/map_cpu.hpp): blocks of f32
+// values (16-bit operands converted through stack buffers) fed to a functor in an `omp simd`
+// loop. Blocks are independent, so results do not depend on the thread count.
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "cpu_ops.hpp"
+#include "ember/ops/map_cpu.hpp"
+#include "ember/ops/map_functors.hpp"
 
 namespace ember::ops::cpu {
 namespace {
 
-// kernel(out, x, n): out[i] = f(x[i]) for i < n; out may be x.
-template <class Kernel>
-void map_unary(const TensorView& out, const TensorView& x, Kernel kernel) {
-  const int64_t n = out.numel();
-  const int64_t blocks = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t begin = block * kBlock;
-    const int64_t count = std::min(kBlock, n - begin);
-    float x_buffer[kBlock], out_buffer[kBlock];
-    const float* px = load_f32(x.data, x.dtype, begin, count, x_buffer);
-    float* po = result_f32(out.data, out.dtype, begin, out_buffer);
-    kernel(po, px, count);
-    store_f32(out.data, out.dtype, begin, count, po);
-  }
+// outs = f(ins...) over the outputs' shape; row vectors broadcast along the last dimension.
+template <size_t N, class F, class... In>
+void run(const std::array<TensorView, N>& outs, const F& f, const In&... ins) {
+  if (outs[0].numel() == 0) return;
+  const int64_t cols = outs[0].rank() >= 1 ? outs[0].shape[-1] : 1;
+  detail::map_cpu<detail::kind_of<In>()...>(outs, cols, f, ins...);
 }
 
-// kernel(out, a, b, n): out[i] = f(a[i], b[i]) for i < n; out may be a or b.
-template <class Kernel>
-void map_binary(const TensorView& out, const TensorView& a, const TensorView& b, Kernel kernel) {
-  const int64_t n = out.numel();
-  const int64_t blocks = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t begin = block * kBlock;
-    const int64_t count = std::min(kBlock, n - begin);
-    float a_buffer[kBlock], b_buffer[kBlock], out_buffer[kBlock];
-    const float* pa = load_f32(a.data, a.dtype, begin, count, a_buffer);
-    const float* pb = load_f32(b.data, b.dtype, begin, count, b_buffer);
-    float* po = result_f32(out.data, out.dtype, begin, out_buffer);
-    kernel(po, pa, pb, count);
-    store_f32(out.data, out.dtype, begin, count, po);
-  }
+template <class F, class... In>
+void run(const TensorView& out, const F& f, const In&... ins) {
+  run(std::array<TensorView, 1>{out}, f, ins...);
 }
 
 // The kernels use `omp simd` rather than __restrict: out may be exactly an input, which is fine
@@ -54,24 +35,20 @@ constexpr float kGeluTwoK = 1.5957691216057308f;  // 2 sqrt(2 / pi)
 // GELU(x) = 0.5 x (1 + tanh(u)) with u = k (x + c x^3). Since 1 + tanh(u) = 2 sigmoid(2u), this
 // is x * s with s = 1 / (1 + e^-z), z = 2u: the same function without the cancellation in
 // 1 + tanh(u) for negative x, and one exp instead of tanh (exp_f32 vectorizes).
-EMBER_CPU_CLONES void gelu_kernel(float* o, const float* v, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = v[i];
+struct Gelu {
+  float operator()(float xi) const {
     const float z = kGeluTwoK * xi * (1.0f + kGeluC * xi * xi);
     const float s = 1.0f / (1.0f + exp_f32(-z));
     // s == 0 only for z far below 0, where GELU is -0; this also gives GELU(-inf) = -0 instead
     // of -inf * 0 = nan.
-    o[i] = select(s == 0.0f, -0.0f, xi * s);
+    return select(s == 0.0f, -0.0f, xi * s);
   }
-}
+};
 
 // d/dx [x s(z)] = s + x s (1 - s) dz/dx, with s (1 - s) = e s^2 (e = e^-z, accurate for z of
 // either sign) and dz/dx = 2k (1 + 3c x^2).
-EMBER_CPU_CLONES void gelu_grad_kernel(float* o, const float* g, const float* v, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = v[i];
+struct GeluGrad {
+  float operator()(float g, float xi) const {
     const float x2 = xi * xi;
     const float z = kGeluTwoK * xi * (1.0f + kGeluC * x2);
     const float e = exp_f32(-z);
@@ -80,9 +57,9 @@ EMBER_CPU_CLONES void gelu_grad_kernel(float* o, const float* g, const float* v,
     // Saturated (e == 0: s = 1; s == 0: e = inf): the second term is 0, but computing it could
     // give inf * 0. (e * s) = 1 - s <= 1 comes first: x * e alone overflows when s is subnormal.
     const bool saturated = (e == 0.0f) | (s == 0.0f);
-    o[i] = g[i] * select(saturated, s, s + xi * dz * ((e * s) * s));
+    return g * select(saturated, s, s + xi * dz * ((e * s) * s));
   }
-}
+};
 
 }  // namespace
 
@@ -103,76 +80,63 @@ EMBER_CPU_CLONES void f32_to_bf16(const float* in, int64_t n, bfloat16* out) {
 }
 
 void add(const TensorView& out, const TensorView& a, const TensorView& b) {
-  map_binary(out, a, b, [](float* o, const float* x, const float* y, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-  });
+  run(out, fn::Add{}, a, b);
 }
 
 void mul(const TensorView& out, const TensorView& a, const TensorView& b) {
-  map_binary(out, a, b, [](float* o, const float* x, const float* y, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = x[i] * y[i];
-  });
+  run(out, fn::Mul{}, a, b);
 }
 
 void scale(const TensorView& out, const TensorView& x, float alpha) {
-  map_unary(out, x, [alpha](float* o, const float* v, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = alpha * v[i];
-  });
+  run(out, fn::Scale{alpha}, x);
 }
 
 void bias_add(const TensorView& out, const TensorView& x, const TensorView& bias) {
-  const int64_t cols = bias.numel();
-  if (cols == 0 || x.numel() == 0) return;
-  const int64_t rows = x.numel() / cols;
-  std::vector<float> bias_buffer(bias.dtype == DType::f32 ? 0 : static_cast<size_t>(cols));
-  const float* pbias = load_f32(bias.data, bias.dtype, 0, cols, bias_buffer.data());
-  // Parallel over (row, column block) pairs, so both tall and wide matrices spread over threads.
-  const int64_t col_blocks = ceil_div(cols, kBlock);
-  const int64_t items = rows * col_blocks;
-#pragma omp parallel for schedule(static) if (x.numel() >= kParallelMin)
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t c0 = (item % col_blocks) * kBlock;
-    const int64_t count = std::min(kBlock, cols - c0);
-    const int64_t begin = (item / col_blocks) * cols + c0;
-    float x_buffer[kBlock], out_buffer[kBlock];
-    const float* px = load_f32(x.data, x.dtype, begin, count, x_buffer);
-    float* po = result_f32(out.data, out.dtype, begin, out_buffer);
-    const float* pb = pbias + c0;
-#pragma omp simd
-    for (int64_t j = 0; j < count; ++j) po[j] = px[j] + pb[j];
-    store_f32(out.data, out.dtype, begin, count, po);
-  }
+  run(out, fn::Add{}, x, ops::row(bias));
 }
 
 void relu_forward(const TensorView& y, const TensorView& x) {
-  map_unary(y, x, [](float* o, const float* v, int64_t n) {
-  // `v < 0 ? 0 : v` rather than `v > 0 ? v : 0`: nan propagates (as in PyTorch).
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = v[i] < 0.0f ? 0.0f : v[i];
-  });
+  run(y, fn::Relu{}, x);
 }
 
 void relu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x) {
-  map_binary(dx, dy, x, [](float* o, const float* g, const float* v, int64_t n) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = select(v[i] > 0.0f, g[i], 0.0f);
-  });
+  run(dx, fn::ReluGrad{}, dy, x);
 }
 
 void gelu_forward(const TensorView& y, const TensorView& x) {
-  map_unary(y, x, gelu_kernel);
+  run(y, Gelu{}, x);
 }
 
 void gelu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x) {
-  map_binary(dx, dy, x, gelu_grad_kernel);
+  run(dx, GeluGrad{}, dy, x);
+}
+
+void cast_scaled(const TensorView& out, const TensorView& in, float scale) {
+  run(out, fn::Scale{scale}, in);
+}
+
+void residual_add(const TensorView& out, const TensorView& x, const TensorView& y, float alpha) {
+  run(out, fn::Axpy{alpha}, x, y);
+}
+
+void dropout_forward(const TensorView& y, const TensorView& mask, const TensorView& x,
+                     const fn::Dropout& dropout) {
+  run(std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
+}
+
+void dropout_backward(const TensorView& dx, const TensorView& dy, const TensorView& mask,
+                      float scale) {
+  run(dx, fn::DropoutGrad{scale}, dy, mask);
 }
 
 void cast(const TensorView& out, const TensorView& in) {
   const int64_t n = in.numel();
   if (n == 0) return;
+  const auto map_dtype = [](DType d) { return is_floating(d) || d == DType::u8; };
+  if (out.dtype != in.dtype && map_dtype(out.dtype) && map_dtype(in.dtype)) {
+    run(out, fn::Identity{}, in);  // exact in f32, rounded once: as convert_host
+    return;
+  }
   if (out.data == in.data && out.dtype != in.dtype) {
     // In-place between dtypes of one size (f32 <-> i32, f16 <-> bf16): convert through a copy,
     // since convert_host reads and writes through pointers of different types.

@@ -1,0 +1,239 @@
+// The CPU backend of ops::map and ops::map_reduce (see map.hpp). Elements are processed in
+// fixed blocks of kMapBlock within one row (or of the flat tensor when nothing is broadcast):
+// each block's 16-bit and u8 operands are converted into f32 stack buffers, f runs over the block
+// in an `omp simd` loop, and the results are rounded into the outputs. Blocks are independent
+// and map_reduce combines them in block order, so results do not depend on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ember/core/tensor.hpp"
+#include "ember/ops/map_types.hpp"
+
+// OpenMP where the compiler has it on (nvcc compiles a .cu's host code without -fopenmp: the
+// CPU path then runs on one thread, with the same results).
+#if defined(_OPENMP)
+#define EMBER_MAP_OMP_PARALLEL_FOR \
+  _Pragma("omp parallel for schedule(static) if (n >= kMapParallelMin)")
+#define EMBER_MAP_OMP_SIMD _Pragma("omp simd")
+#else
+#define EMBER_MAP_OMP_PARALLEL_FOR
+#define EMBER_MAP_OMP_SIMD
+#endif
+
+namespace ember::ops {
+
+// A row vector [N] broadcast across the rows of [..., N]: element (r, j) reads t[j].
+struct Row {
+  TensorView t;
+};
+// A column vector [M] broadcast along the rows of [M, N] (any rank, M = numel / N): element
+// (r, j) reads t[r].
+struct Col {
+  TensorView t;
+};
+inline Row row(const TensorView& t) {
+  return {t};
+}
+inline Col col(const TensorView& t) {
+  return {t};
+}
+
+namespace detail {
+
+inline constexpr int64_t kMapBlock = 1024;  // elements per block (4 KiB per buffer)
+inline constexpr int64_t kMapParallelMin = int64_t{1} << 15;  // smaller maps run on one thread
+
+// Block converters (src/ops/cpu/map_cpu.cpp): the f32 values of elements [begin, begin + count)
+// of a tensor of any map dtype (the tensor's own memory for f32, else `buffer`), and the
+// rounding store of f32 values into a tensor (nothing to do for f32, computed in place).
+const float* map_load_f32(const void* data, DType dtype, int64_t begin, int64_t count,
+                          float* buffer);
+void map_store_f32(void* data, DType dtype, int64_t begin, int64_t count, const float* values);
+inline float* map_result_f32(void* data, DType dtype, int64_t begin, float* buffer) {
+  return dtype == DType::f32 ? static_cast<float*>(data) + begin : buffer;
+}
+// A whole (broadcast) vector as f32.
+std::vector<float> map_vector_f32(const TensorView& t);
+
+template <class T>
+constexpr MapKind kind_of() {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (std::is_same_v<U, Row>) {
+    return MapKind::row;
+  } else if constexpr (std::is_same_v<U, Col>) {
+    return MapKind::col;
+  } else if constexpr (std::is_arithmetic_v<U>) {
+    return MapKind::scalar;
+  } else {
+    static_assert(std::is_convertible_v<const U&, const TensorView&>,
+                  "a map input is a tensor, ops::row(t), ops::col(t) or a number");
+    return MapKind::tensor;
+  }
+}
+
+template <class T>
+const TensorView* view_of(const T& x) {
+  if constexpr (kind_of<T>() == MapKind::row || kind_of<T>() == MapKind::col) {
+    return &x.t;
+  } else if constexpr (kind_of<T>() == MapKind::scalar) {
+    return nullptr;
+  } else {
+    return &static_cast<const TensorView&>(x);
+  }
+}
+
+template <class T>
+float scalar_of(const T& x) {
+  if constexpr (kind_of<T>() == MapKind::scalar) {
+    return static_cast<float>(x);
+  } else {
+    return 0.0f;
+  }
+}
+
+// One input prepared for the CPU loop: broadcast vectors converted to f32 once.
+struct CpuInput {
+  const TensorView* view = nullptr;
+  float value = 0.0f;
+  std::vector<float> vector;
+};
+
+// What f reads for input I in one block: a pointer to `count` values or one value.
+template <MapKind K>
+using CpuArg = std::conditional_t<K == MapKind::tensor || K == MapKind::row, const float*, float>;
+
+EMBER_INLINE float cpu_at(const float* p, int64_t j) {
+  return p[j];
+}
+EMBER_INLINE float cpu_at(float v, int64_t) {
+  return v;
+}
+
+template <MapKind K>
+CpuArg<K> cpu_arg(const CpuInput& in, int64_t row, int64_t c0, int64_t begin, int64_t count,
+                  float* buffer) {
+  if constexpr (K == MapKind::tensor) {
+    return map_load_f32(in.view->data, in.view->dtype, begin, count, buffer);
+  } else if constexpr (K == MapKind::row) {
+    return in.vector.data() + c0;
+  } else if constexpr (K == MapKind::col) {
+    return in.vector[static_cast<size_t>(row)];
+  } else {
+    return in.value;
+  }
+}
+
+template <MapKind... K, class... In>
+std::array<CpuInput, sizeof...(In)> cpu_inputs(const In&... ins) {
+  std::array<CpuInput, sizeof...(In)> out;
+  size_t i = 0;
+  ((out[i].view = view_of(ins), out[i].value = scalar_of(ins),
+    out[i].vector = (K == MapKind::row || K == MapKind::col) ? map_vector_f32(*view_of(ins))
+                                                             : std::vector<float>(),
+    ++i),
+   ...);
+  return out;
+}
+
+// The block decomposition: rows of `cols` split into blocks; without broadcasting, one row.
+struct CpuBlocks {
+  int64_t cols, col_blocks, count_total;
+  CpuBlocks(int64_t n, int64_t row_length, bool broadcast)
+      : cols(broadcast ? row_length : n),
+        col_blocks((cols + kMapBlock - 1) / kMapBlock),
+        count_total(n / cols * col_blocks) {}
+};
+
+template <MapKind... K, size_t kOuts, class F, size_t... I>
+void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length, const F& f,
+                  const std::array<CpuInput, sizeof...(K)>& in, std::index_sequence<I...>) {
+  constexpr bool kBroadcast = ((K == MapKind::row || K == MapKind::col) || ... || false);
+  const int64_t n = outs[0].numel();
+  const CpuBlocks blocks(n, row_length, kBroadcast);
+  EMBER_MAP_OMP_PARALLEL_FOR
+  for (int64_t item = 0; item < blocks.count_total; ++item) {
+    const int64_t row = item / blocks.col_blocks;
+    const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
+    const int64_t count = std::min(kMapBlock, blocks.cols - c0);
+    const int64_t begin = row * blocks.cols + c0;
+    float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+    float out_buffer[kOuts][kMapBlock];
+    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+    float* po[kOuts];
+    for (size_t o = 0; o < kOuts; ++o) {
+      po[o] = map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
+    }
+    EMBER_MAP_OMP_SIMD
+    for (int64_t j = 0; j < count; ++j) {
+      const auto r = map_invoke(f, begin + j, cpu_at(std::get<I>(args), j)...);
+      static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
+      for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
+    }
+    for (size_t o = 0; o < kOuts; ++o) {
+      map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
+    }
+  }
+}
+
+template <MapKind... K, size_t kOuts, class F, class... In>
+void map_cpu(const std::array<TensorView, kOuts>& outs, int64_t row_length, const F& f,
+             const In&... ins) {
+  map_cpu_impl<K...>(outs, row_length, f, cpu_inputs<K...>(ins...),
+                     std::index_sequence_for<In...>{});
+}
+
+// map_reduce on the CPU: a block's values go to 16 lanes (element j to lane j % 16, so the
+// combine order is fixed by the code, not by the vector width); the lanes, then the blocks in
+// order, are combined. Returns the result.
+template <MapKind... K, class R, class F, size_t... I>
+float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
+                          const std::array<CpuInput, sizeof...(K)>& in, std::index_sequence<I...>) {
+  constexpr bool kBroadcast = ((K == MapKind::row || K == MapKind::col) || ... || false);
+  constexpr int kLanes = 16;
+  const CpuBlocks blocks(n, row_length, kBroadcast);
+  std::vector<float> partial(static_cast<size_t>(blocks.count_total));
+  EMBER_MAP_OMP_PARALLEL_FOR
+  for (int64_t item = 0; item < blocks.count_total; ++item) {
+    const int64_t row = item / blocks.col_blocks;
+    const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
+    const int64_t count = std::min(kMapBlock, blocks.cols - c0);
+    const int64_t begin = row * blocks.cols + c0;
+    float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+    float lane[kLanes];
+    for (float& l : lane) l = R::identity();
+    int64_t j = 0;
+    for (; j + kLanes <= count; j += kLanes) {
+      EMBER_MAP_OMP_SIMD
+      for (int l = 0; l < kLanes; ++l) {
+        lane[l] =
+            r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
+      }
+    }
+    for (int l = 0; j + l < count; ++l) {
+      lane[l] = r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
+    }
+    float total = lane[0];
+    for (int l = 1; l < kLanes; ++l) total = r(total, lane[l]);
+    partial[static_cast<size_t>(item)] = total;
+  }
+  float total = R::identity();
+  for (const float p : partial) total = r(total, p);
+  return total;
+}
+
+template <MapKind... K, class R, class F, class... In>
+float map_reduce_cpu(int64_t n, int64_t row_length, const R& r, const F& f, const In&... ins) {
+  return map_reduce_cpu_impl<K...>(n, row_length, r, f, cpu_inputs<K...>(ins...),
+                                   std::index_sequence_for<In...>{});
+}
+
+}  // namespace detail
+}  // namespace ember::ops
