@@ -5,6 +5,7 @@
 
 #include "cpu/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
+#include "ember/ops/reduce.hpp"
 
 #if EMBER_WITH_CUDA
 #include "cuda/elementwise_cuda.hpp"
@@ -39,6 +40,21 @@ void check_binary(std::string_view op, const Stream& stream, const TensorView& o
   detail::check_floating(op, b_name, b);
   detail::check_same_shape(op, out, b);
   detail::check_overlap(op, out, b);
+}
+
+// An optional tensor is absent when it is a default TensorView (no data, no shape).
+bool present(const TensorView& t) {
+  return t.data != nullptr || t.rank() > 0;
+}
+
+void check_bias(std::string_view op, const Stream& stream, const TensorView& bias,
+                const TensorView& x) {
+  detail::check_devices(op, stream, {&bias});
+  detail::check_floating(op, "bias", bias);
+  detail::check_rank(op, "bias", bias, 1);
+  EMBER_CHECK(x.rank() >= 1 && x.shape[-1] == bias.shape[0],
+              "{}: bias {} does not match the last dimension of x {}", op, bias.describe(),
+              x.describe());
 }
 
 }  // namespace
@@ -76,12 +92,7 @@ void scale(Stream& stream, const TensorView& out, const TensorView& x, float alp
 void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias) {
   constexpr std::string_view kOp = "ops::bias_add";
   check_unary(kOp, stream, out, "out", x, "x");
-  detail::check_devices(kOp, stream, {&bias});
-  detail::check_floating(kOp, "bias", bias);
-  detail::check_rank(kOp, "bias", bias, 1);
-  EMBER_CHECK(x.rank() >= 1 && x.shape[-1] == bias.shape[0],
-              "{}: bias {} does not match the last dimension of x {}", kOp, bias.describe(),
-              x.describe());
+  check_bias(kOp, stream, bias, x);
   detail::check_overlap(kOp, out, bias);
   if (stream.device().is_cpu()) {
     cpu::bias_add(out, x, bias);
@@ -130,6 +141,67 @@ void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
     return;
   }
   EMBER_ON_CUDA(cuda::gelu_backward(stream, dx, dy, x));
+}
+
+void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView& x,
+                             const TensorView& bias, Activation act, const TensorView& pre) {
+  constexpr std::string_view kOp = "ops::bias_activation_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  check_bias(kOp, stream, bias, x);
+  detail::check_overlap(kOp, y, bias);
+  const TensorView* saved = nullptr;
+  if (present(pre)) {
+    check_unary(kOp, stream, pre, "pre", x, "x");
+    detail::check_overlap(kOp, pre, bias);
+    detail::check_disjoint(kOp, pre, y);  // two outputs: never the same memory
+    saved = &pre;
+  }
+  if (stream.device().is_cpu()) {
+    cpu::bias_activation_forward(y, saved, x, bias, act);
+    return;
+  }
+  EMBER_ON_CUDA(cuda::bias_activation_forward(stream, y, saved, x, bias, act));
+}
+
+void bias_activation_backward(Stream& stream, const TensorView& dx, const TensorView& dbias,
+                              const TensorView& dy, const TensorView& pre, Activation act,
+                              const ReduceOptions& options) {
+  constexpr std::string_view kOp = "ops::bias_activation_backward";
+  check_unary(kOp, stream, dx, "dx", dy, "dy");
+  const bool has_pre = present(pre);
+  EMBER_CHECK(has_pre || act == Activation::none,
+              "{}: the activation's backward needs pre (the forward's pre-activation x + bias, "
+              "saved by bias_activation_forward), but it is absent",
+              kOp);
+  if (has_pre) {
+    detail::check_devices(kOp, stream, {&pre});
+    detail::check_floating(kOp, "pre", pre);
+    detail::check_same_shape(kOp, dx, pre);
+    detail::check_overlap(kOp, dx, pre);
+  }
+  // The whole check before any work, so that a bad dbias leaves dx untouched too.
+  const int64_t cols = dx.rank() >= 1 ? dx.shape[-1] : 1;
+  const bool has_dbias = present(dbias);
+  if (has_dbias) {
+    detail::check_devices(kOp, stream, {&dbias});
+    detail::check_dtype(kOp, "dbias", dbias, DType::f32);
+    EMBER_CHECK(dx.rank() >= 1 && dbias.rank() == 1 && dbias.shape[0] == cols,
+                "{}: dbias must be [{}] (one sum per column of dx {}), not {}", kOp, cols,
+                dx.describe(), dbias.describe());
+    detail::check_disjoint(kOp, dbias, dx);
+    detail::check_disjoint(kOp, dbias, dy);
+    if (has_pre) detail::check_disjoint(kOp, dbias, pre);
+  }
+  if (stream.device().is_cpu()) {
+    cpu::activation_backward(dx, dy, pre, act);
+  } else {
+    EMBER_ON_CUDA(cuda::activation_backward(stream, dx, dy, pre, act));
+  }
+  if (has_dbias) {
+    // column_sums sums over the first dimension only: view dx as [rows, N].
+    const int64_t rows = cols == 0 ? 0 : dx.numel() / cols;
+    column_sums(stream, dbias, dx.reshape(Shape{rows, cols}), options);
+  }
 }
 
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {

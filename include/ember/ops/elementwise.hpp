@@ -8,6 +8,8 @@
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "ember/ops/activation.hpp"
+#include "ember/ops/reduce.hpp"
 
 namespace ember::ops {
 
@@ -27,6 +29,20 @@ void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, c
 // derivative. GELU(-inf) = 0, GELU(inf) = inf.
 void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x);
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, const TensorView& x);
+
+// Bias + activation in one pass: t = x + bias[j] (bias [N] over x's last dimension, as in
+// bias_add), pre = t when `pre` is given (x's shape, any float dtype: saved for backward), and
+// y = act(t), t kept in f32 between the add and the activation. The same bits as bias_add into
+// an f32 tensor followed by relu_forward / gelu_forward on the same backend (on the CPU a nan
+// from GELU may differ in sign: vectorized code passes on either nan operand). y may be exactly x.
+void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView& x,
+                             const TensorView& bias, Activation act, const TensorView& pre = {});
+// dx = dy * act'(pre) (one pass, the same bits as relu_backward / gelu_backward; dy copied for
+// none, where pre may be absent), then, when dbias is given ([N] f32), dbias = the column sums
+// of dx over every leading dimension (ops::column_sums: deterministic; options.accumulate adds).
+void bias_activation_backward(Stream& stream, const TensorView& dx, const TensorView& dbias,
+                              const TensorView& dy, const TensorView& pre, Activation act,
+                              const ReduceOptions& options = {});
 
 // Converts between any two dtypes: floats round to nearest even; float to
 // integer truncates toward zero and saturates, nan giving 0. Any dtypes, same

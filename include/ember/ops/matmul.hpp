@@ -4,10 +4,9 @@
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "ember/ops/activation.hpp"
 
 namespace ember::ops {
-
-enum class Activation { none, relu, gelu };
 
 // Which implementation runs the product. `automatic` picks the fastest for the device and
 // shape: the CPU backend on the CPU; on CUDA, cuBLASLt when it can express the epilogue, else

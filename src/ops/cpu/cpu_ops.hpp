@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "ember/core/tensor.hpp"
+#include "ember/ops/activation.hpp"
 #include "ember/ops/map_functors.hpp"
 
 namespace ember::ops::cpu {
@@ -21,6 +22,12 @@ void relu_forward(const TensorView& y, const TensorView& x);
 void relu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x);
 void gelu_forward(const TensorView& y, const TensorView& x);
 void gelu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x);
+// y = act(x + bias[j]) and, when pre is not null, *pre = x + bias[j].
+void bias_activation_forward(const TensorView& y, const TensorView* pre, const TensorView& x,
+                             const TensorView& bias, Activation act);
+// dx = dy * act'(pre) (pre unused for none).
+void activation_backward(const TensorView& dx, const TensorView& dy, const TensorView& pre,
+                         Activation act);
 void cast(const TensorView& out, const TensorView& in);
 void cast_scaled(const TensorView& out, const TensorView& in, float scale);
 void residual_add(const TensorView& out, const TensorView& x, const TensorView& y, float alpha);

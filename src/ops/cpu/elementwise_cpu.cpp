@@ -3,6 +3,7 @@
 // loop. Blocks are independent, so results do not depend on the thread count.
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -61,6 +62,34 @@ struct GeluGrad {
   }
 };
 
+// act(x + b): the bias add rounds to f32 exactly as bias_add into an f32 tensor does.
+template <class Act>
+struct BiasAct {
+  Act act;
+  float operator()(float x, float b) const { return act(x + b); }
+};
+// The same, also returning x + b (the pre-activation saved for backward) as a second output.
+template <class Act>
+struct BiasActSaved {
+  Act act;
+  Values<2> operator()(float x, float b) const {
+    const float t = x + b;
+    return values(act(t), t);
+  }
+};
+
+template <class Act>
+void bias_act(const TensorView& y, const TensorView* pre, const TensorView& x,
+              const TensorView& bias, Act act) {
+  if (pre != nullptr) {
+    run(std::array<TensorView, 2>{y, *pre}, BiasActSaved<Act>{act}, x, ops::row(bias));
+  } else if constexpr (std::is_same_v<Act, fn::Identity>) {
+    run(y, fn::Add{}, x, ops::row(bias));  // bias_add
+  } else {
+    run(y, BiasAct<Act>{act}, x, ops::row(bias));
+  }
+}
+
 }  // namespace
 
 EMBER_CPU_CLONES void f16_to_f32(const half* in, int64_t n, float* out) {
@@ -109,6 +138,30 @@ void gelu_forward(const TensorView& y, const TensorView& x) {
 
 void gelu_backward(const TensorView& dx, const TensorView& dy, const TensorView& x) {
   run(dx, GeluGrad{}, dy, x);
+}
+
+void bias_activation_forward(const TensorView& y, const TensorView* pre, const TensorView& x,
+                             const TensorView& bias, Activation act) {
+  switch (act) {
+    case Activation::none:
+      return bias_act(y, pre, x, bias, fn::Identity{});
+    case Activation::relu:
+      return bias_act(y, pre, x, bias, fn::Relu{});
+    case Activation::gelu:
+      return bias_act(y, pre, x, bias, Gelu{});
+  }
+}
+
+void activation_backward(const TensorView& dx, const TensorView& dy, const TensorView& pre,
+                         Activation act) {
+  switch (act) {
+    case Activation::none:
+      return run(dx, fn::Identity{}, dy);
+    case Activation::relu:
+      return run(dx, fn::ReluGrad{}, dy, pre);
+    case Activation::gelu:
+      return run(dx, GeluGrad{}, dy, pre);
+  }
 }
 
 void cast_scaled(const TensorView& out, const TensorView& in, float scale) {

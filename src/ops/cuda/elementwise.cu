@@ -4,6 +4,7 @@
 // are the CPU's with the GPU's expf, a few ulps apart.
 #include <array>
 #include <string_view>
+#include <type_traits>
 
 #include "elementwise_cuda.hpp"
 #include "ember/ops/map.hpp"
@@ -21,9 +22,39 @@ struct GeluGrad {
   }
 };
 
+// act(x + b), and the variant that also returns x + b (the pre-activation) as a second output.
+// The sum is rounded to f32 as bias_add's is: bitwise the unfused ops through an f32 tensor.
+template <class Act>
+struct BiasAct {
+  Act act;
+  __device__ __forceinline__ float operator()(float x, float b) const { return act(x + b); }
+};
+template <class Act>
+struct BiasActSaved {
+  Act act;
+  __device__ __forceinline__ Values<2> operator()(float x, float b) const {
+    const float t = x + b;
+    return values(act(t), t);
+  }
+};
+
 template <class F, class... In>
 void run(std::string_view op, Stream& stream, const TensorView& out, const F& f, const In&... ins) {
   detail::map_named(op, stream, std::array<TensorView, 1>{out}, f, ins...);
+}
+
+template <class Act>
+void bias_act(Stream& stream, const TensorView& y, const TensorView* pre, const TensorView& x,
+              const TensorView& bias, Act act) {
+  constexpr std::string_view kOp = "ops::bias_activation_forward";
+  if (pre != nullptr) {
+    detail::map_named(kOp, stream, std::array<TensorView, 2>{y, *pre}, BiasActSaved<Act>{act}, x,
+                      ops::row(bias));
+  } else if constexpr (std::is_same_v<Act, fn::Identity>) {
+    run(kOp, stream, y, fn::Add{}, x, ops::row(bias));  // bias_add's kernel
+  } else {
+    run(kOp, stream, y, BiasAct<Act>{act}, x, ops::row(bias));
+  }
 }
 
 bool map_dtype(DType d) {
@@ -64,6 +95,32 @@ void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
   run("ops::gelu_backward", stream, dx, GeluGrad{}, dy, x);
+}
+
+void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView* pre,
+                             const TensorView& x, const TensorView& bias, Activation act) {
+  switch (act) {
+    case Activation::none:
+      return bias_act(stream, y, pre, x, bias, fn::Identity{});
+    case Activation::relu:
+      return bias_act(stream, y, pre, x, bias, fn::Relu{});
+    case Activation::gelu:
+      return bias_act(stream, y, pre, x, bias, Gelu{});
+  }
+}
+
+// The same functors as relu_backward, gelu_backward and cast: no new kernels.
+void activation_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                         const TensorView& pre, Activation act) {
+  constexpr std::string_view kOp = "ops::bias_activation_backward";
+  switch (act) {
+    case Activation::none:
+      return run(kOp, stream, dx, fn::Identity{}, dy);
+    case Activation::relu:
+      return run(kOp, stream, dx, fn::ReluGrad{}, dy, pre);
+    case Activation::gelu:
+      return run(kOp, stream, dx, GeluGrad{}, dy, pre);
+  }
 }
 
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {

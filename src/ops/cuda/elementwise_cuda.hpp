@@ -4,6 +4,7 @@
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "ember/ops/activation.hpp"
 #include "ember/ops/map_functors.hpp"
 
 namespace ember::ops::cuda {
@@ -16,6 +17,12 @@ void relu_forward(Stream& stream, const TensorView& y, const TensorView& x);
 void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, const TensorView& x);
 void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x);
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, const TensorView& x);
+// y = act(x + bias[j]) and, when pre is not null, *pre = x + bias[j]: one map launch.
+void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView* pre,
+                             const TensorView& x, const TensorView& bias, Activation act);
+// dx = dy * act'(pre) (pre unused for none): one map launch.
+void activation_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                         const TensorView& pre, Activation act);
 // Between f32, f16, bf16 and u8; throws for other dtypes.
 void cast(Stream& stream, const TensorView& out, const TensorView& in);
 void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale);
