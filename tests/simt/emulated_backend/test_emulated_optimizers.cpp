@@ -87,7 +87,7 @@ struct ParameterSet {
 std::vector<uint32_t> bits(const Tensor& t) {
   const std::vector<float> values = t.to(kCpu).to_vector<float>();
   std::vector<uint32_t> out(values.size());
-  std::memcpy(out.data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(out.data(), values.data(), values.size() * sizeof(float));
   return out;
 }
 
