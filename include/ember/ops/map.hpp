@@ -31,8 +31,9 @@
 // there must be at least one). r is ops::Sum, ops::Max, ops::Min or any struct with `static
 // float identity()` and `float operator()(float, float)`, associative up to rounding. The
 // combine order is fixed (see map_cpu.hpp and kernels/map_reduce.cuh): reruns give the same
-// bits; CPU and CUDA differ by the rounding of their different orders. No expression layer:
-// write the chain as one functor.
+// bits; CPU and CUDA differ by the rounding of their different orders. For map, the
+// expression layer (ember/ops/expr.hpp) builds the functor from `gelu(x * s + row(b))`;
+// map_reduce takes a functor.
 #pragma once
 
 #include <array>

@@ -163,7 +163,7 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
     const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
     const int64_t count = std::min(kMapBlock, blocks.cols - c0);
     const int64_t begin = row * blocks.cols + c0;
-    float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+    [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
     float out_buffer[kOuts][kMapBlock];
     const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
     float* po[kOuts];
