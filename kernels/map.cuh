@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ember/core/launch.hpp"
+#include "ember/core/macros.hpp"
 #include "ember/ops/map_types.hpp"
 
 #if !defined(EMBER_SIMT)
@@ -22,12 +23,6 @@
 #include <bit>
 
 #include "ember/core/half.hpp"
-#endif
-
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
-#define EMBER_MAP_UNROLL _Pragma("unroll")
-#else
-#define EMBER_MAP_UNROLL _Pragma("GCC unroll 16")
 #endif
 
 namespace ember::kernels {
@@ -161,15 +156,15 @@ __device__ __forceinline__ void unpack8(const Raw8& r, DType t, float (&v)[kMapC
   const uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
   switch (element_size(t)) {
     case 4:
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) v[e] = decode(t, w[e]);
       break;
     case 2:
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) v[e] = decode(t, (w[e / 2] >> (16 * (e % 2))) & 0xffffu);
       break;
     default:
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) v[e] = decode(t, (w[e / 4] >> (8 * (e % 4))) & 0xffu);
   }
 }
@@ -178,7 +173,7 @@ __device__ __forceinline__ void store8(void* p, DType t, int64_t i, const float 
   uint32_t w[8] = {};
   switch (element_size(t)) {
     case 4: {
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) w[e] = encode(t, v[e]);
       Bits128* q = static_cast<Bits128*>(p) + i / 4;
       q[0] = Bits128{w[0], w[1], w[2], w[3]};
@@ -186,13 +181,13 @@ __device__ __forceinline__ void store8(void* p, DType t, int64_t i, const float 
       break;
     }
     case 2: {
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) w[e / 2] |= encode(t, v[e]) << (16 * (e % 2));
       static_cast<Bits128*>(p)[i / 8] = Bits128{w[0], w[1], w[2], w[3]};
       break;
     }
     default: {
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 0; e < 8; ++e) w[e / 4] |= encode(t, v[e]) << (8 * (e % 4));
       static_cast<Bits64*>(p)[i / 8] = Bits64{w[0], w[1]};
     }
@@ -234,7 +229,7 @@ struct Chunk {
     if constexpr (K == MapKind::tensor || K == MapKind::row) {
       unpack8(raw, in.dtype, v);
     } else {
-      EMBER_MAP_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int e = 1; e < kMapChunk; ++e) v[e] = v[0];
     }
   }
@@ -267,11 +262,11 @@ __device__ __forceinline__ void compute_chunk(const F& f, const Params& p, int64
   Chunks<std::index_sequence<I...>, K...> chunks;
   (leaf<I>(chunks).load(p.in[I], i, p.cols), ...);
   (leaf<I>(chunks).finish(p.in[I]), ...);
-  EMBER_MAP_UNROLL
+  EMBER_PRAGMA_UNROLL_HOST(16)
   for (int e = 0; e < kMapChunk; ++e) {
     const auto r = ops::detail::map_invoke(f, i + e, leaf<I>(chunks).v[e]...);
     static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
-    EMBER_MAP_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int o = 0; o < kOuts; ++o) out[o][e] = r.v[o];
   }
 }
@@ -297,7 +292,7 @@ __global__ void __launch_bounds__(kMapThreads)
   for (int64_t c = first; c < chunks; c += stride) {
     float out[kOuts][kMapChunk];
     map_detail::compute_chunk(f, p, c * kMapChunk, map_detail::Kinds<K...>{}, Seq{}, out);
-    EMBER_MAP_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int o = 0; o < kOuts; ++o) {
       map_detail::store8(p.out[o].data, p.out[o].dtype, c * kMapChunk, out[o]);
     }
@@ -305,7 +300,7 @@ __global__ void __launch_bounds__(kMapThreads)
   for (int64_t i = chunks * kMapChunk + first; i < p.n; i += stride) {
     const auto r = map_detail::compute_element(f, p, i, map_detail::Kinds<K...>{}, Seq{});
     static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
-    EMBER_MAP_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int o = 0; o < kOuts; ++o) map_detail::store_one(p.out[o].data, p.out[o].dtype, i, r.v[o]);
   }
 }

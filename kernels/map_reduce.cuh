@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMapThreads)
   for (int64_t c = first; c < chunks; c += stride) {
     float v[1][kMapChunk];
     map_detail::compute_chunk(f, p, c * kMapChunk, map_detail::Kinds<K...>{}, Seq{}, v);
-    EMBER_MAP_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int e = 0; e < kMapChunk; ++e) acc = r(acc, v[0][e]);
   }
   for (int64_t i = chunks * kMapChunk + first; i < p.n; i += stride) {

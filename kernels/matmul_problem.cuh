@@ -16,10 +16,9 @@
 
 #include <cstdint>
 
-namespace ember::kernels {
+#include "element_type.cuh"
 
-// The floating element types kernels read and write (ember::DType's floating members).
-enum class ElementType : int32_t { f32, f16, bf16 };
+namespace ember::kernels {
 
 enum class EpilogueActivation : int32_t { none, relu, gelu };
 

@@ -18,14 +18,9 @@
 
 #include "ember/core/error.hpp"
 #include "ember/core/launch.hpp"
+#include "ember/core/macros.hpp"
 #include "matmul_epilogue.cuh"
 #include "matmul_problem.cuh"
-
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
-#define EMBER_MATMUL_UNROLL _Pragma("unroll")
-#else
-#define EMBER_MATMUL_UNROLL _Pragma("GCC unroll 16")
-#endif
 
 namespace ember::kernels {
 
@@ -109,7 +104,7 @@ struct SimtTileLoader {
   __device__ __forceinline__ SimtTileLoader(const float* base, int64_t ld, int64_t rows, int64_t r0,
                                             bool vec_, int tid)
       : step(KContig ? BK : BK * ld), vec(vec_) {
-    EMBER_MATMUL_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int i = 0; i < kPerThread; ++i) {
       const int64_t row = r0 + slot_r(i, tid), left = rows - row;
       rows_left[i] = left <= 0 ? 0 : (left >= 4 ? 4 : static_cast<int>(left));
@@ -123,7 +118,7 @@ struct SimtTileLoader {
   // Fetches the next tile into registers; k_left: K indices left from the tile's start, clamped
   // to [0, BK]. Out-of-range elements read as 0 (they then add nothing to the sums).
   __device__ __forceinline__ void load(int k_left, int tid) {
-    EMBER_MATMUL_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int i = 0; i < kPerThread; ++i) {
       if (idle(i, tid)) continue;
       const int kr = k_left - slot_k(i, tid);  // K indices left from the slot's first element
@@ -134,7 +129,7 @@ struct SimtTileLoader {
       if (vec && across_ok && along >= 4) {
         simt_detail::load4(v[i], p);
       } else {
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int e = 0; e < 4; ++e) v[i][e] = across_ok && e < along ? p[e] : 0.0f;
       }
       ptr[i] += step;
@@ -142,14 +137,14 @@ struct SimtTileLoader {
   }
 
   __device__ __forceinline__ void store(float (&s)[BK][Rows + simt_detail::kPad], int tid) const {
-    EMBER_MATMUL_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int i = 0; i < kPerThread; ++i) {
       if (idle(i, tid)) continue;
       const int r = slot_r(i, tid), kk = slot_k(i, tid);
       if constexpr (KContig) {
         // Transposing store: a warp's 32 slots are 16 rows x 2 k-quads; the two quads are
         // 4 * (Rows + 4) == 16 (mod 32) banks apart, so the 32 stores hit 32 banks.
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int e = 0; e < 4; ++e) s[kk + e][r] = v[i][e];
       } else {
         simt_detail::store4(&s[kk][r], v[i]);
@@ -188,9 +183,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     SimtTileLoader<BN, BK, kThreads, TransB> load_b(b, p.b.ld, p.n, n0, vec_b, tid);
 
     float acc[TM][TN];
-    EMBER_MATMUL_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(16)
     for (int i = 0; i < TM; ++i) {
-      EMBER_MATMUL_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
     }
 
@@ -211,26 +206,26 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         load_a.load(next, tid);
         load_b.load(next, tid);
       }
-      EMBER_MATMUL_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int kk = 0; kk < BK; ++kk) {
         float af[TM], bf[TN];
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int s = 0; s < TM / 4; ++s) {
           float f[4];
           simt_detail::load4(f, &smem.a[stage][kk][row_in_tile + s * LM * 4]);
-          EMBER_MATMUL_UNROLL
+          EMBER_PRAGMA_UNROLL_HOST(16)
           for (int e = 0; e < 4; ++e) af[s * 4 + e] = f[e];
         }
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int s = 0; s < TN / 4; ++s) {
           float f[4];
           simt_detail::load4(f, &smem.b[stage][kk][col_in_tile + s * LN * 4]);
-          EMBER_MATMUL_UNROLL
+          EMBER_PRAGMA_UNROLL_HOST(16)
           for (int e = 0; e < 4; ++e) bf[s * 4 + e] = f[e];
         }
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int i = 0; i < TM; ++i) {
-          EMBER_MATMUL_UNROLL
+          EMBER_PRAGMA_UNROLL_HOST(16)
           for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(af[i], bf[j], acc[i][j]);
         }
       }
@@ -244,21 +239,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     // One row of the register tile at a time, in a loop kept rolled: acc[0] is always the row
     // being finished and the rows shift up after it (register moves). Unrolled, the compiler
     // interleaves all TM x TN epilogues and runs out of registers.
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
-#pragma unroll 1
-#endif
+    EMBER_PRAGMA_NO_UNROLL
     for (int i = 0; i < TM; ++i) {
       const int64_t row = m0 + row_in_tile + i / 4 * LM * 4 + i % 4;
       if (row < p.m) {
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int j = 0; j < TN; ++j) {
           const int64_t col = n0 + col_in_tile + j / 4 * LN * 4 + j % 4;
           if (col < p.n) matmul_epilogue(p, batch, row, col, acc[0][j]);
         }
       }
-      EMBER_MATMUL_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(16)
       for (int r = 0; r + 1 < TM; ++r) {
-        EMBER_MATMUL_UNROLL
+        EMBER_PRAGMA_UNROLL_HOST(16)
         for (int j = 0; j < TN; ++j) acc[r][j] = acc[r + 1][j];
       }
     }

@@ -11,19 +11,10 @@
 #include <cstdint>
 
 #include "ember/core/dynamic_shared.hpp"
+#include "ember/core/macros.hpp"
 #include "intrinsics.cuh"
 #include "matmul_epilogue.cuh"
 #include "matmul_problem.cuh"
-
-// `#pragma unroll` is nvcc's: g++ (the emulated build) warns about it, so spell it through
-// these macros (undefined again at the end of this header).
-#if defined(EMBER_SIMT)
-#define EMBER_TC_UNROLL
-#define EMBER_TC_NO_UNROLL
-#else
-#define EMBER_TC_UNROLL _Pragma("unroll")
-#define EMBER_TC_NO_UNROLL _Pragma("unroll 1")
-#endif
 
 namespace ember::kernels {
 
@@ -104,7 +95,7 @@ __device__ __forceinline__ void copy_chunk(uint16_t* dst, const uint16_t* src, i
   if constexpr (Vec == 8) {
     cp_async_zfill<16>(dst, src, static_cast<uint32_t>(2 * count));
   } else if constexpr (Vec == 4 || Vec == 2) {
-    EMBER_TC_UNROLL
+    EMBER_PRAGMA_UNROLL
     for (int j = 0; j < 8 / Vec; ++j) {
       const int n = count - j * Vec < 0 ? 0 : (count - j * Vec > Vec ? Vec : count - j * Vec);
       cp_async_zfill<2 * Vec>(dst + j * Vec, n > 0 ? src + j * Vec : src,
@@ -112,7 +103,7 @@ __device__ __forceinline__ void copy_chunk(uint16_t* dst, const uint16_t* src, i
     }
   } else {
     static_assert(Vec == 1, "copy_chunk: Vec is 8, 4, 2 or 1 elements");
-    EMBER_TC_UNROLL
+    EMBER_PRAGMA_UNROLL
     for (int j = 0; j < 8; ++j) dst[j] = j < count ? src[j] : uint16_t{0};
   }
 }
@@ -154,7 +145,7 @@ struct TileLoader {
   __device__ __forceinline__ void load(const Shared& smem, int stage_offset) {
     const int64_t left = cols - col;
     const int count = left <= 0 ? 0 : (left >= 8 ? 8 : static_cast<int>(left));
-    EMBER_TC_UNROLL
+    EMBER_PRAGMA_UNROLL
     for (int i = 0; i < kPasses; ++i) {
       const bool inside = row + i * kRowsPerPass < rows && count > 0;
       copy_chunk<Vec>(&smem[stage_offset + smem_offset + i * kRowsPerPass * Cols],
@@ -229,7 +220,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   float acc[FM][FN][4] = {};
 
   const int64_t k_tiles = (p.k + BK - 1) / BK;
-  EMBER_TC_UNROLL
+  EMBER_PRAGMA_UNROLL
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_tiles) {
       a_tiles.load(smem, s * Tile::kAElems);
@@ -252,10 +243,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
     const int a_stage = read_stage * Tile::kAElems;
     const int b_stage = kBStart + read_stage * Tile::kBElems;
-    EMBER_TC_UNROLL
+    EMBER_PRAGMA_UNROLL
     for (int ks = 0; ks < BK / 16; ++ks) {
       uint32_t af[FM][4];
-      EMBER_TC_UNROLL
+      EMBER_PRAGMA_UNROLL
       for (int fm = 0; fm < FM; ++fm) {
         const int m = warp_m * WM + fm * 16;
         // Matrices 0-3 of the x4 load are the A fragment's (rows, k) quadrants (0-7, 0-7),
@@ -267,7 +258,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         ldmatrix_x4<TransA>(af[fm], &smem[a_stage + index]);
       }
       uint32_t bf[FN][2];
-      EMBER_TC_UNROLL
+      EMBER_PRAGMA_UNROLL
       for (int fn = 0; fn < FN; fn += 2) {
         const int n = warp_n * WN + fn * 8;
         // Matrices 0-3 are the (k, n) quadrants (0-7, 0-7), (8-15, 0-7), (0-7, 8-15),
@@ -283,9 +274,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         bf[fn + 1][0] = regs[2];
         bf[fn + 1][1] = regs[3];
       }
-      EMBER_TC_UNROLL
+      EMBER_PRAGMA_UNROLL
       for (int fm = 0; fm < FM; ++fm) {
-        EMBER_TC_UNROLL
+        EMBER_PRAGMA_UNROLL
         for (int fn = 0; fn < FN; ++fn) detail::mma<Bf16>(acc[fm][fn], af[fm], bf[fn]);
       }
     }
@@ -304,9 +295,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   constexpr int kLd = Tile::kEpilogueLd;
   const auto pairs = dynamic_shared<detail::FloatPair>();
   const int group = lane / 4, tig = lane % 4;
-  EMBER_TC_UNROLL
+  EMBER_PRAGMA_UNROLL
   for (int fm = 0; fm < FM; ++fm) {
-    EMBER_TC_UNROLL
+    EMBER_PRAGMA_UNROLL
     for (int fn = 0; fn < FN; ++fn) {
       // Accumulator fragment: c0, c1 at (group, 2*tig + {0, 1}); c2, c3 at (group + 8, ...).
       const int row = warp_m * WM + fm * 16 + group, col = warp_n * WN + fn * 8 + 2 * tig;
@@ -316,7 +307,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   }
   __syncthreads();
   const auto tile = dynamic_shared<float>();
-  EMBER_TC_NO_UNROLL
+  EMBER_PRAGMA_NO_UNROLL
   for (int e = thread; e < BM * BN; e += Tile::kThreads) {
     const int r = e / BN, c = e % BN;
     const int64_t row = m0 + r, col = n0 + c;
@@ -325,6 +316,3 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 }
 
 }  // namespace ember::kernels
-
-#undef EMBER_TC_UNROLL
-#undef EMBER_TC_NO_UNROLL

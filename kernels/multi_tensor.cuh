@@ -14,12 +14,7 @@
 #include <cstdint>
 
 #include "ember/core/launch.hpp"
-
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
-#define EMBER_MULTI_TENSOR_UNROLL _Pragma("unroll")
-#else
-#define EMBER_MULTI_TENSOR_UNROLL _Pragma("GCC unroll 4")
-#endif
+#include "ember/core/macros.hpp"
 
 namespace ember::kernels {
 
@@ -105,7 +100,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
   const int64_t n = left < chunk ? left : chunk;
   float* ptr[kDepth];
   bool aligned = true;
-  EMBER_MULTI_TENSOR_UNROLL
+  EMBER_PRAGMA_UNROLL_HOST(4)
   for (int d = 0; d < kDepth; ++d) {
     ptr[d] = batch.data[d][t] + begin;
     aligned = aligned && reinterpret_cast<uintptr_t>(ptr[d]) % 16 == 0;
@@ -114,28 +109,28 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
   for (int64_t i = 4 * static_cast<int64_t>(threadIdx.x); i < vector_end;
        i += 4 * static_cast<int64_t>(blockDim.x)) {
     Float4 v[kDepth];
-    EMBER_MULTI_TENSOR_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) v[d] = *reinterpret_cast<const Float4*>(ptr[d] + i);
-    EMBER_MULTI_TENSOR_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(4)
     for (int e = 0; e < 4; ++e) {
       float x[kDepth];
-      EMBER_MULTI_TENSOR_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(4)
       for (int d = 0; d < kDepth; ++d) x[d] = v[d].v[e];
       op(x);
-      EMBER_MULTI_TENSOR_UNROLL
+      EMBER_PRAGMA_UNROLL_HOST(4)
       for (int d = 0; d < kDepth; ++d) v[d].v[e] = x[d];
     }
-    EMBER_MULTI_TENSOR_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) {
       if (d != 1) *reinterpret_cast<Float4*>(ptr[d] + i) = v[d];
     }
   }
   for (int64_t i = vector_end + threadIdx.x; i < n; i += blockDim.x) {
     float x[kDepth];
-    EMBER_MULTI_TENSOR_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) x[d] = ptr[d][i];
     op(x);
-    EMBER_MULTI_TENSOR_UNROLL
+    EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) {
       if (d != 1) ptr[d][i] = x[d];
     }

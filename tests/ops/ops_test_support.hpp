@@ -1,4 +1,5 @@
-// Helpers shared by the op tests: random inputs and f32 views of results.
+// Helpers shared by the op tests (CPU and emulated CUDA): random inputs, and results as f32
+// values or as raw bytes.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,21 @@ inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -4.
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(gen);
   return v;
+}
+
+// random_floats(numel, seed, lo, hi) as a tensor of `dtype` on `device`.
+inline Tensor random_tensor(Shape shape, uint32_t seed, DType dtype = DType::f32,
+                            Device device = Device::cpu(), float lo = -4.0f, float hi = 4.0f) {
+  return Tensor::from_vector(random_floats(shape.numel(), seed, lo, hi), shape)
+      .to(dtype)
+      .to(device);
+}
+
+// A tensor's bytes, copied to the host when it is on a device: for bitwise comparisons.
+inline std::vector<uint8_t> raw(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  const auto* p = static_cast<const uint8_t*>(host.data());
+  return {p, p + host.nbytes()};
 }
 
 // A tensor's elements as f32 (16-bit floats widen exactly).

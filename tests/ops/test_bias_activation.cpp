@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,13 +13,19 @@
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/reduce.hpp"
 #include "ops/ops_test_support.hpp"
+#include "ops/unfused_bias_activation.hpp"
 #include "test_support.hpp"
 
 namespace {
+using ember::testing::as_rows;
 using ember::testing::expect_error;
+using ember::testing::expect_same;
 using ember::testing::kInf;
 using ember::testing::kNan;
 using ember::testing::random_floats;
+using ember::testing::raw;
+using ember::testing::unfused_forward;
+using ember::testing::unfused_grad;
 using ember::testing::values;
 
 using ember::DType;
@@ -56,57 +61,6 @@ Tensor random(const Shape& shape, uint32_t seed, DType dtype) {
   const float specials[] = {kNan, kInf, -kInf, -0.0f, 0.0f, 60000.0f, -60000.0f};
   for (size_t i = 0; i < v.size(); i += 37) v[i] = specials[(i / 37) % 7];
   return Tensor::from_vector(v, shape).to(dtype);
-}
-
-std::vector<uint8_t> raw(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return {p, p + t.nbytes()};
-}
-
-// got == want bit for bit, except that GELU's nan results may differ in sign: which nan operand
-// an SSE/AVX multiply passes on depends on the operand order the compiler picks for each loop,
-// and GELU's sigmoid negates the input. Every other value, inf and -0 included, must match.
-void expect_same(const Tensor& got, const Tensor& want, Activation act, const std::string& what) {
-  if (act != Activation::gelu) {
-    EXPECT_EQ(raw(got), raw(want)) << what;
-    return;
-  }
-  ASSERT_EQ(got.dtype(), want.dtype());
-  const std::vector<float> g = values(got), w = values(want);
-  ASSERT_EQ(g.size(), w.size());
-  int failures = 0;
-  for (size_t i = 0; i < g.size() && failures < 5; ++i) {
-    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
-    if (std::memcmp(&g[i], &w[i], sizeof(float)) != 0) {
-      ++failures;
-      ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
-    }
-  }
-}
-
-// The unfused forward: t = bias_add(x, bias) in f32, y = act(t), pre = t rounded to its dtype.
-void unfused_forward(Stream& s, const Tensor& y, const Tensor& pre, const Tensor& x,
-                     const Tensor& bias, Activation act) {
-  const Tensor t = Tensor::zeros(x.shape());
-  ops::bias_add(s, t, x, bias);
-  if (act == Activation::relu) ops::relu_forward(s, y, t);
-  if (act == Activation::gelu) ops::gelu_forward(s, y, t);
-  if (act == Activation::none) ops::cast(s, y, t);
-  ops::cast(s, pre, t);
-}
-
-// dy * act'(pre) as the unfused ops compute it.
-void unfused_grad(Stream& s, const Tensor& dx, const Tensor& dy, const Tensor& pre,
-                  Activation act) {
-  if (act == Activation::relu) ops::relu_backward(s, dx, dy, pre);
-  if (act == Activation::gelu) ops::gelu_backward(s, dx, dy, pre);
-  if (act == Activation::none) ops::cast(s, dx, dy);
-}
-
-// A tensor of any rank as [rows, last dimension], the layout the bias gradient sums over.
-TensorView as_rows(const Tensor& t) {
-  const int64_t cols = t.shape()[-1];
-  return t.view().reshape(Shape{cols == 0 ? 0 : t.numel() / cols, cols});
 }
 
 TEST(BiasActivation, ForwardEqualsUnfusedOpsBitwise) {

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -28,19 +27,11 @@ using ember::Stream;
 using ember::Tensor;
 using ember::testing::expect_error;
 using ember::testing::kNan;
-using ember::testing::random_floats;
+using ember::testing::random_tensor;
+using ember::testing::raw;
 using ember::testing::values;
 namespace ops = ember::ops;
 namespace ex = ember::ops::expr;
-
-Tensor random(Shape shape, uint32_t seed, DType dtype = DType::f32) {
-  return Tensor::from_vector(random_floats(shape.numel(), seed), shape).to(dtype);
-}
-
-std::vector<uint8_t> raw(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data());
-  return {p, p + t.nbytes()};
-}
 
 // Unqualified math on numbers stays the standard library's even with the expression functions
 // in scope (they need a tensor or an expression among their arguments).
@@ -65,7 +56,8 @@ TEST(Expr, MatchesAHandWrittenMapFunctorBitwise) {
   Stream stream;
   for (const int64_t cols : {1, 45, 1500}) {
     const int64_t rows = 7;
-    const Tensor x = random({rows, cols}, 1), b = random({cols}, 2), y = random({rows, cols}, 3);
+    const Tensor x = random_tensor({rows, cols}, 1), b = random_tensor({cols}, 2),
+                 y = random_tensor({rows, cols}, 3);
     Tensor got = Tensor::zeros({rows, cols}), want = Tensor::zeros({rows, cols});
     const float s = 0.75f;
     ex::assign(
@@ -82,7 +74,8 @@ TEST(Expr, EqualsTheSeparateOpsBitwise) {
   // expression's GELU is the CPU backend's formula and exp).
   Stream stream;
   const Shape shape{33, 40};
-  const Tensor x = random(shape, 4), y = random(shape, 5), bias = random({40}, 6);
+  const Tensor x = random_tensor(shape, 4), y = random_tensor(shape, 5),
+               bias = random_tensor({40}, 6);
   Tensor got = Tensor::zeros(shape), want = Tensor::zeros(shape), tmp = Tensor::zeros(shape);
 
   ex::assign(stream, got, ex::gelu(ex::tensor(x) * 0.5f + ex::row(bias)));
@@ -108,7 +101,8 @@ TEST(Expr, EqualsTheSeparateOpsBitwise) {
 TEST(Expr, BroadcastsRowsColumnsAndScalars) {
   Stream stream;
   for (const auto& [m, n] : {std::pair<int64_t, int64_t>{37, 45}, {3, 2500}, {1, 1}}) {
-    const Tensor x = random({m, n}, 7), r = random({n}, 8, DType::bf16), c = random({m}, 9);
+    const Tensor x = random_tensor({m, n}, 7), r = random_tensor({n}, 8, DType::bf16),
+                 c = random_tensor({m}, 9);
     Tensor out = Tensor::zeros({m, n});
     ex::Out(stream, out) = (ex::tensor(x) + ex::row(r)) * ex::col(c) - 0.5;
     const auto vx = values(x), vr = values(r), vc = values(c), got = values(out);
@@ -122,7 +116,7 @@ TEST(Expr, BroadcastsRowsColumnsAndScalars) {
 
 TEST(Expr, BroadcastVectorsAloneMakeAnOuterProduct) {
   Stream stream;
-  const Tensor r = random({6}, 20), c = random({4}, 21, DType::f16);
+  const Tensor r = random_tensor({6}, 20), c = random_tensor({4}, 21, DType::f16);
   Tensor out = Tensor::zeros({4, 6});
   ex::assign(stream, out, ex::row(r) * ex::col(c) + ops::row(r));  // ops::row joins as well
   const auto vr = values(r), vc = values(c), got = values(out);
@@ -133,7 +127,8 @@ TEST(Expr, BroadcastVectorsAloneMakeAnOuterProduct) {
 
 TEST(Expr, MixedDtypesMatchTheHandWrittenMap) {
   Stream stream;
-  const Tensor x = random({20, 64}, 10, DType::f16), b = random({64}, 11, DType::bf16);
+  const Tensor x = random_tensor({20, 64}, 10, DType::f16),
+               b = random_tensor({64}, 11, DType::bf16);
   for (const DType out_dtype : {DType::f32, DType::f16, DType::bf16, DType::u8}) {
     Tensor got = Tensor::zeros({20, 64}, out_dtype), want = Tensor::zeros({20, 64}, out_dtype);
     ex::assign(stream, got, ex::relu(ex::tensor(x) * 40.0f + ex::row(b)));
@@ -146,7 +141,7 @@ TEST(Expr, MixedDtypesMatchTheHandWrittenMap) {
 
 TEST(Expr, SeveralOutputsInOnePass) {
   Stream stream;
-  const Tensor x = random({5, 300}, 12), c = random({5}, 13);
+  const Tensor x = random_tensor({5, 300}, 12), c = random_tensor({5}, 13);
   Tensor y = Tensor::zeros({5, 300}, DType::bf16), pre = Tensor::zeros({5, 300}),
          mask = Tensor::zeros({5, 300}, DType::u8);
   const auto t = ex::tensor(x) + ex::col(c);
@@ -163,7 +158,7 @@ TEST(Expr, SeveralOutputsInOnePass) {
 
 TEST(Expr, InPlaceAndRepeatedTensors) {
   Stream stream;
-  Tensor x = random({4097}, 14);
+  Tensor x = random_tensor({4097}, 14);
   const auto before = values(x);
   ex::assign(stream, x, ex::tensor(x) * x + 1.0f);  // x read twice, then overwritten
   const auto after = values(x);
@@ -176,7 +171,7 @@ TEST(Expr, ConstantsAndFunctorsAreExpressionsToo) {
   ex::assign(stream, out, 2.5f);  // no tensor leaves: map with no inputs
   for (const float v : values(out)) ASSERT_EQ(v, 2.5f);
 
-  const Tensor x = random({3, 9}, 15), y = random({3, 9}, 16);
+  const Tensor x = random_tensor({3, 9}, 15), y = random_tensor({3, 9}, 16);
   struct Hypot {
     float operator()(float a, float b) const { return std::sqrt(a * a + b * b); }
   };
@@ -214,7 +209,8 @@ TEST(Expr, WhereComparisonsAndNans) {
 
 TEST(Expr, MapErrorsNameTheExpressionOp) {
   Stream stream;
-  const Tensor x = random({4, 5}, 17), wrong = random({3, 5}, 18), b = random({4}, 19);
+  const Tensor x = random_tensor({4, 5}, 17), wrong = random_tensor({3, 5}, 18),
+               b = random_tensor({4}, 19);
   Tensor out = Tensor::zeros({4, 5});
   expect_error([&] { ex::assign(stream, out, ex::tensor(x) + wrong); },
                {"ops::expr::assign", "f32[3, 5]", "does not have the shape [4, 5]"});

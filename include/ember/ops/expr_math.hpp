@@ -1,8 +1,8 @@
 // The f32 math of ember's expression layer (expr.hpp), for host and device code alike. exp and
-// gelu follow ember's pointwise ops: on the host the CPU backend's vectorizable exp
-// (src/ops/cpu/cpu_ops.hpp, exp_f32) and GELU formula, bit for bit; in device code expf and the
-// GELU of kernels/matmul_epilogue.cuh (gelu_value), which agree with the host to a few ulps.
-// The SIMT emulator compiles device code as host code, so it takes the host path.
+// gelu follow ember's pointwise ops: on the host a vectorizable exp (the CPU backend's exp_f32
+// in src/ops/cpu/cpu_ops.hpp is this one) and its GELU formula, bit for bit; in device code expf
+// and the GELU of kernels/matmul_epilogue.cuh (gelu_value), which agree with the host to a few
+// ulps. The SIMT emulator compiles device code as host code, so it takes the host path.
 #pragma once
 
 #include <bit>
@@ -15,21 +15,27 @@
 namespace ember::ops::math {
 
 // e^x: expf on the device; on the host within 1 ulp through a loop-vectorizable polynomial
-// (libm's expf does not vectorize without -ffast-math). The same steps as the CPU backend's
-// exp_f32: Cephes expf, x = n ln2 + r, e^r by a degree-6 polynomial, scaled by 2^n in two steps.
+// (libm's expf does not vectorize without -ffast-math), the CPU backend's exp_f32. Method
+// (Cephes expf): x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial, then scaled by
+// 2^n in two steps so that n in [-160, 129] needs no special case.
 EMBER_HOST_DEVICE EMBER_INLINE float exp(float x) {
 #if defined(__CUDA_ARCH__)
   return expf(x);
 #else
-  x = fn::select(x > 89.0f, 89.0f, x);  // nan passes both clamps
+  // Clamp without losing nan (both comparisons are false for nan). Beyond the bounds the result
+  // is 0 or inf anyway.
+  x = fn::select(x > 89.0f, 89.0f, x);
   x = fn::select(x < -110.0f, -110.0f, x);
+  // n = round(x / ln2), found by adding 1.5 * 2^23: n is then in the low mantissa bits of t,
+  // which avoids a float-to-int conversion (undefined for nan).
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: n lands in t's low mantissa bits
+  constexpr float kRoundMagic = 12582912.0f;
   const float t = x * kLog2e + kRoundMagic;
   const float n = t - kRoundMagic;
   const int32_t ni =
       static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRoundMagic));
-  constexpr float kLn2Hi = 0.693359375f;  // n * kLn2Hi is exact
+  // r = x - n ln2, with ln2 split so that n * kLn2Hi is exact.
+  constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
   const float r = (x - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.9875691500e-4f;

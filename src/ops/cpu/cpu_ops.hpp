@@ -9,6 +9,7 @@
 
 #include "ember/core/tensor.hpp"
 #include "ember/ops/activation.hpp"
+#include "ember/ops/expr_math.hpp"
 #include "ember/ops/map_functors.hpp"
 
 namespace ember::ops::cpu {
@@ -207,38 +208,10 @@ struct MaxLanes {
 
 // e^x in f32 within 1 ulp (measured over the whole normal range), written so that loops of it
 // vectorize (libm's expf does not without -ffast-math). exp(-inf) = 0, exp(inf) = inf, exp(nan) =
-// nan, results that underflow go through subnormals to 0 and those that overflow give inf. Method
-// (Cephes expf): x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial, then scaled by
-// 2^n in two steps so that n in [-160, 129] needs no special case.
+// nan, results that underflow go through subnormals to 0 and those that overflow give inf. The
+// steps (Cephes expf) are ops::math::exp's host path, which the expression layer shares.
 inline float exp_f32(float x) {
-  // Clamp without losing nan (both comparisons are false for nan). Beyond the bounds the result
-  // is 0 or inf anyway.
-  x = select(x > 89.0f, 89.0f, x);
-  x = select(x < -110.0f, -110.0f, x);
-  // n = round(x / ln2), found by adding 1.5 * 2^23: n is then in the low mantissa bits of t,
-  // which avoids a float-to-int conversion (undefined for nan).
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kRoundMagic = 12582912.0f;
-  const float t = x * kLog2e + kRoundMagic;
-  const float n = t - kRoundMagic;
-  const int32_t ni =
-      static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRoundMagic));
-  // r = x - n ln2, with ln2 split so that n * kLn2Hi is exact.
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = (p * r) * r + r + 1.0f;
-  const int32_t n1 = ni >> 1;  // n1 + n2 = n, each within the normal exponent range
-  const int32_t n2 = ni - n1;
-  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
-  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
-  return er * s1 * s2;
+  return math::exp(x);
 }
 
 }  // namespace ember::ops::cpu

@@ -1,5 +1,5 @@
 // The CUDA helpers of ops::map (include/ember/ops/map.hpp): launch limits and the stream-ordered
-// scratch memory of map_reduce.
+// scratch memory of map_reduce (scratch.hpp).
 #if EMBER_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -8,8 +8,8 @@
 
 #include "ember/core/allocator.hpp"
 #include "ember/core/check_cuda.hpp"
-#include "ember/memory/caching_allocator.hpp"
 #include "ember/ops/map.hpp"
+#include "scratch.hpp"
 
 namespace ember::ops::detail {
 
@@ -27,26 +27,14 @@ int64_t map_prepare_launch(const Stream& stream) {
   return int64_t{count} * 8 * 4;
 }
 
-// With the caching allocator the block is owned by the stream: freed right after the kernels are
-// enqueued, it is reused only by later work on that stream. Any other allocator has no stream
-// semantics, so the stream is synchronised before the block goes back.
+// The steps of scratch.hpp; the class is declared in the public header map.hpp.
 MapScratch::MapScratch(const Stream& stream, size_t bytes)
     : stream_(stream.native()), bytes_(bytes), allocator_(allocator_for(stream.device())) {
-  if (auto* caching = dynamic_cast<memory::CachingAllocator*>(allocator_.get())) {
-    data_ = caching->allocate(bytes, reinterpret_cast<memory::StreamId>(stream_));
-    stream_ordered_ = true;
-  } else {
-    data_ = allocator_->allocate(bytes);
-  }
+  data_ = cuda::allocate_scratch(*allocator_, stream_, bytes, &stream_ordered_);
 }
 
 MapScratch::~MapScratch() {
-  if (stream_ordered_) {
-    static_cast<memory::CachingAllocator*>(allocator_.get())->free(data_);
-  } else {
-    cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-    allocator_->deallocate(data_, bytes_);
-  }
+  cuda::free_scratch(*allocator_, stream_, data_, bytes_, stream_ordered_);
 }
 
 }  // namespace ember::ops::detail

@@ -18,29 +18,18 @@
 #include <memory>
 #include <mutex>
 
-#include "ember/core/allocator.hpp"
 #include "ember/core/check_cuda.hpp"
-#include "ember/memory/caching_allocator.hpp"
+#include "scratch.hpp"
 #endif
 
 namespace ember::ops::cuda {
 namespace {
 
+using kernels::element_type_name;
 using kernels::ElementType;
 using kernels::EpilogueActivation;
 using kernels::MatmulProblem;
 using kernels::MatrixRef;
-
-const char* type_name(ElementType type) {
-  switch (type) {
-    case ElementType::f16:
-      return "f16";
-    case ElementType::bf16:
-      return "bf16";
-    default:
-      return "f32";
-  }
-}
 
 bool present(const MatrixRef& ref) {
   return ref.data != nullptr;
@@ -63,7 +52,7 @@ std::string wrong_epilogue_type(const MatmulProblem& p) {
     if (present(ref) && ref.type != p.c.type) {
       return fmt::format(
           "cuBLASLt reads and writes the epilogue's {} in C's type ({}), but it is {}", name,
-          type_name(p.c.type), type_name(ref.type));
+          element_type_name(p.c.type), element_type_name(ref.type));
     }
   }
   return {};
@@ -170,18 +159,19 @@ std::string why_not(const MatmulProblem& p) {
     return fmt::format("cuBLASLt counts batch entries in int32, and batch is {}", p.batch);
   }
   if (p.a.type != p.b.type) {
-    return fmt::format("cuBLASLt needs A and B of one type, not {} and {}", type_name(p.a.type),
-                       type_name(p.b.type));
+    return fmt::format("cuBLASLt needs A and B of one type, not {} and {}",
+                       element_type_name(p.a.type), element_type_name(p.b.type));
   }
   // cuBLASLt with CUBLAS_COMPUTE_32F and f32 scale: f32 x f32 -> f32, f16 x f16 -> f16 or f32,
   // bf16 x bf16 -> bf16 or f32.
   if (p.a.type == ElementType::f32 && p.c.type != ElementType::f32) {
-    return fmt::format("cuBLASLt has no f32 x f32 product with a {} C", type_name(p.c.type));
+    return fmt::format("cuBLASLt has no f32 x f32 product with a {} C",
+                       element_type_name(p.c.type));
   }
   if (p.c.type != p.a.type && p.c.type != ElementType::f32) {
     return fmt::format("cuBLASLt has no {} x {} product with a {} C (C must be {} or f32)",
-                       type_name(p.a.type), type_name(p.b.type), type_name(p.c.type),
-                       type_name(p.a.type));
+                       element_type_name(p.a.type), element_type_name(p.b.type),
+                       element_type_name(p.c.type), element_type_name(p.a.type));
   }
   // ember's contract (ld >= cols) is cuBLASLt's (ld >= rows of the column-major view).
   if (p.a.ld < (p.trans_a ? p.m : p.k) || p.b.ld < (p.trans_b ? p.k : p.n) || p.c.ld < p.n) {
@@ -572,8 +562,8 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
         "ops::matmul: cuBLASLt has no algorithm for this product on cuda:{} (cuBLASLt m={}, "
         "n={}, k={}, batch={}, transa={}, transb={}, A/B {}, C {}, epilogue {}); use the tiled "
         "backend",
-        key.device, lt.m, lt.n, lt.k, lt.batch, lt.trans_a, lt.trans_b, type_name(lt.a.type),
-        type_name(lt.d.type), lt_epilogue_name(lt.epilogue)));
+        key.device, lt.m, lt.n, lt.k, lt.batch, lt.trans_a, lt.trans_b,
+        element_type_name(lt.a.type), element_type_name(lt.d.type), lt_epilogue_name(lt.epilogue)));
   }
   EMBER_CUBLAS_CHECK(status);
   plan->algo = result.algo;
@@ -595,41 +585,6 @@ std::shared_ptr<Plan> find_plan(const CublasLtMapping& lt, const PlanKey& key,
   return plans->emplace(key, std::move(plan)).first->second;  // another thread's plan if first
 }
 
-// The matmul's workspace, from ember's allocator for the device. With the caching allocator it
-// is a block owned by `stream`: freed right after the matmul is enqueued, it is reused only by
-// later work on the same stream, which runs after the matmul. Any other allocator has no stream
-// semantics, so the stream is synchronised before the block goes back.
-class Workspace {
- public:
-  Workspace(int device, cudaStream_t stream, size_t bytes) : stream_(stream), bytes_(bytes) {
-    if (bytes == 0) return;
-    allocator_ = allocator_for(Device::cuda(device));
-    caching_ = dynamic_cast<memory::CachingAllocator*>(allocator_.get());
-    data_ = caching_ != nullptr
-                ? caching_->allocate(bytes, reinterpret_cast<memory::StreamId>(stream))
-                : allocator_->allocate(bytes);
-  }
-  ~Workspace() {
-    if (data_ == nullptr) return;
-    if (caching_ != nullptr) {
-      caching_->free(data_);  // throws only for a pointer it does not own
-    } else {
-      cudaStreamSynchronize(stream_);
-      allocator_->deallocate(data_, bytes_);
-    }
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* data() const { return data_; }
-
- private:
-  cudaStream_t stream_;
-  size_t bytes_;
-  std::shared_ptr<Allocator> allocator_;
-  memory::CachingAllocator* caching_ = nullptr;
-  void* data_ = nullptr;
-};
-
 }  // namespace
 
 std::string cublaslt_unsupported_reason(const kernels::MatmulProblem& problem) {
@@ -644,7 +599,8 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
   const DeviceContext& context = device_context(device);
   const PlanKey key = plan_key(lt, stream, device);
   const std::shared_ptr<Plan> plan = find_plan(lt, key, context);
-  const Workspace workspace(device, stream, plan->workspace_bytes);
+  // Stream-ordered (scratch.hpp): back to the allocator once the matmul is enqueued.
+  const Scratch workspace(Device::cuda(device), stream, plan->workspace_bytes);
   std::lock_guard lock(plan->mutex);
   set_pointers(*plan, lt);
   EMBER_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a,

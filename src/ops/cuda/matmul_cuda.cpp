@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "element_type.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "matmul_cublaslt.hpp"
 #include "matmul_launchers.hpp"
@@ -15,17 +16,6 @@ namespace ember::ops::cuda {
 namespace {
 
 constexpr const char* kOp = "ops::matmul";
-
-kernels::ElementType element_type(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return kernels::ElementType::f16;
-    case DType::bf16:
-      return kernels::ElementType::bf16;
-    default:
-      return kernels::ElementType::f32;
-  }
-}
 
 kernels::EpilogueActivation epilogue_activation(Activation activation) {
   switch (activation) {

@@ -17,17 +17,6 @@ int multiprocessor_count() {
   return count;
 }
 
-const char* type_name(kernels::ElementType type) {
-  switch (type) {
-    case kernels::ElementType::f16:
-      return "f16";
-    case kernels::ElementType::bf16:
-      return "bf16";
-    default:
-      return "f32";
-  }
-}
-
 }  // namespace
 
 void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream) {
@@ -36,7 +25,7 @@ void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream)
   EMBER_CHECK(p.a.type == kernels::ElementType::f32 && p.b.type == kernels::ElementType::f32,
               "matmul (SIMT f32): expected f32 A and B, found {} and {} (f16/bf16 operands go to "
               "the tensor-core kernel)",
-              type_name(p.a.type), type_name(p.b.type));
+              kernels::element_type_name(p.a.type), kernels::element_type_name(p.b.type));
   if (p.m > 0 && p.n > 0 && p.batch > 0) {
     switch (kernels::choose_simt_tile(p.m, p.n, p.k, p.batch, multiprocessor_count())) {
       case SimtTileChoice::t128x128:

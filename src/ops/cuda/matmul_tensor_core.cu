@@ -16,20 +16,10 @@
 namespace ember::ops::cuda {
 namespace {
 
+using kernels::element_type_name;
 using kernels::ElementType;
 using kernels::MatmulProblem;
 using kernels::MatrixRef;
-
-const char* type_name(ElementType type) {
-  switch (type) {
-    case ElementType::f16:
-      return "f16";
-    case ElementType::bf16:
-      return "bf16";
-    default:
-      return "f32";
-  }
-}
 
 // The widest copy, in 16-bit elements (8, 4, 2 or 1), that keeps every row start of `ref`
 // aligned: the base address, the leading dimension and the batch stride must all allow it.
@@ -119,7 +109,7 @@ void matmul_tensor_core(const MatmulProblem& p, cudaStream_t stream) {
       p.a.type == p.b.type && (p.a.type == ElementType::f16 || p.a.type == ElementType::bf16),
       "matmul_tensor_core: A and B must both be f16 or both bf16, found {} and {}; use "
       "matmul_simt_f32 for f32 operands or cast them to one 16-bit type",
-      type_name(p.a.type), type_name(p.b.type));
+      element_type_name(p.a.type), element_type_name(p.b.type));
   EMBER_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0 && p.batch >= 0,
               "matmul_tensor_core: negative extent (m {}, n {}, k {}, batch {})", p.m, p.n, p.k,
               p.batch);

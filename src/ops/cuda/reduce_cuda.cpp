@@ -4,20 +4,9 @@
 #include "reduce_cuda.hpp"
 
 #include "ember/core/check_cuda.hpp"
-#include "reduce_scratch.hpp"
+#include "scratch.hpp"
 
 namespace ember::ops::cuda {
-
-FloatType float_type(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return FloatType::f16;
-    case DType::bf16:
-      return FloatType::bf16;
-    default:
-      return FloatType::f32;
-  }
-}
 
 cudaStream_t enter(const Stream& stream) {
   EMBER_CUDA_CHECK(cudaSetDevice(stream.device().index()));
@@ -32,8 +21,8 @@ void sum(Stream& stream, const TensorView& out, const TensorView& x, bool accumu
     EMBER_CUDA_CHECK(cudaMemsetAsync(out.data, 0, sizeof(float), handle));
     return;
   }
-  const ReduceScratch scratch(stream, sum_scratch_bytes(n));
-  launch_sum(x.data, float_type(x.dtype), n, static_cast<float*>(out.data), accumulate,
+  const Scratch scratch(stream, sum_scratch_bytes(n));
+  launch_sum(x.data, element_type(x.dtype), n, static_cast<float*>(out.data), accumulate,
              scratch.data(), handle);
 }
 
@@ -47,16 +36,17 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x, boo
     EMBER_CUDA_CHECK(cudaMemsetAsync(out.data, 0, out.nbytes(), handle));
     return;
   }
-  const ReduceScratch scratch(stream, column_sums_scratch_bytes(rows, cols));
-  launch_column_sums(x.data, float_type(x.dtype), rows, cols, static_cast<float*>(out.data),
+  const Scratch scratch(stream, column_sums_scratch_bytes(rows, cols));
+  launch_column_sums(x.data, element_type(x.dtype), rows, cols, static_cast<float*>(out.data),
                      accumulate, scratch.data(), handle);
 }
 
 void max(Stream& stream, const TensorView& out, const TensorView& x) {
   const cudaStream_t handle = enter(stream);
   const int64_t n = x.numel();
-  const ReduceScratch scratch(stream, max_scratch_bytes(n));
-  launch_max(x.data, float_type(x.dtype), n, static_cast<float*>(out.data), scratch.data(), handle);
+  const Scratch scratch(stream, max_scratch_bytes(n));
+  launch_max(x.data, element_type(x.dtype), n, static_cast<float*>(out.data), scratch.data(),
+             handle);
 }
 
 }  // namespace ember::ops::cuda

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "element_type.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "reduce_launchers.hpp"
@@ -14,9 +15,6 @@ namespace ember::ops::cuda {
 void sum(Stream& stream, const TensorView& out, const TensorView& x, bool accumulate);
 void column_sums(Stream& stream, const TensorView& out, const TensorView& x, bool accumulate);
 void max(Stream& stream, const TensorView& out, const TensorView& x);  // x is not empty
-
-// The launchers' name for a floating dtype (f32, f16 or bf16).
-FloatType float_type(DType dtype);
 
 // Makes the stream's device current and returns the stream's handle.
 cudaStream_t enter(const Stream& stream);

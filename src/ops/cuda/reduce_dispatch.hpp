@@ -1,5 +1,5 @@
 // Internal, for the .cu launchers only (it names the CUDA 16-bit types): calls f with a value of
-// the C++ element type that a FloatType names.
+// the C++ element type that an ElementType names.
 #pragma once
 
 #if !defined(EMBER_SIMT)
@@ -12,12 +12,12 @@
 namespace ember::ops::cuda {
 
 template <class F>
-void with_element_type(FloatType type, F&& f) {
+void with_element_type(kernels::ElementType type, F&& f) {
   switch (type) {
-    case FloatType::f16:
+    case kernels::ElementType::f16:
       f(__half{});
       break;
-    case FloatType::bf16:
+    case kernels::ElementType::bf16:
       f(__nv_bfloat16{});
       break;
     default:

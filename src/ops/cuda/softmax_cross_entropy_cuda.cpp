@@ -9,7 +9,7 @@
 #include "ember/core/check_cuda.hpp"
 #include "reduce_cuda.hpp"
 #include "reduce_launchers.hpp"
-#include "reduce_scratch.hpp"
+#include "scratch.hpp"
 
 namespace ember::ops::cuda {
 namespace {
@@ -26,7 +26,7 @@ void check_labels(const Stream& stream, cudaStream_t handle, std::string_view op
   if (rows == 0) return;
   unsigned long long first_bad = 0;
   {
-    const ReduceScratch scratch(stream, sizeof(first_bad));
+    const Scratch scratch(stream, sizeof(first_bad));
     auto* device_first_bad = static_cast<unsigned long long*>(scratch.data());
     launch_check_labels(labels.data, is_i64(labels), rows, classes, device_first_bad, handle);
     EMBER_CUDA_CHECK(cudaMemcpyAsync(&first_bad, device_first_bad, sizeof(first_bad),
@@ -58,8 +58,8 @@ void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const Te
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
   check_labels(stream, handle, op, labels, cols);
-  const ReduceScratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
-  launch_softmax_xent_forward(logits.data, float_type(logits.dtype), labels.data, is_i64(labels),
+  const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
+  launch_softmax_xent_forward(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                               rows, cols, static_cast<float*>(probs.data),
                               static_cast<float*>(loss.data), scratch.data(), handle);
 }
@@ -73,7 +73,7 @@ void softmax_cross_entropy_backward(Stream& stream, std::string_view op, const T
   check_labels(stream, handle, op, labels, cols);
   // The CPU's scale: dloss / B in double, rounded once.
   const auto scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
-  launch_softmax_xent_backward(dlogits.data, float_type(dlogits.dtype),
+  launch_softmax_xent_backward(dlogits.data, element_type(dlogits.dtype),
                                static_cast<const float*>(probs.data), labels.data, is_i64(labels),
                                rows, cols, scale, handle);
 }
@@ -82,7 +82,7 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
   const int64_t rows = x.shape[0];
   if (rows == 0) return;
   const cudaStream_t handle = enter(stream);
-  launch_argmax(x.data, float_type(x.dtype), rows, x.shape[1], out.data, is_i64(out), nullptr,
+  launch_argmax(x.data, element_type(x.dtype), rows, x.shape[1], out.data, is_i64(out), nullptr,
                 false, nullptr, handle);
 }
 
@@ -94,7 +94,7 @@ void count_correct(Stream& stream, std::string_view op, const TensorView& correc
   // The count is summed straight into `correct` (an i64 holds what the u64 atomics add).
   EMBER_CUDA_CHECK(cudaMemsetAsync(correct.data, 0, sizeof(int64_t), handle));
   if (rows == 0) return;
-  launch_argmax(logits.data, float_type(logits.dtype), rows, logits.shape[1], nullptr, false,
+  launch_argmax(logits.data, element_type(logits.dtype), rows, logits.shape[1], nullptr, false,
                 labels.data, is_i64(labels), static_cast<unsigned long long*>(correct.data),
                 handle);
 }

@@ -35,7 +35,7 @@ unsigned elementwise_blocks(int64_t n) {
 // Launches kernel<kTeam, T> with one row per team: warps, 8 rows to a block, for narrow rows;
 // a block per row for wide ones.
 template <class Launch>
-void launch_row_teams(int64_t rows, int64_t cols, FloatType type, Launch&& launch_one) {
+void launch_row_teams(int64_t rows, int64_t cols, kernels::ElementType type, Launch&& launch_one) {
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
     if (cols <= kWarpRowMaxCols) {
@@ -62,7 +62,7 @@ size_t softmax_xent_forward_scratch_bytes(int64_t rows) {
   return static_cast<size_t>(rows) * sizeof(double);
 }
 
-void launch_softmax_xent_forward(const void* logits, FloatType type, const void* labels,
+void launch_softmax_xent_forward(const void* logits, kernels::ElementType type, const void* labels,
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
@@ -74,7 +74,7 @@ void launch_softmax_xent_forward(const void* logits, FloatType type, const void*
          static_cast<const double*>(row_loss), rows, loss);
 }
 
-void launch_softmax_xent_backward(void* dlogits, FloatType type, const float* probs,
+void launch_softmax_xent_backward(void* dlogits, kernels::ElementType type, const float* probs,
                                   const void* labels, bool labels_i64, int64_t rows, int64_t cols,
                                   float scale, cudaStream_t stream) {
   with_element_type(type, [&](auto element) {
@@ -85,7 +85,7 @@ void launch_softmax_xent_backward(void* dlogits, FloatType type, const float* pr
   });
 }
 
-void launch_argmax(const void* x, FloatType type, int64_t rows, int64_t cols, void* out,
+void launch_argmax(const void* x, kernels::ElementType type, int64_t rows, int64_t cols, void* out,
                    bool out_i64, const void* labels, bool labels_i64, unsigned long long* correct,
                    cudaStream_t stream) {
   launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {

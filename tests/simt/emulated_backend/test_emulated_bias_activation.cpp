@@ -16,7 +16,9 @@
 #include "ember/core/tensor.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/reduce.hpp"
+#include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
+#include "ops/unfused_bias_activation.hpp"
 
 namespace {
 
@@ -26,9 +28,15 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 using ember::TensorView;
+using ember::testing::as_rows;
+using ember::testing::expect_same;
+using ember::testing::host_f32;
 using ember::testing::kInf;
 using ember::testing::kNan;
 using ember::testing::random_floats;
+using ember::testing::raw;
+using ember::testing::unfused_forward;
+using ember::testing::unfused_grad;
 namespace ops = ember::ops;
 using ops::Activation;
 
@@ -54,16 +62,6 @@ Tensor random(const Shape& shape, uint32_t seed, DType dtype, bool specials = tr
   return Tensor::from_vector(v, shape).to(dtype);
 }
 
-std::vector<uint8_t> raw(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu());
-  const auto* p = static_cast<const uint8_t*>(host.data());
-  return {p, p + host.nbytes()};
-}
-
-std::vector<float> host_values(const Tensor& t) {
-  return t.to(Device::cpu()).to(DType::f32).to_vector<float>();
-}
-
 int64_t ulps(float a, float b) {
   int32_t ia, ib;
   std::memcpy(&ia, &a, 4);
@@ -78,7 +76,7 @@ int64_t ulps(float a, float b) {
 // result, hence the absolute floor. inf must agree exactly, nan up to its sign.
 void expect_gelu_close(const Tensor& got, const Tensor& want, int64_t max_ulps, float floor,
                        const std::string& what) {
-  const std::vector<float> g = host_values(got), w = host_values(want);
+  const std::vector<float> g = host_f32(got), w = host_f32(want);
   ASSERT_EQ(g.size(), w.size());
   int failures = 0;
   for (size_t i = 0; i < g.size() && failures < 5; ++i) {
@@ -91,49 +89,6 @@ void expect_gelu_close(const Tensor& got, const Tensor& want, int64_t max_ulps, 
       ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
     }
   }
-}
-
-// got == want bit for bit; for GELU any two nans count as equal. Under the emulator the kernels
-// are g++ code, where the sign of a nan result depends on which operand each vectorized multiply
-// passes on (GELU's sigmoid negates its input), and that differs between instantiations. (A real
-// GPU gives the one canonical nan.)
-void expect_same(const Tensor& got, const Tensor& want, Activation act, const std::string& what) {
-  if (act != Activation::gelu) {
-    EXPECT_EQ(raw(got), raw(want)) << what;
-    return;
-  }
-  const std::vector<float> g = host_values(got), w = host_values(want);
-  ASSERT_EQ(g.size(), w.size());
-  int failures = 0;
-  for (size_t i = 0; i < g.size() && failures < 5; ++i) {
-    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
-    if (std::memcmp(&g[i], &w[i], sizeof(float)) != 0) {
-      ++failures;
-      ADD_FAILURE() << what << " element " << i << ": " << g[i] << " vs " << w[i];
-    }
-  }
-}
-
-void unfused_forward(Stream& s, const Tensor& y, const Tensor& pre, const Tensor& x,
-                     const Tensor& bias, Activation act) {
-  const Tensor t = Tensor::zeros(x.shape(), DType::f32, s.device());
-  ops::bias_add(s, t, x, bias);
-  if (act == Activation::relu) ops::relu_forward(s, y, t);
-  if (act == Activation::gelu) ops::gelu_forward(s, y, t);
-  if (act == Activation::none) ops::cast(s, y, t);
-  ops::cast(s, pre, t);
-}
-
-void unfused_grad(Stream& s, const Tensor& dx, const Tensor& dy, const Tensor& pre,
-                  Activation act) {
-  if (act == Activation::relu) ops::relu_backward(s, dx, dy, pre);
-  if (act == Activation::gelu) ops::gelu_backward(s, dx, dy, pre);
-  if (act == Activation::none) ops::cast(s, dx, dy);
-}
-
-TensorView as_rows(const Tensor& t) {
-  const int64_t cols = t.shape()[-1];
-  return t.view().reshape(Shape{cols == 0 ? 0 : t.numel() / cols, cols});
 }
 
 // Rows of 40 (a multiple of 8: the 128-bit path) and of 13 or 1 (the scalar path), a wide row
@@ -226,7 +181,7 @@ TEST(EmulatedBiasActivation, BackwardEqualsUnfusedCudaOpsAndTheCpu) {
             // Both backends sum in double and round once; only the order of the double
             // additions differs, so the f32 results are at most one ulp apart (inputs are
             // finite: relu' zeroes the nan and inf of pre).
-            const std::vector<float> g = host_values(db), w = host_values(want_db);
+            const std::vector<float> g = host_f32(db), w = host_f32(want_db);
             for (int64_t j = 0; j < n; ++j) {
               EXPECT_LE(ulps(g[j], w[j]), 1) << what << " column " << j << " rows " << rows;
             }

@@ -9,13 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/expr.hpp"
+#include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 #include "test_support.hpp"
 
@@ -29,30 +29,15 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 using ember::TensorView;
-using ember::testing::random_floats;
+using ember::testing::offset_by_one;
+using ember::testing::random_tensor;
+using ember::testing::raw;
+using ember::testing::ulps;
 namespace ops = ember::ops;
 namespace ex = ember::ops::expr;
 
 const Device kGpu = Device::cuda(0);
 constexpr int64_t kTails[] = {0, 1, 7, 4097, (int64_t{1} << 20) + 3};
-
-Tensor random(Shape shape, uint32_t seed, DType dtype = DType::f32, Device device = Device::cpu(),
-              float lo = -4.0f, float hi = 4.0f) {
-  return Tensor::from_vector(random_floats(shape.numel(), seed, lo, hi), shape)
-      .to(dtype)
-      .to(device);
-}
-
-std::vector<uint8_t> raw(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu());
-  const auto* p = static_cast<const uint8_t*>(host.data());
-  return {p, p + host.nbytes()};
-}
-
-TensorView offset_by_one(const Tensor& t, int64_t n) {
-  return TensorView{static_cast<char*>(t.data()) + ember::dtype_size(t.dtype()), t.dtype(),
-                    Shape{n}, t.device()};
-}
 
 // An exact-per-step chain (each node rounds to f32 the same way on both backends; products are
 // never fused into an fma), so the bits must match.
@@ -66,7 +51,7 @@ TEST(EmulatedExpr, TailSizesMatchTheCpuBitwise) {
   Stream gpu(kGpu), cpu;
   for (const int64_t n : kTails) {
     for (const DType in : {DType::f32, DType::f16}) {
-      const Tensor x = random({n}, 1, in), y = random({n}, 2, DType::bf16);
+      const Tensor x = random_tensor({n}, 1, in), y = random_tensor({n}, 2, DType::bf16);
       Tensor want = Tensor::zeros({n}, DType::bf16), got = Tensor::zeros({n}, DType::bf16, kGpu);
       const Tensor xg = x.to(kGpu), yg = y.to(kGpu);
       ex::assign(cpu, want, exact_chain(x, y));
@@ -80,7 +65,7 @@ TEST(EmulatedExpr, MisalignedViewsTakeTheScalarPath) {
   Stream gpu(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType dtype : {DType::f32, DType::f16, DType::u8}) {
-    const Tensor x = random({n + 1}, 3, dtype), y = random({n + 1}, 4);
+    const Tensor x = random_tensor({n + 1}, 3, dtype), y = random_tensor({n + 1}, 4);
     const Tensor xg = x.to(kGpu), yg = y.to(kGpu);
     Tensor want = Tensor::zeros({n + 1}), got = Tensor::zeros({n + 1}, DType::f32, kGpu);
     ex::assign(cpu, offset_by_one(want, n), exact_chain(offset_by_one(x, n), offset_by_one(y, n)));
@@ -93,8 +78,8 @@ TEST(EmulatedExpr, BroadcastsRowsColumnsAndScalars) {
   Stream gpu(kGpu), cpu;
   for (const int64_t cols : {48, 45}) {  // 48: the 128-bit path; 45: the scalar path
     const int64_t rows = 37;
-    const Tensor x = random({rows, cols}, 5, DType::f16), r = random({cols}, 6),
-                 c = random({rows}, 7, DType::bf16);
+    const Tensor x = random_tensor({rows, cols}, 5, DType::f16), r = random_tensor({cols}, 6),
+                 c = random_tensor({rows}, 7, DType::bf16);
     const Tensor xg = x.to(kGpu), rg = r.to(kGpu), cg = c.to(kGpu);
     Tensor want = Tensor::zeros({rows, cols}), got = Tensor::zeros({rows, cols}, DType::f32, kGpu);
     ex::Out(cpu, want) = ex::relu((ex::tensor(x) + ex::row(r)) * ex::col(c) - 0.25f);
@@ -106,7 +91,7 @@ TEST(EmulatedExpr, BroadcastsRowsColumnsAndScalars) {
 TEST(EmulatedExpr, SeveralOutputsOfMixedDtypes) {
   Stream gpu(kGpu), cpu;
   const Shape shape{40, 256};
-  const Tensor x = random(shape, 8, DType::f16), b = random({256}, 9, DType::bf16);
+  const Tensor x = random_tensor(shape, 8, DType::f16), b = random_tensor({256}, 9, DType::bf16);
   const Tensor xg = x.to(kGpu), bg = b.to(kGpu);
   Tensor y = Tensor::zeros(shape, DType::bf16), m = Tensor::zeros(shape, DType::u8),
          s = Tensor::zeros(shape);
@@ -127,7 +112,8 @@ TEST(EmulatedExpr, SeveralOutputsOfMixedDtypes) {
 TEST(EmulatedExpr, ExactExpressionsEqualEmbersPrecompiledOps) {
   Stream gpu(kGpu);
   const Shape shape{33, 72};
-  const Tensor x = random(shape, 10, DType::f32, kGpu), y = random(shape, 11, DType::f32, kGpu);
+  const Tensor x = random_tensor(shape, 10, DType::f32, kGpu),
+               y = random_tensor(shape, 11, DType::f32, kGpu);
   Tensor got = Tensor::zeros(shape, DType::f32, kGpu),
          want = Tensor::zeros(shape, DType::f32, kGpu);
   ex::assign(gpu, got, ex::relu(ex::tensor(x) + y));
@@ -137,14 +123,6 @@ TEST(EmulatedExpr, ExactExpressionsEqualEmbersPrecompiledOps) {
   ex::assign(gpu, got, ex::tensor(x) + 0.3f * ex::tensor(y));
   ops::residual_add(gpu, want, x, y, 0.3f);
   EXPECT_EQ(raw(got), raw(want)) << "x + a y";
-}
-
-int ulps(float a, float b) {
-  int32_t ia, ib;
-  std::memcpy(&ia, &a, 4);
-  std::memcpy(&ib, &b, 4);
-  if ((ia < 0) != (ib < 0)) return std::abs(a - b) < 1e-30f ? 0 : 1 << 30;
-  return std::abs(ia - ib);
 }
 
 // Within `max_ulps` where the results differ by more than `floor`.
@@ -166,8 +144,8 @@ TEST(EmulatedExpr, TranscendentalsWithinAFewUlpsOfTheCpu) {
   // logistic factor underflows to subnormals.
   Stream gpu(kGpu), cpu;
   const int64_t n = 20000;
-  const Tensor x = random({n}, 12, DType::f32, Device::cpu(), -10.0f, 10.0f),
-               b = random({n}, 13, DType::f16);
+  const Tensor x = random_tensor({n}, 12, DType::f32, Device::cpu(), -10.0f, 10.0f),
+               b = random_tensor({n}, 13, DType::f16);
   const Tensor xg = x.to(kGpu), bg = b.to(kGpu);
   Tensor want = Tensor::zeros({n}), got = Tensor::zeros({n}, DType::f32, kGpu);
 

@@ -8,13 +8,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/map.hpp"
+#include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 #include "test_support.hpp"
 
@@ -28,26 +28,15 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 using ember::TensorView;
+using ember::testing::offset_by_one;
 using ember::testing::random_floats;
+using ember::testing::random_tensor;
+using ember::testing::raw;
+using ember::testing::ulps;
 namespace ops = ember::ops;
 
 const Device kGpu = Device::cuda(0);
 constexpr int64_t kTails[] = {0, 1, 7, 4097, (int64_t{1} << 20) + 3};
-
-Tensor random(Shape shape, uint32_t seed, DType dtype = DType::f32, Device device = Device::cpu()) {
-  return Tensor::from_vector(random_floats(shape.numel(), seed), shape).to(dtype).to(device);
-}
-
-std::vector<uint8_t> raw(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu());
-  const auto* p = static_cast<const uint8_t*>(host.data());
-  return {p, p + host.nbytes()};
-}
-
-TensorView offset_by_one(const Tensor& t, int64_t n) {
-  return TensorView{static_cast<char*>(t.data()) + ember::dtype_size(t.dtype()), t.dtype(),
-                    Shape{n}, t.device()};
-}
 
 struct Chain {  // gelu-free but non-trivial and exact: (x * s + b) clamped at 0
   float operator()(float x, float b, float s) const {
@@ -60,7 +49,7 @@ TEST(EmulatedMap, TailSizesMatchTheCpuBitwise) {
   Stream gpu(kGpu), cpu;
   for (const int64_t n : kTails) {
     for (const DType in : {DType::f32, DType::f16}) {
-      const Tensor x = random({n}, 1, in), b = random({n}, 2, DType::bf16);
+      const Tensor x = random_tensor({n}, 1, in), b = random_tensor({n}, 2, DType::bf16);
       Tensor want = Tensor::zeros({n}, DType::bf16), got = Tensor::zeros({n}, DType::bf16, kGpu);
       ops::map(cpu, want, Chain{}, x, b, 1.5f);
       ops::map(gpu, got, Chain{}, x.to(kGpu), b.to(kGpu), 1.5f);
@@ -73,7 +62,7 @@ TEST(EmulatedMap, MisalignedOperandsTakeTheScalarPath) {
   Stream gpu(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType dtype : {DType::f32, DType::f16, DType::u8}) {
-    const Tensor x = random({n + 1}, 3, dtype), b = random({n + 1}, 4);
+    const Tensor x = random_tensor({n + 1}, 3, dtype), b = random_tensor({n + 1}, 4);
     Tensor want = Tensor::zeros({n + 1}), got = Tensor::zeros({n + 1}, DType::f32, kGpu);
     const Tensor xg = x.to(kGpu), bg = b.to(kGpu);
     ops::map(cpu, offset_by_one(want, n), Chain{}, offset_by_one(x, n), offset_by_one(b, n), 2.0f);
@@ -100,8 +89,8 @@ TEST(EmulatedMap, BroadcastsRowsColumnsAndScalars) {
   // 48 columns: the 128-bit path; 45: the scalar path.
   for (const int64_t cols : {48, 45}) {
     const int64_t rows = 37;
-    const Tensor x = random({rows, cols}, 5, DType::f16), r = random({cols}, 6),
-                 c = random({rows}, 7, DType::bf16);
+    const Tensor x = random_tensor({rows, cols}, 5, DType::f16), r = random_tensor({cols}, 6),
+                 c = random_tensor({rows}, 7, DType::bf16);
     const auto f = [](float a, float b, float d, float s) { return (a + b) * d - s; };
     Tensor want = Tensor::zeros({rows, cols}), got = Tensor::zeros({rows, cols}, DType::f32, kGpu);
     ops::map(cpu, want, f, x, ops::row(r), ops::col(c), 0.25f);
@@ -113,7 +102,7 @@ TEST(EmulatedMap, BroadcastsRowsColumnsAndScalars) {
 TEST(EmulatedMap, SeveralOutputsOfMixedDtypes) {
   Stream gpu(kGpu), cpu;
   const int64_t n = 10001;
-  const Tensor x = random({n}, 8, DType::f16);
+  const Tensor x = random_tensor({n}, 8, DType::f16);
   const auto f = [](float v) { return ops::values(v * 3.0f, v * 60.0f, -v); };
   Tensor a = Tensor::zeros({n}, DType::bf16), b = Tensor::zeros({n}, DType::u8),
          c = Tensor::zeros({n});
@@ -129,7 +118,7 @@ TEST(EmulatedMap, SeveralOutputsOfMixedDtypes) {
 TEST(EmulatedMapReduce, SumOfSquaresIsDeterministicAndCloseToTheCpu) {
   Stream gpu(kGpu), cpu;
   for (const int64_t n : kTails) {
-    const Tensor g = random({n}, 9, DType::f16);
+    const Tensor g = random_tensor({n}, 9, DType::f16);
     const Tensor gg = g.to(kGpu);
     const auto square = [](float v) { return v * v; };
     Tensor want = Tensor::zeros({1}), got = Tensor::zeros({1}, DType::f32, kGpu),
@@ -159,7 +148,7 @@ TEST(EmulatedMapReduce, NonFiniteCheck) {
 TEST(EmulatedDropout, MasksEqualTheCpuForTheSameSeedAndOffset) {
   Stream gpu(kGpu), cpu;
   const int64_t n = 70001;
-  const Tensor x = random({n}, 11, DType::f16);
+  const Tensor x = random_tensor({n}, 11, DType::f16);
   Tensor y = Tensor::zeros({n}, DType::f16), mask = Tensor::zeros({n}, DType::u8);
   Tensor yg = Tensor::zeros({n}, DType::f16, kGpu), mg = Tensor::zeros({n}, DType::u8, kGpu);
   ops::dropout_forward(cpu, y, mask, x, 0.1f, 1234, 99);
@@ -177,7 +166,8 @@ TEST(EmulatedElementwise, ExactOpsEqualTheCpuBitwise) {
   Stream gpu(kGpu), cpu;
   const int64_t m = 33, n = 72;
   for (const DType dtype : ember::testing::kFloatTypes) {
-    const Tensor a = random({m, n}, 12, dtype), b = random({m, n}, 13), bias = random({n}, 14);
+    const Tensor a = random_tensor({m, n}, 12, dtype), b = random_tensor({m, n}, 13),
+                 bias = random_tensor({n}, 14);
     const Tensor ag = a.to(kGpu), bg = b.to(kGpu), biasg = bias.to(kGpu);
     const auto check = [&](const char* name, auto&& on) {
       Tensor want = Tensor::zeros({m, n}, dtype), got = Tensor::zeros({m, n}, dtype, kGpu);
@@ -217,20 +207,13 @@ TEST(EmulatedElementwise, GeluWithinAFewUlpsOfTheCpu) {
   Stream gpu(kGpu), cpu;
   const int64_t n = 20000;
   const Tensor x = Tensor::from_vector(random_floats(n, 15, -10.0f, 10.0f), {n});
-  const Tensor dy = random({n}, 16);
+  const Tensor dy = random_tensor({n}, 16);
   Tensor y = Tensor::zeros({n}), dx = Tensor::zeros({n});
   Tensor yg = Tensor::zeros({n}, DType::f32, kGpu), dxg = Tensor::zeros({n}, DType::f32, kGpu);
   ops::gelu_forward(cpu, y, x);
   ops::gelu_forward(gpu, yg, x.to(kGpu));
   ops::gelu_backward(cpu, dx, dy, x);
   ops::gelu_backward(gpu, dxg, dy.to(kGpu), x.to(kGpu));
-  const auto ulps = [](float a, float b) {
-    int32_t ia, ib;
-    std::memcpy(&ia, &a, 4);
-    std::memcpy(&ib, &b, 4);
-    if ((ia < 0) != (ib < 0)) return std::abs(a - b) < 1e-30f ? 0 : 1 << 30;
-    return std::abs(ia - ib);
-  };
   const auto vy = y.to_vector<float>(), vyg = yg.to(Device::cpu()).to_vector<float>();
   const auto vdx = dx.to_vector<float>(), vdxg = dxg.to(Device::cpu()).to_vector<float>();
   for (int64_t i = 0; i < n; ++i) {

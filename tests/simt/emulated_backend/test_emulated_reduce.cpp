@@ -13,6 +13,7 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/reduce.hpp"
+#include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 
 namespace {
@@ -22,6 +23,8 @@ using ember::DType;
 using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
+using ember::testing::bits;
+using ember::testing::host_f32;
 using ember::testing::kFloatTypes;
 using ember::testing::kInf;
 using ember::testing::kNan;
@@ -31,10 +34,6 @@ namespace ops = ember::ops;
 const Device kGpu = Device::cuda(0);
 const int64_t kTailSizes[] = {0, 1, 7, 4097, (int64_t{1} << 20) + 3};
 
-uint32_t bits(float f) {
-  return std::bit_cast<uint32_t>(f);
-}
-
 // The same values as a CPU tensor and a GPU tensor of dtype.
 struct Pair {
   Tensor cpu, gpu;
@@ -42,10 +41,6 @@ struct Pair {
 Pair make_pair(const std::vector<float>& v, const Shape& shape, DType dtype) {
   Tensor cpu = Tensor::from_vector(v, shape).to(dtype);
   return {cpu, cpu.to(kGpu)};
-}
-
-std::vector<float> host_values(const Tensor& t) {
-  return t.to(Device::cpu()).to_vector<float>();
 }
 
 // The inputs as the kernels see them (16-bit dtypes rounded), for bounding sums.
@@ -72,7 +67,7 @@ TEST(EmulatedReduce, SumMatchesCpuForAllDtypesAndTailSizes) {
       Tensor want = Tensor::zeros(Shape{}), got = Tensor::zeros(Shape{}, DType::f32, kGpu);
       ops::sum(cpu_stream, want, x.cpu);
       ops::sum(gpu_stream, got, x.gpu);
-      expect_sum_close(host_values(got)[0], host_values(want)[0], n, sum_abs(x.cpu));
+      expect_sum_close(host_f32(got)[0], host_f32(want)[0], n, sum_abs(x.cpu));
     }
   }
 }
@@ -83,16 +78,16 @@ TEST(EmulatedReduce, SumAccumulatesAndEmptySumIsZero) {
   Tensor want = Tensor::full(Shape{1}, 1.5), got = Tensor::full(Shape{1}, 1.5, DType::f32, kGpu);
   ops::sum(cpu_stream, want, x.cpu, {.accumulate = true});
   ops::sum(gpu_stream, got, x.gpu, {.accumulate = true});
-  expect_sum_close(host_values(got)[0], host_values(want)[0], 4097, sum_abs(x.cpu) + 1.5);
+  expect_sum_close(host_f32(got)[0], host_f32(want)[0], 4097, sum_abs(x.cpu) + 1.5);
 
   // Empty: 0 without accumulate; with accumulate out is left alone (a -0 stays -0).
   const Tensor empty = Tensor::empty(Shape{0, 3}, DType::f16, kGpu);
   Tensor out = Tensor::full(Shape{}, 7.0, DType::f32, kGpu);
   ops::sum(gpu_stream, out, empty);
-  EXPECT_EQ(bits(host_values(out)[0]), bits(0.0f));
+  EXPECT_EQ(bits(host_f32(out)[0]), bits(0.0f));
   out.fill_(-0.0);
   ops::sum(gpu_stream, out, empty, {.accumulate = true});
-  EXPECT_EQ(bits(host_values(out)[0]), bits(-0.0f));
+  EXPECT_EQ(bits(host_f32(out)[0]), bits(-0.0f));
 }
 
 TEST(EmulatedReduce, SumPropagatesInfAndNan) {
@@ -103,7 +98,7 @@ TEST(EmulatedReduce, SumPropagatesInfAndNan) {
     const int64_t n = static_cast<int64_t>(cases[c].size());
     Tensor out = Tensor::zeros(Shape{}, DType::f32, kGpu);
     ops::sum(gpu_stream, out, make_pair(cases[c], Shape{n}, DType::f32).gpu);
-    const float v = host_values(out)[0];
+    const float v = host_f32(out)[0];
     if (want_inf[c]) {
       EXPECT_EQ(v, kInf);
     } else {
@@ -128,7 +123,7 @@ TEST(EmulatedReduce, ColumnSumsMatchCpu) {
         Tensor got = want.to(kGpu);
         ops::column_sums(cpu_stream, want, x.cpu, {.accumulate = accumulate});
         ops::column_sums(gpu_stream, got, x.gpu, {.accumulate = accumulate});
-        const std::vector<float> g = host_values(got), w = host_values(want);
+        const std::vector<float> g = host_f32(got), w = host_f32(want);
         const int64_t rows = shape[0];
         for (size_t j = 0; j < w.size(); ++j) {
           // sum |x| of a column is at most rows * 4 (inputs in [-4, 4)), plus the start value.
@@ -148,7 +143,7 @@ TEST(EmulatedReduce, MaxIsBitwiseTheCpus) {
       Tensor want = Tensor::zeros(Shape{}), got = Tensor::zeros(Shape{}, DType::f32, kGpu);
       ops::max(cpu_stream, want, x.cpu);
       ops::max(gpu_stream, got, x.gpu);
-      EXPECT_EQ(bits(host_values(got)[0]), bits(host_values(want)[0])) << n;
+      EXPECT_EQ(bits(host_f32(got)[0]), bits(host_f32(want)[0])) << n;
     }
   }
   Tensor out = Tensor::zeros(Shape{}, DType::f32, kGpu);
@@ -179,7 +174,7 @@ TEST(EmulatedReduce, MaxMatchesCpuOnSignedZerosAndNanPayloads) {
       Tensor want = Tensor::zeros(Shape{}), got = Tensor::zeros(Shape{}, DType::f32, kGpu);
       ops::max(cpu_stream, want, x.cpu);
       ops::max(gpu_stream, got, x.gpu);
-      EXPECT_EQ(bits(host_values(got)[0]), bits(host_values(want)[0])) << size;
+      EXPECT_EQ(bits(host_f32(got)[0]), bits(host_f32(want)[0])) << size;
     }
   }
 }
@@ -197,8 +192,8 @@ TEST(EmulatedReduce, RunsAreBitwiseIdentical) {
     ops::sum(gpu_stream, s, x);
     ops::max(gpu_stream, mx, x);
     ops::column_sums(gpu_stream, cols, m);
-    std::vector<uint32_t> all = {bits(host_values(s)[0]), bits(host_values(mx)[0])};
-    for (const float c : host_values(cols)) all.push_back(bits(c));
+    std::vector<uint32_t> all = {bits(host_f32(s)[0]), bits(host_f32(mx)[0])};
+    for (const float c : host_f32(cols)) all.push_back(bits(c));
     if (run == 0) {
       first = all;
     } else {

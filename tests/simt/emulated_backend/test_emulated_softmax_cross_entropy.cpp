@@ -3,7 +3,6 @@
 // logits, in-place use, bad labels (the CPU's error text, nothing written) and determinism.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,6 +12,7 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
+#include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 
 namespace {
@@ -22,6 +22,8 @@ using ember::DType;
 using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
+using ember::testing::bits;
+using ember::testing::host_f32;
 using ember::testing::kFloatTypes;
 using ember::testing::kInf;
 using ember::testing::kNan;
@@ -44,19 +46,11 @@ Tensor make_labels(int64_t rows, int64_t classes, DType dtype, uint32_t seed) {
   return Tensor::from_vector(std::vector<int32_t>(v.begin(), v.end()), Shape{rows});
 }
 
-std::vector<float> host_values(const Tensor& t) {
-  return ember::testing::values(t.to(Device::cpu()));
-}
-
 std::vector<int64_t> indices(const Tensor& t) {
   const Tensor host = t.to(Device::cpu());
   if (host.dtype() == DType::i64) return host.to_vector<int64_t>();
   const std::vector<int32_t> v = host.to_vector<int32_t>();
   return {v.begin(), v.end()};
-}
-
-uint32_t bits(float f) {
-  return std::bit_cast<uint32_t>(f);
 }
 
 struct Outputs {
@@ -69,7 +63,7 @@ Outputs forward(const Device& device, const Tensor& logits, const Tensor& labels
   Tensor loss = Tensor::zeros(Shape{}, DType::f32, device);
   Tensor probs = Tensor::zeros(logits.shape(), DType::f32, device);
   ops::softmax_cross_entropy_forward(stream, loss, probs, logits.to(device), labels.to(device));
-  return {host_values(loss)[0], host_values(probs)};
+  return {host_f32(loss)[0], host_f32(probs)};
 }
 
 // Probabilities: the CPU's e^x is within 1 ulp and CUDA's expf within 2, the normalizing sums
@@ -149,10 +143,10 @@ TEST(EmulatedSoftmaxCrossEntropy, InPlaceForwardAndBackwardMatchOutOfPlace) {
     Tensor buffer = logits.clone();  // logits, then probs, then dlogits
     Tensor loss2 = Tensor::zeros(Shape{}, DType::f32, kGpu);
     ops::softmax_cross_entropy_forward(stream, loss2, buffer, buffer, labels);
-    EXPECT_EQ(bits(host_values(loss2)[0]), bits(host_values(loss)[0]));
-    EXPECT_EQ(host_values(buffer), host_values(probs));
+    EXPECT_EQ(bits(host_f32(loss2)[0]), bits(host_f32(loss)[0]));
+    EXPECT_EQ(host_f32(buffer), host_f32(probs));
     ops::softmax_cross_entropy_backward(stream, buffer, buffer, labels, 0.5f);
-    EXPECT_EQ(host_values(buffer), host_values(dlogits));
+    EXPECT_EQ(host_f32(buffer), host_f32(dlogits));
   }
 }
 
@@ -171,7 +165,7 @@ TEST(EmulatedSoftmaxCrossEntropy, BackwardIsBitwiseTheCpus) {
         ops::softmax_cross_entropy_backward(cpu_stream, want, probs, labels, dloss);
         ops::softmax_cross_entropy_backward(gpu_stream, got, probs.to(kGpu), labels.to(kGpu),
                                             dloss);
-        const std::vector<float> g = host_values(got), w = ember::testing::values(want);
+        const std::vector<float> g = host_f32(got), w = ember::testing::values(want);
         ASSERT_EQ(g.size(), w.size());
         for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(bits(g[i]), bits(w[i])) << i;
       }
@@ -221,7 +215,7 @@ TEST(EmulatedSoftmaxCrossEntropy, BadLabelsThrowTheCpusErrorAndWriteNothing) {
           ops::softmax_cross_entropy_forward(stream, loss, probs, logits.to(device),
                                              labels.to(device));
         } catch (...) {
-          EXPECT_EQ(host_values(probs), std::vector<float>(91, 7.0f));  // untouched
+          EXPECT_EQ(host_f32(probs), std::vector<float>(91, 7.0f));  // untouched
           throw;
         }
       });
