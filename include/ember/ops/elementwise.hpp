@@ -44,10 +44,11 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
                               const TensorView& dy, const TensorView& pre, Activation act,
                               const ReduceOptions& options = {});
 
-// Converts between any two dtypes: floats round to nearest even; float to
-// integer truncates toward zero and saturates, nan giving 0. Any dtypes, same
-// shape; in-place only between dtypes of one size (f32 <-> i32, f16 <-> bf16).
-// On CUDA, casts among f32, f16, bf16 and u8 only so far.
+// Converts between any two dtypes: floats round to nearest even (once, also from i32 and i64);
+// float to integer truncates toward zero and saturates, nan giving 0; integers saturate. Any
+// dtypes, same shape; in-place only between dtypes of one size (f32 <-> i32, f16 <-> bf16).
+// CUDA gives the CPU's bits (but a signaling f16 nan may reach f32 quieted): two different
+// dtypes of f32, f16, bf16 and u8 through ops::map, the rest through kernels/cast.cuh.
 void cast(Stream& stream, const TensorView& out, const TensorView& in);
 
 // out = in * scale, rounded once to out's dtype: loss scaling and unscaling in AMP, f32 master

@@ -123,12 +123,14 @@ void activation_backward(Stream& stream, const TensorView& dx, const TensorView&
   }
 }
 
+// Between two different dtypes of map's (exact in f32, rounded once) as the CPU does; i32, i64
+// and same-dtype copies (bitwise, as the CPU's memmove) in kernels/cast.cuh.
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {
-  EMBER_CHECK(map_dtype(out.dtype) && map_dtype(in.dtype),
-              "ops::cast: on CUDA only between f32, f16, bf16 and u8 so far, not {} to {}; cast "
-              "on the CPU",
-              in.describe(), dtype_name(out.dtype));
-  run("ops::cast", stream, out, fn::Identity{}, in);
+  if (out.dtype != in.dtype && map_dtype(out.dtype) && map_dtype(in.dtype)) {
+    run("ops::cast", stream, out, fn::Identity{}, in);
+    return;
+  }
+  convert(stream, out, in);
 }
 
 void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale) {

@@ -23,8 +23,10 @@ void bias_activation_forward(Stream& stream, const TensorView& y, const TensorVi
 // dx = dy * act'(pre) (pre unused for none): one map launch.
 void activation_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                          const TensorView& pre, Activation act);
-// Between f32, f16, bf16 and u8; throws for other dtypes.
+// Between any two dtypes: map for two different ones of f32, f16, bf16 and u8, else convert.
 void cast(Stream& stream, const TensorView& out, const TensorView& in);
+// Between any two dtypes with the host's rules (kernels/cast.cuh, launched in cast.cu).
+void convert(Stream& stream, const TensorView& out, const TensorView& in);
 void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale);
 void residual_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& y,
                   float alpha);

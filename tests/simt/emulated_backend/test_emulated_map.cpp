@@ -229,11 +229,4 @@ TEST(EmulatedElementwise, GeluWithinAFewUlpsOfTheCpu) {
   }
 }
 
-TEST(EmulatedElementwise, IntegerCastsSayTheyAreCpuOnly) {
-  Stream gpu(kGpu);
-  Tensor out = Tensor::zeros({4}, DType::i32, kGpu);
-  const Tensor in = Tensor::zeros({4}, DType::f32, kGpu);
-  ember::testing::expect_error([&] { ops::cast(gpu, out, in); }, "only between f32, f16, bf16");
-}
-
 }  // namespace
