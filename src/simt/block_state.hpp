@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "asan.hpp"
 #include "ember/simt/context.hpp"
 #include "ember/simt/runtime.hpp"
 #include "ember/simt/warp.hpp"
@@ -74,6 +75,10 @@ struct FiberSlot {
   boost::context::fiber fiber;  // the suspended fiber, while the scheduler runs
   boost::context::fiber sink;   // the suspended scheduler, while the fiber runs
   ThreadContext context;
+  // Set by the scheduler to make the fiber return, so that it ends with its
+  // switches annotated rather than unwound by the fiber's destructor.
+  std::atomic<bool> retiring{false};
+  asan::Stack asan_stack;  // the fiber's stack, recorded when it is allocated
   void* tsan_fiber = nullptr;
   std::string tsan_name;
 };

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "asan.hpp"
 #include "block_state.hpp"
 #include "ember/core/error.hpp"
 #include "scheduler.hpp"
@@ -20,10 +21,31 @@ namespace {
 
 namespace ctx = boost::context;
 
+asan::Stack bounds(const ctx::stack_context& sctx) {
+  return {static_cast<char*>(sctx.sp) - sctx.size, sctx.size};  // sp is the top
+}
+
+// A protected_fixedsize_stack that clears a stack's ASan shadow before freeing
+// it: the frame of Boost's fiber entry never returns and stays poisoned.
+class FiberStack {
+ public:
+  explicit FiberStack(size_t size) : stack_(size) {}
+  ctx::stack_context allocate() { return stack_.allocate(); }
+  void deallocate(ctx::stack_context& sctx) noexcept {
+    asan::unpoison(bounds(sctx));
+    stack_.deallocate(sctx);
+  }
+
+ private:
+  ctx::protected_fixedsize_stack stack_;
+};
+
 struct Worker {
+  ~Worker();
   std::vector<std::unique_ptr<FiberSlot>> slots;
   size_t stack_size = 0;
   Block block;
+  asan::Stack asan_stack;  // the OS thread's stack, as ASan reports it
   void* tsan_scheduler = nullptr;
   char tsan_start = 0;  // scheduler -> fibers at block start
   char tsan_yield = 0;  // fibers -> scheduler at every switch back
@@ -55,6 +77,23 @@ void run_thread(Worker& worker, FiberSlot& slot) {
   slot.context.state.store(ThreadState::kDone, std::memory_order_relaxed);
 }
 
+// Runs the slot's fiber until it switches back; the caller has told TSan.
+void enter(FiberSlot& slot) {
+  void* fake_stack = nullptr;
+  asan::start_switch(&fake_stack, slot.asan_stack);
+  slot.fiber = std::move(slot.fiber).resume();
+  asan::finish_switch(fake_stack);
+}
+
+// Switches from the running fiber back to its scheduler.
+void suspend(Worker& worker, FiberSlot& slot) {
+  void* fake_stack = nullptr;
+  asan::start_switch(&fake_stack, worker.asan_stack);
+  tsan::switch_to(worker.tsan_scheduler);
+  slot.sink = std::move(slot.sink).resume();
+  asan::finish_switch(fake_stack);
+}
+
 void make_slot(Worker& worker) {
   auto slot = std::make_unique<FiberSlot>();
   FiberSlot* s = slot.get();
@@ -62,23 +101,56 @@ void make_slot(Worker& worker) {
   slot->tsan_fiber = tsan::create_fiber();
   tsan::switch_handle(&slot->fiber, sizeof(slot->fiber));
   tsan::switch_handle(&slot->sink, sizeof(slot->sink));
-  slot->fiber = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(worker.stack_size),
+  FiberStack stack(worker.stack_size);
+  const ctx::stack_context sctx = stack.allocate();
+  s->asan_stack = bounds(sctx);
+  // The constructor switches into the new stack, runs Boost's entry code there
+  // and switches back. ASan is told before, so that the entry frame is not put
+  // on the scheduler's fake stack (detect_stack_use_after_return).
+  void* fake_stack = nullptr;
+  asan::start_switch(&fake_stack, s->asan_stack);
+  slot->fiber = ctx::fiber(std::allocator_arg, ctx::preallocated(sctx.sp, sctx.size, sctx), stack,
                            [&worker, s](ctx::fiber&& sink) {
+                             asan::finish_switch(nullptr);
                              s->sink = std::move(sink);
                              // Started once at creation; wait for the first block.
-                             tsan::switch_to(worker.tsan_scheduler);
-                             s->sink = std::move(s->sink).resume();
-                             for (;;) {
+                             suspend(worker, *s);
+                             while (!s->retiring.load(std::memory_order_relaxed)) {
                                run_thread(worker, *s);
                                yield_to_scheduler();
                              }
+                             asan::start_switch(nullptr, worker.asan_stack);  // ends for good
+                             // Synchronizing (TSan): the scheduler frees the slot next.
+                             tsan::switch_to_synchronizing(worker.tsan_scheduler);
                              return std::move(s->sink);
                            });
+  // The fiber's half of that round trip ran inside Boost: replay it here. Its
+  // landing reports the stack it came from, the OS thread's.
+  worker.asan_stack = asan::finish_switch(nullptr);
+  asan::start_switch(nullptr, worker.asan_stack);
+  asan::finish_switch(fake_stack);
   // The first switch into a new fiber synchronizes (TSan): the fiber reads the
   // record the scheduler wrote when it created it.
   tsan::switch_to_synchronizing(s->tsan_fiber);
-  s->fiber = std::move(s->fiber).resume();
+  enter(*s);
   worker.slots.push_back(std::move(slot));
+}
+
+// Lets every fiber of the pool return and free its stack, then drops the pool.
+// Destroying a suspended fiber would instead unwind it from inside Boost, where
+// its switches cannot be annotated for ASan.
+void retire_slots(Worker& worker) {
+  for (const auto& slot : worker.slots) {
+    if (!slot->fiber) continue;
+    slot->retiring.store(true, std::memory_order_relaxed);
+    tsan::switch_to(slot->tsan_fiber);
+    enter(*slot);
+  }
+  worker.slots.clear();
+}
+
+Worker::~Worker() {
+  retire_slots(*this);
 }
 
 Worker& this_worker() {
@@ -89,7 +161,7 @@ Worker& this_worker() {
   }
   const size_t wanted = fiber_stack_size();
   if (worker.stack_size != wanted) {  // a new stack size: rebuild the pool
-    worker.slots.clear();
+    retire_slots(worker);
     worker.stack_size = wanted;
   }
   return worker;
@@ -99,7 +171,7 @@ void resume(Worker& worker, FiberSlot& slot) {
   detail::t_current.store(&slot.context, std::memory_order_relaxed);
   t_slot.store(&slot, std::memory_order_relaxed);
   tsan::switch_to(slot.tsan_fiber);
-  slot.fiber = std::move(slot.fiber).resume();
+  enter(slot);
   tsan::acquire(&worker.tsan_yield);
   detail::t_current.store(nullptr, std::memory_order_relaxed);
   t_slot.store(nullptr, std::memory_order_relaxed);
@@ -235,8 +307,7 @@ void yield_to_scheduler() {
   FiberSlot& slot = *t_slot.load(std::memory_order_relaxed);
   Worker& worker = *t_worker.load(std::memory_order_relaxed);
   tsan::release(&worker.tsan_yield);
-  tsan::switch_to(worker.tsan_scheduler);
-  slot.sink = std::move(slot.sink).resume();
+  suspend(worker, slot);
 }
 
 void run_block(const LaunchConfig& config, const std::function<void()>& body, uint3 block_idx,
