@@ -122,12 +122,56 @@ void CachingAllocator::Impl::pool_erase(Block* b) {
   b->counted_split = false;
 }
 
+// Splits pooled free `b` and returns a new, unpooled block for its first `size`
+// bytes; b keeps the rest and stays pooled (rekeyed, mostly in place). The same
+// blocks and stats as pool_erase(b) then pool_insert(split_block(b, size)),
+// without the tree's erase and insert.
+Block* CachingAllocator::Impl::take_front(Block* b, size_t size) {
+  Block* head = new_block();
+  head->address = b->address;
+  head->size = size;
+  head->stream = b->stream;
+  head->segment = b->segment;
+  head->state = b->state;
+  head->prev = b->prev;
+  head->next = b;
+  if (b->prev != nullptr) {
+    b->prev->next = head;
+  } else {
+    b->segment->first = head;
+  }
+  b->prev = head;
+  if (b->counted_split) stats.inactive_split.add(-static_cast<int64_t>(b->size));
+  pool_of(b).rekey(b, b->address + size, b->size - size);
+  b->counted_split = true;  // b->prev is set
+  stats.inactive_split.add(static_cast<int64_t>(b->size));
+  return head;
+}
+
 // Coalesces a block that has just become free with free neighbours and pools it.
 void CachingAllocator::Impl::release_block(Block* b) {
   stats.active.add(-static_cast<int64_t>(b->size));
   b->stream_uses.clear();
   b->requested = 0;
   b->state = BlockState::free;
+  Block* n = b->next;
+  if ((b->prev == nullptr || b->prev->state != BlockState::free) && n != nullptr &&
+      n->state == BlockState::free) {
+    // The cached path's case: only the next block is free. It absorbs b and is
+    // rekeyed in place: the same block, pool and stats as coalesce_free(b).
+    if (n->counted_split) stats.inactive_split.add(-static_cast<int64_t>(n->size));
+    n->prev = b->prev;
+    if (b->prev != nullptr) {
+      b->prev->next = n;
+    } else {
+      b->segment->first = n;
+    }
+    pool_of(n).rekey(n, b->address, b->size + n->size);
+    n->counted_split = n->is_split();
+    if (n->counted_split) stats.inactive_split.add(static_cast<int64_t>(n->size));
+    delete_block(b);
+    return;
+  }
   coalesce_free(b);
 }
 
@@ -395,9 +439,11 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
     }
     if (b == nullptr) throw_oom(bytes, stream);
   }
-  pool_erase(b);
-  if (detail::should_split(b->size, size, small, b->segment->expandable, config))
-    pool_insert(split_block(b, size));
+  if (detail::should_split(b->size, size, small, b->segment->expandable, config)) {
+    b = take_front(b, size);
+  } else {
+    pool_erase(b);
+  }
   b->state = BlockState::allocated;
   b->requested = bytes;
   if (spare_nodes.empty()) {

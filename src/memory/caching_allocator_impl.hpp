@@ -47,6 +47,7 @@ struct CachingAllocator::Impl {
   size_t unmap_free_ranges(detail::Segment* seg, size_t enough);
   void unmap_chunks(detail::Segment* seg, size_t first, size_t last);
   detail::Block* split_block(detail::Block* b, size_t offset);
+  detail::Block* take_front(detail::Block* b, size_t size);
   detail::Block* coalesce_free(detail::Block* b);
   void merge_unmapped(detail::Block* b);
   bool map_range(detail::Segment* seg, uintptr_t address, size_t bytes);

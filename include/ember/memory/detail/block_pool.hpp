@@ -2,6 +2,8 @@
 // so that the best fit on a stream is one lower_bound away.
 #pragma once
 
+#include <cstdint>
+#include <iterator>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -45,6 +47,25 @@ class BlockPool {
   void erase(Block* b) {
     Node node = blocks_.extract(b);
     if (!node.empty() && spare_.size() < kMaxSpare) spare_.push_back(std::move(node));
+  }
+  // Gives pooled `b` a new address and size (same stream): in place when the new
+  // key still sorts between b's neighbours, which saves the tree's erase and
+  // insert on the cached path; else by re-inserting b's node.
+  void rekey(Block* b, uintptr_t address, size_t size) {
+    auto it = blocks_.find(b);
+    const auto key = std::tie(b->stream, size, address);
+    const auto key_of = [](const Block* o) { return std::tie(o->stream, o->size, o->address); };
+    const bool after_prev = it == blocks_.begin() || key_of(*std::prev(it)) < key;
+    const auto next = std::next(it);
+    if (after_prev && (next == blocks_.end() || key < key_of(*next))) {
+      b->address = address;
+      b->size = size;
+      return;
+    }
+    Node node = blocks_.extract(it);
+    b->address = address;
+    b->size = size;
+    blocks_.insert(std::move(node));
   }
   bool contains(Block* b) const { return blocks_.count(b) != 0; }
   const std::set<Block*, BlockOrder>& blocks() const { return blocks_; }
