@@ -14,6 +14,7 @@
 #include "ember/memory/detail/verify.hpp"
 #include "ember/memory/host_virtual_upstream.hpp"
 #include "ember/memory/simulated_upstream.hpp"
+#include "memory/random_allocations.hpp"
 
 namespace ember::memory {
 namespace {
@@ -264,51 +265,18 @@ TEST(ExpandableHoles, GrowthFillsTheCheapestHole) {
 TEST(ExpandableHoles, RandomSequencesWithinATightCapacity) {
   auto vup = std::make_shared<HostVirtualUpstream>(2 * kMiB, 40 * kMiB);
   CachingAllocator a(nullptr, vup, AllocatorConfig{});
-  std::mt19937 rng(5);
-  struct Live {
-    unsigned char* p;
-    size_t n;
-    unsigned char tag;
-  };
-  std::vector<Live> live;
-  int ooms = 0;
-  for (int i = 0; i < 3000; ++i) {
-    if (live.empty() || rng() % 5 < 3) {  // more allocations than frees: always near full
-      size_t n = 1 + rng() % (3 * kMiB);
-      if (rng() % 8 == 0) n = 1 + rng() % 5000;
-      const StreamId stream = rng() % 2;
-      void* p = nullptr;
-      try {
-        p = a.allocate(n, stream);
-      } catch (const OutOfMemory&) {
-        ++ooms;
-      }
-      if (p != nullptr) {
-        const auto tag = static_cast<unsigned char>(rng());
-        for (const Live& l : live)
-          ASSERT_TRUE(static_cast<unsigned char*>(p) + n <= l.p || l.p + l.n <= p) << "op " << i;
-        live.push_back({fill(p, n, tag), n, tag});
-      }
-    } else {
-      const size_t k = rng() % live.size();
-      ASSERT_TRUE(holds(live[k].p, live[k].n, live[k].tag)) << "corrupted at op " << i;
-      a.free(live[k].p);
-      live.erase(live.begin() + static_cast<ptrdiff_t>(k));
-    }
-    ASSERT_NO_THROW(detail::verify_invariants(a)) << "op " << i;
+  testing::RandomAllocations work(a, 5);
+  work.run(3000, [&](int op) {
+    ASSERT_NO_THROW(detail::verify_invariants(a)) << "op " << op;
     ASSERT_EQ(static_cast<size_t>(a.stats().reserved.current), vup->counters().mapped_bytes);
-  }
+  });
   EXPECT_GT(a.stats().retries, 0);  // the capacity was tight
   EXPECT_GT(a.stats().page_unmaps, 0);
-  for (const Live& l : live) {
-    EXPECT_TRUE(holds(l.p, l.n, l.tag));
-    a.free(l.p);
-  }
-  a.empty_cache();
+  work.free_all();
   detail::verify_invariants(a);
   EXPECT_EQ(a.stats().reserved.current, 0);
   EXPECT_EQ(vup->counters().mapped_bytes, 0u);
-  RecordProperty("ooms", ooms);
+  RecordProperty("ooms", work.ooms());
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "ember/memory/detail/verify.hpp"
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/simt/profile.hpp"
+#include "memory/random_allocations.hpp"
 
 namespace ember::memory {
 namespace {
@@ -361,57 +362,21 @@ TEST(EmulatedCudaVirtualUpstream, CachingAllocatorRandomSequencesOnATightDevice)
   ASSERT_EQ(cudaMemGetInfo(&free_at_start, &total), cudaSuccess);
   {
     CachingAllocator a(nullptr, vm, AllocatorConfig{});
-    std::mt19937 rng(11);
-    struct Live {
-      unsigned char* p;
-      size_t n;
-      unsigned char tag;
-    };
-    std::vector<Live> live;
-    int ooms = 0;
-    for (int i = 0; i < 2000; ++i) {
-      if (live.empty() || rng() % 5 < 3) {  // more allocations than frees: always near full
-        size_t n = 1 + rng() % (3 * kMiB);
-        if (rng() % 8 == 0) n = 1 + rng() % 5000;
-        const StreamId stream = rng() % 2;
-        void* p = nullptr;
-        try {
-          p = a.allocate(n, stream);
-        } catch (const OutOfMemory&) {
-          ++ooms;
-        }
-        if (p != nullptr) {
-          const auto tag = static_cast<unsigned char>(rng());
-          auto* bytes = static_cast<unsigned char*>(p);
-          for (const Live& l : live)
-            ASSERT_TRUE(bytes + n <= l.p || l.p + l.n <= bytes) << "op " << i;
-          std::memset(bytes, tag, n);
-          live.push_back({bytes, n, tag});
-        }
-      } else {
-        const size_t k = rng() % live.size();
-        const Live& l = live[k];
-        for (size_t j = 0; j < l.n; ++j) ASSERT_EQ(l.p[j], l.tag) << "corrupted at op " << i;
-        a.free(l.p);
-        live.erase(live.begin() + static_cast<ptrdiff_t>(k));
-      }
-      ASSERT_NO_THROW(detail::verify_invariants(a)) << "op " << i;
+    memory::testing::RandomAllocations work(a, 11);
+    work.run(2000, [&](int op) {
+      ASSERT_NO_THROW(detail::verify_invariants(a)) << "op " << op;
       const CudaVirtualUpstream::Counters c = vm->counters();
-      ASSERT_EQ(static_cast<size_t>(a.stats().reserved.current), c.mapped_bytes) << "op " << i;
-      ASSERT_LE(c.backed_bytes, free_at_start) << "op " << i;
-    }
+      ASSERT_EQ(static_cast<size_t>(a.stats().reserved.current), c.mapped_bytes) << "op " << op;
+      ASSERT_LE(c.backed_bytes, free_at_start) << "op " << op;
+    });
     EXPECT_GT(a.stats().retries, 0);  // the device was tight
     EXPECT_GT(a.stats().page_unmaps, 0);
     // One physical allocation per map call, never per page.
     EXPECT_LE(vm->counters().physical_allocations, static_cast<size_t>(a.stats().page_maps));
-    for (const Live& l : live) {
-      EXPECT_TRUE(device_holds(l.p, l.n, l.tag));
-      a.free(l.p);
-    }
-    a.empty_cache();
+    work.free_all();
     detail::verify_invariants(a);
     EXPECT_EQ(a.stats().reserved.current, 0);
-    RecordProperty("ooms", ooms);
+    RecordProperty("ooms", work.ooms());
     RecordProperty("page_maps", static_cast<int>(a.stats().page_maps));
     RecordProperty("physical_allocations", static_cast<int>(vm->counters().physical_allocations));
     RecordProperty("retaken_pages", static_cast<int>(vm->counters().retaken_pages));
