@@ -155,11 +155,11 @@ double accuracy(ember::nn::Module& model, const ember::data::Dataset& data, embe
   const int64_t n = data.size();
   const int64_t features = data.inputs.shape()[1];
   int64_t correct = 0;
-  Tensor hits = Tensor::empty({1}, DType::i64, stream.device());
+  Tensor hits = Tensor::empty({1}, DType::i64, stream);
   for (int64_t begin = 0; begin < n; begin += batch) {
     const int64_t end = std::min(n, begin + batch);
-    Tensor x = data.inputs.slice(begin, end).to(stream.device());
-    Tensor y = data.labels.slice(begin, end).to(stream.device());
+    Tensor x = data.inputs.slice(begin, end).to(stream);
+    Tensor y = data.labels.slice(begin, end).to(stream);
     Tensor logits = model.forward(ctx, x.reshape({end - begin, features}));
     ops::count_correct(stream, hits, logits, y);
     correct += static_cast<int64_t>(hits.item());
@@ -171,7 +171,9 @@ int run(const Config& c) {
   using namespace ember;
   using Clock = std::chrono::steady_clock;
   const Device device = choose_device(c.device);
-  Stream stream(device);
+  // The device's current stream: where Tensor::to(device) and the model's tensors live, so
+  // the whole step is ordered on one stream without host waits.
+  Stream stream = current_stream(device);
 
   data::Dataset train, validation;
   if (c.data_dir.empty()) {
@@ -227,8 +229,8 @@ int run(const Config& c) {
                                                          static_cast<size_t>(batch)),
                  x_host, y_host);
     cursor += batch;
-    const Tensor x = x_host.to(device);
-    const Tensor y = y_host.to(device);
+    const Tensor x = x_host.to(stream);
+    const Tensor y = y_host.to(stream);
 
     // Cosine decay from lr to lr / 10 over the run.
     const double progress = static_cast<double>(step - 1) / static_cast<double>(c.steps);

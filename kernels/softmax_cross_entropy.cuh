@@ -42,7 +42,7 @@ __device__ __forceinline__ int64_t load_label(const void* labels, bool labels_i6
 }
 
 // *first_bad = min(*first_bad, every row whose label is outside [0, classes)). The host sets
-// *first_bad to all ones first, and reads it back after the launch.
+// *first_bad to all ones first, and reads it back once the stream has been synchronized.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     check_labels_kernel(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
@@ -52,6 +52,14 @@ __global__ void __launch_bounds__(kThreads)
        r += stride) {
     const int64_t label = load_label(labels, labels_i64, r);
     if (label < 0 || label >= classes) atomicMin(first_bad, static_cast<unsigned long long>(r));
+  }
+}
+
+// verdict[1] = the label of row verdict[0] when check_labels_kernel found a bad one (one thread).
+__global__ void bad_label_kernel(const void* labels, bool labels_i64, unsigned long long* verdict) {
+  if (verdict[0] != ~0ull) {
+    verdict[1] = static_cast<unsigned long long>(
+        load_label(labels, labels_i64, static_cast<int64_t>(verdict[0])));
   }
 }
 
@@ -69,7 +77,14 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
     const T* x = logits + row * cols;
     float* p = probs + row * cols;
     // With in-place probs, x[label] must be read before the team writes p: the barrier orders it.
-    const float x_label = threadIdx.x == 0 ? to_f32(x[load_label(labels, labels_i64, row)]) : 0.0f;
+    // A label out of range (reported by check_labels_kernel at the next synchronize) reads
+    // nothing and gives a nan loss.
+    float x_label = 0.0f;
+    if (threadIdx.x == 0) {
+      const int64_t label = load_label(labels, labels_i64, row);
+      x_label =
+          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
+    }
     team_barrier<kTeam>();
 
     float m = kMinusInf;

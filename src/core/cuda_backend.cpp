@@ -25,29 +25,12 @@ int device_count(std::string* reason) {
   return count;
 }
 
-void* malloc(size_t bytes, int device) {
-  EMBER_CUDA_CHECK(cudaSetDevice(device));
-  void* ptr = nullptr;
-  const cudaError_t status = cudaMalloc(&ptr, bytes);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    EMBER_THROW("cudaMalloc of {} bytes on cuda:{} failed: {}", bytes, device,
-                cudaGetErrorString(status));
-  }
-  return ptr;
-}
-
-void free(void* ptr, int device) noexcept {
-  cudaSetDevice(device);
-  cudaFree(ptr);
-}
-
-void memcpy(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes) {
-  const cudaMemcpyKind kind = dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice
-                                                             : cudaMemcpyHostToDevice)
-                                            : (src_on_device ? cudaMemcpyDeviceToHost
-                                                             : cudaMemcpyHostToHost);
-  EMBER_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+void memcpy_async(void* dst, bool dst_on_device, const void* src, bool src_on_device, size_t bytes,
+                  void* stream) {
+  const cudaMemcpyKind kind =
+      dst_on_device ? (src_on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                    : (src_on_device ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, static_cast<cudaStream_t>(stream)));
 }
 
 void* stream_create(int device) {
@@ -56,9 +39,25 @@ void* stream_create(int device) {
   EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return stream;
 }
-void stream_destroy(void* stream) noexcept { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
+void stream_destroy(void* stream) noexcept {
+  cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
 void stream_synchronize(void* stream) {
   EMBER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+void stream_wait_event(void* stream, void* event) {
+  EMBER_CUDA_CHECK(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+}
+void stream_wait_stream(void* waiter, void* waited, int device) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
+  cudaEvent_t event = nullptr;
+  EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  cudaError_t status = cudaEventRecord(event, static_cast<cudaStream_t>(waited));
+  if (status == cudaSuccess)
+    status = cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), event, 0);
+  cudaEventDestroy(event);  // released once the wait no longer needs it
+  EMBER_CUDA_CHECK(status);
 }
 
 void* event_create(int device) {
@@ -67,14 +66,20 @@ void* event_create(int device) {
   EMBER_CUDA_CHECK(cudaEventCreate(&event));
   return event;
 }
-void event_destroy(void* event) noexcept { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
-void event_record(void* event, void* stream) {
+void event_destroy(void* event) noexcept {
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+void event_record(void* event, void* stream, int device) {
+  EMBER_CUDA_CHECK(cudaSetDevice(device));
   EMBER_CUDA_CHECK(
       cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
 }
 bool event_query(void* event) {
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
-  if (status == cudaErrorNotReady) return false;
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // "not ready" is an answer: leave no error for the next launch to find
+    return false;
+  }
   EMBER_CUDA_CHECK(status);
   return true;
 }
@@ -102,19 +107,41 @@ int device_count(std::string* reason) {
   if (reason) *reason = "ember was built without its CUDA backend";
   return 0;
 }
-void* malloc(size_t, int) { no_cuda(); }
-void free(void*, int) noexcept {}
-void memcpy(void*, bool, const void*, bool, size_t) { no_cuda(); }
-void fill(void*, const void*, size_t, int64_t, int) { no_cuda(); }
-void* stream_create(int) { no_cuda(); }
+void memcpy_async(void*, bool, const void*, bool, size_t, void*) {
+  no_cuda();
+}
+void fill(void*, const void*, size_t, int64_t, int, void*) {
+  no_cuda();
+}
+void* stream_create(int) {
+  no_cuda();
+}
 void stream_destroy(void*) noexcept {}
-void stream_synchronize(void*) { no_cuda(); }
-void* event_create(int) { no_cuda(); }
+void stream_synchronize(void*) {
+  no_cuda();
+}
+void stream_wait_stream(void*, void*, int) {
+  no_cuda();
+}
+void stream_wait_event(void*, void*) {
+  no_cuda();
+}
+void* event_create(int) {
+  no_cuda();
+}
 void event_destroy(void*) noexcept {}
-void event_record(void*, void*) { no_cuda(); }
-bool event_query(void*) { no_cuda(); }
-void event_synchronize(void*) { no_cuda(); }
-float event_elapsed_ms(void*, void*) { no_cuda(); }
+void event_record(void*, void*, int) {
+  no_cuda();
+}
+bool event_query(void*) {
+  no_cuda();
+}
+void event_synchronize(void*) {
+  no_cuda();
+}
+float event_elapsed_ms(void*, void*) {
+  no_cuda();
+}
 
 #endif
 

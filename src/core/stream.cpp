@@ -1,37 +1,141 @@
 #include "ember/core/stream.hpp"
 
+#include <exception>
+#include <map>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "cuda_backend.hpp"
 #include "ember/core/error.hpp"
 
 namespace ember {
 
+// Owns a cudaStream_t; destroyed with the last Stream or tensor storage that shares it.
+struct Stream::Handle {
+  void* native = nullptr;
+  explicit Handle(int device) : native(cuda_backend::stream_create(device)) {}
+  ~Handle() { cuda_backend::stream_destroy(native); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
 Stream::Stream(Device device) : device_(device) {
   if (device.is_cuda()) {
     require_available(device);
-    handle_ = cuda_backend::stream_create(device.index());
+    handle_ = std::make_shared<Handle>(device.index());
   }
 }
 
-Stream::~Stream() {
-  if (handle_) cuda_backend::stream_destroy(handle_);
+void* Stream::native() const {
+  return handle_ ? handle_->native : nullptr;
 }
 
-Stream::Stream(Stream&& other) noexcept
-    : device_(other.device_), handle_(std::exchange(other.handle_, nullptr)) {}
+namespace {
+struct PendingChecks {
+  std::mutex mutex;
+  std::map<StreamId, std::vector<std::function<void()>>> checks;
+};
+PendingChecks& pending_checks() {
+  static auto* p = new PendingChecks;  // leaked: streams may synchronize during static destruction
+  return *p;
+}
+}  // namespace
 
-Stream& Stream::operator=(Stream&& other) noexcept {
-  if (this != &other) {
-    if (handle_) cuda_backend::stream_destroy(handle_);
-    device_ = other.device_;
-    handle_ = std::exchange(other.handle_, nullptr);
+void check_after_synchronize(const Stream& stream, std::function<void()> check) {
+  if (stream.native() == nullptr) {  // the CPU: the work is already done
+    check();
+    return;
   }
-  return *this;
+  PendingChecks& p = pending_checks();
+  std::lock_guard lock(p.mutex);
+  p.checks[stream.id()].push_back(std::move(check));
 }
 
 void Stream::synchronize() const {
-  if (handle_) cuda_backend::stream_synchronize(handle_);
+  if (!handle_) return;
+  cuda_backend::stream_synchronize(handle_->native);
+  std::vector<std::function<void()>> checks;
+  {
+    PendingChecks& p = pending_checks();
+    std::lock_guard lock(p.mutex);
+    auto it = p.checks.find(id());
+    if (it == p.checks.end()) return;
+    checks.swap(it->second);
+    p.checks.erase(it);
+  }
+  std::exception_ptr first;
+  for (auto& check : checks) {
+    try {
+      check();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void Stream::wait(const Stream& other) const {
+  EMBER_CHECK(other.device_ == device_ || other.device_.is_cpu() || device_.is_cpu(),
+              "Stream::wait: a stream on {} cannot wait for a stream on {}; record an Event "
+              "there and wait for it",
+              device_.to_string(), other.device_.to_string());
+  if (!handle_ || !other.handle_ || handle_ == other.handle_) return;
+  cuda_backend::stream_wait_stream(handle_->native, other.handle_->native, device_.index());
+}
+
+void Stream::wait(const Event& event) const {
+  EMBER_CHECK(event.recorded(), "Stream::wait: the event was never recorded");
+  if (!handle_ || event.native() == nullptr) return;  // CPU work is complete when recorded
+  cuda_backend::stream_wait_event(handle_->native, event.native());
+}
+
+namespace {
+
+struct DefaultStreams {
+  std::mutex mutex;
+  std::map<int, Stream*> streams;  // by CUDA device index; never destroyed
+};
+
+DefaultStreams& default_streams() {
+  static auto* d = new DefaultStreams;  // leaked: tensors may be freed during static destruction
+  return *d;
+}
+
+// This thread's StreamGuards, innermost last.
+thread_local std::vector<Stream> guarded;
+
+}  // namespace
+
+Stream default_stream(Device device) {
+  if (device.is_cpu()) return Stream(device);
+  DefaultStreams& d = default_streams();
+  std::lock_guard lock(d.mutex);
+  Stream*& slot = d.streams[device.index()];
+  if (slot == nullptr) slot = new Stream(device);
+  return *slot;
+}
+
+Stream current_stream(Device device) {
+  if (device.is_cpu()) return Stream(device);
+  for (auto it = guarded.rbegin(); it != guarded.rend(); ++it) {
+    if (it->device() == device) return *it;
+  }
+  return default_stream(device);
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()) {
+  guarded.push_back(stream);
+}
+
+StreamGuard::~StreamGuard() {
+  // Guards nest: this one is the innermost for its device.
+  for (auto it = guarded.rbegin(); it != guarded.rend(); ++it) {
+    if (it->device() == device_) {
+      guarded.erase(std::next(it).base());
+      return;
+    }
+  }
 }
 
 Event::Event(Device device) : device_(device) {
@@ -66,7 +170,7 @@ void Event::record(const Stream& stream) {
   EMBER_CHECK(stream.device() == device_, "Event on {} cannot be recorded on a stream of {}",
               device_.to_string(), stream.device().to_string());
   if (handle_) {
-    cuda_backend::event_record(handle_, stream.native());
+    cuda_backend::event_record(handle_, stream.native(), device_.index());
   } else {
     cpu_time_ = std::chrono::steady_clock::now();  // CPU work before this point is done
   }

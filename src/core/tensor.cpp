@@ -35,24 +35,67 @@ std::string TensorView::describe() const {
   return fmt::format("{}{} on {}", dtype_name(dtype), shape.to_string(), device.to_string());
 }
 
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                const Stream& stream) {
   if (bytes == 0 || dst == src) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memmove(dst, src, bytes);
     return;
   }
-  cuda_backend::memcpy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+  EMBER_CHECK(stream.device() == dst_device || stream.device() == src_device,
+              "copy_bytes: a copy from {} to {} cannot run on a stream of {}",
+              src_device.to_string(), dst_device.to_string(), stream.device().to_string());
+  cuda_backend::memcpy_async(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes,
+                             stream.native());
+}
+
+// The storage of a Tensor: memory from its device's allocator, for work on `stream`.
+struct Tensor::Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<Allocator> allocator;
+  Stream stream;
+
+  Storage(std::shared_ptr<Allocator> a, size_t n, Stream s)
+      : bytes(n), allocator(std::move(a)), stream(std::move(s)) {
+    data = allocator->allocate(bytes, stream.id());
+  }
+  ~Storage() { allocator->deallocate(data, bytes, stream.id()); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+namespace {
+size_t checked_bytes(const Shape& shape, DType dtype) {
+  const auto n = static_cast<uint64_t>(shape.numel());
+  const uint64_t elem = dtype_size(dtype);
+  EMBER_CHECK(n <= SIZE_MAX / elem, "Tensor::empty: {} elements of {} do not fit in memory",
+              shape.numel(), dtype_name(dtype));
+  return static_cast<size_t>(n * elem);
+}
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const Stream& stream) {
+  std::shared_ptr<Allocator> allocator = allocator_for(stream.device());  // checks availability
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>(std::move(allocator), checked_bytes(shape, dtype), stream);
+  t.view_ = TensorView{t.storage_->data, dtype, shape, stream.device()};
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const Stream& stream) {
+  return full(shape, 0.0, dtype, stream);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, const Stream& stream) {
+  Tensor t = empty(shape, dtype, stream);
+  t.fill_(value);
+  return t;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  std::shared_ptr<Allocator> allocator = allocator_for(device);  // checks availability
-  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  void* ptr = allocator->allocate(bytes);
-  Tensor t;
-  t.storage_ =
-      std::shared_ptr<void>(ptr, [allocator, bytes](void* p) { allocator->deallocate(p, bytes); });
-  t.view_ = TensorView{ptr, dtype, shape, device};
-  return t;
+  if (device.is_cuda()) require_available(device);
+  return empty(shape, dtype, current_stream(device));
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
@@ -63,6 +106,20 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
+}
+
+const Stream& Tensor::stream() const {
+  EMBER_CHECK(defined(), "Tensor::stream: the tensor is undefined");
+  return storage_->stream;
+}
+
+void Tensor::record_stream(const Stream& stream) const {
+  EMBER_CHECK(defined(), "Tensor::record_stream: the tensor is undefined");
+  EMBER_CHECK(stream.device() == device(),
+              "Tensor::record_stream: {} cannot be used by a stream of {}", view_.describe(),
+              stream.device().to_string());
+  if (stream == storage_->stream) return;
+  storage_->allocator->record_stream(storage_->data, stream.id());
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
@@ -80,8 +137,14 @@ Tensor Tensor::reshape(const Shape& shape) const {
 Tensor Tensor::to(Device device) const {
   EMBER_CHECK(defined(), "Tensor::to: the tensor is undefined");
   if (device == this->device()) return *this;
-  Tensor t = empty(shape(), dtype(), device);
-  t.copy_(view_);
+  return to(current_stream(device));
+}
+
+Tensor Tensor::to(const Stream& stream) const {
+  EMBER_CHECK(defined(), "Tensor::to: the tensor is undefined");
+  if (stream.device() == device()) return *this;
+  Tensor t = empty(shape(), dtype(), stream);
+  t.copy_(*this);
   return t;
 }
 
@@ -91,13 +154,13 @@ Tensor Tensor::to(DType dtype) const {
   const Tensor host = to(Device::cpu());
   Tensor converted = empty(shape(), dtype, Device::cpu());
   convert_host(converted.data(), dtype, host.data(), host.dtype(), numel());
-  return converted.to(device());
+  return converted.to(stream());
 }
 
 Tensor Tensor::clone() const {
   EMBER_CHECK(defined(), "Tensor::clone: the tensor is undefined");
-  Tensor t = empty(shape(), dtype(), device());
-  t.copy_(view_);
+  Tensor t = empty(shape(), dtype(), stream());
+  t.copy_(*this);
   return t;
 }
 
@@ -107,7 +170,7 @@ Tensor& Tensor::fill_(double value) {
   encode_scalar(value, dtype(), pattern);
   const size_t elem = dtype_size(dtype());
   if (device().is_cuda()) {
-    cuda_backend::fill(data(), pattern, elem, numel(), device().index());
+    cuda_backend::fill(data(), pattern, elem, numel(), device().index(), stream().native());
     return *this;
   }
   char* out = static_cast<char*>(data());
@@ -117,15 +180,53 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
-Tensor& Tensor::copy_(const TensorView& source) {
-  EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
+namespace {
+void check_copy(const TensorView& dst, const TensorView& source) {
   EMBER_CHECK(source.data != nullptr || source.numel() == 0,
               "Tensor::copy_: the source {} has no data", source.describe());
-  EMBER_CHECK(source.dtype == dtype() && source.numel() == numel(),
+  EMBER_CHECK(source.dtype == dst.dtype && source.numel() == dst.numel(),
               "Tensor::copy_: cannot copy {} into {} (dtype and element count must match; "
               "use to(dtype) to convert)",
-              source.describe(), view_.describe());
-  copy_bytes(data(), device(), source.data, source.device, nbytes());
+              source.describe(), dst.describe());
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& source) {
+  EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
+  EMBER_CHECK(source.defined(), "Tensor::copy_: the source is undefined");
+  check_copy(view_, source.view());
+  if (source.device().is_cuda() && device().is_cpu()) {
+    // To the host: on the source's stream, then wait for it.
+    copy_bytes(data(), device(), source.data(), source.device(), nbytes(), source.stream());
+    source.stream().synchronize();
+    return *this;
+  }
+  if (source.device().is_cuda() && device().is_cuda()) {
+    // The copy runs on this tensor's stream: after the source's pending work there.
+    const Stream& s = stream();
+    if (!(source.stream() == s)) {
+      if (source.device() == device()) {
+        s.wait(source.stream());
+        source.record_stream(s);
+      } else {
+        source.stream().synchronize();  // another device: its stream cannot be waited for here
+      }
+    }
+  }
+  copy_bytes(data(), device(), source.data(), source.device(), nbytes(), stream());
+  return *this;
+}
+
+Tensor& Tensor::copy_(const TensorView& source) {
+  EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
+  check_copy(view_, source);
+  if (source.device.is_cuda() && device().is_cpu()) {
+    const Stream s = current_stream(source.device);
+    copy_bytes(data(), device(), source.data, source.device, nbytes(), s);
+    s.synchronize();
+    return *this;
+  }
+  copy_bytes(data(), device(), source.data, source.device, nbytes(), stream());
   return *this;
 }
 
@@ -140,7 +241,7 @@ void generate(Tensor& t, const char* what, F f) {
   const int64_t n = t.numel();
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(f(static_cast<uint64_t>(i)));
-  t.copy_(host.to(t.dtype()).to(t.device()));
+  t.copy_(host.to(t.dtype()));
 }
 }  // namespace
 
@@ -169,7 +270,8 @@ double Tensor::item() const {
   EMBER_CHECK(defined(), "Tensor::item: the tensor is undefined");
   EMBER_CHECK(numel() == 1, "Tensor::item: {} does not have exactly one element", view_.describe());
   alignas(8) unsigned char bytes[8];
-  copy_bytes(bytes, Device::cpu(), data(), device(), dtype_size(dtype()));
+  copy_bytes(bytes, Device::cpu(), data(), device(), dtype_size(dtype()), stream());
+  stream().synchronize();
   return decode_scalar(bytes, dtype());
 }
 

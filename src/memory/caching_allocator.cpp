@@ -55,6 +55,14 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Upstream> up, std::shared_ptr<Virtu
 }
 
 CachingAllocator::Impl::~Impl() {
+  if (!segments.empty()) {
+    try {
+      events->synchronize();  // queued work may still use the memory given back below
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ember: CachingAllocator: waiting for the device failed: %s\n",
+                   e.what());
+    }
+  }
   for (Block* b : spare_blocks) delete b;
   for (Block* b : pending)
     for (auto e : b->events) events->destroy(e);
@@ -336,6 +344,10 @@ bool CachingAllocator::Impl::segment_unused(const Segment* seg) const {
 // Returns cached memory to the upstream, oldest segments first, until `enough`
 // bytes went back (SIZE_MAX: everything that is unused).
 size_t CachingAllocator::Impl::release_cached(size_t enough) {
+  // Nothing queued may touch memory that goes back to the upstream (an unmapped page faults,
+  // a freed segment may be handed to someone else): wait for the device first, as PyTorch
+  // does. That also completes every pending block's events, so an OOM retry gets those too.
+  if (!segments.empty()) events->synchronize();
   process_events();
   std::vector<Segment*> order;
   for (auto& [base, seg] : segments) order.push_back(seg.get());
@@ -500,13 +512,11 @@ CachingAllocator::CachingAllocator(std::shared_ptr<Upstream> upstream,
 
 CachingAllocator::~CachingAllocator() = default;
 
-void* CachingAllocator::allocate(size_t bytes) {
-  return allocate(bytes, 0);
-}
-
-void CachingAllocator::deallocate(void* ptr, size_t) noexcept {
+void CachingAllocator::deallocate(void* ptr, size_t, StreamId stream) noexcept {
   try {
-    free(ptr);
+    std::lock_guard lock(impl_->mutex);
+    impl_->record_stream(ptr, stream);
+    impl_->free(ptr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember: CachingAllocator::deallocate: %s\n", e.what());
     std::terminate();
@@ -525,7 +535,11 @@ void CachingAllocator::free(void* ptr) {
 
 void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   std::lock_guard lock(impl_->mutex);
-  Block* b = impl_->owned(ptr, "record_stream");
+  impl_->record_stream(ptr, stream);
+}
+
+void CachingAllocator::Impl::record_stream(void* ptr, StreamId stream) {
+  Block* b = owned(ptr, "record_stream");
   if (stream == b->stream) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);

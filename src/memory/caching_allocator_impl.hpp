@@ -25,6 +25,7 @@ struct CachingAllocator::Impl {
 
   void* allocate(size_t bytes, StreamId stream);
   void free(void* ptr);
+  void record_stream(void* ptr, StreamId stream);
   detail::Block* owned(void* ptr, const char* what);
   size_t release_cached(size_t enough);
   size_t largest_free() const;

@@ -33,14 +33,16 @@ class CudaStreamEvents final : public StreamEvents {
         spare_.pop_back();
       }
     }
-    if (event == nullptr) {
-      int current = 0;
-      EMBER_CUDA_CHECK(cudaGetDevice(&current));
-      if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(device_));
-      EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-      if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(current));
-    }
-    EMBER_CUDA_CHECK(cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream)));
+    // Created and recorded with the allocator's device current, whatever the caller's is.
+    int current = 0;
+    EMBER_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    cudaError_t status = cudaSuccess;
+    if (event == nullptr) status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (status == cudaSuccess)
+      status = cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream));
+    if (current != device_) cudaSetDevice(current);
+    EMBER_CUDA_CHECK(status);
     return reinterpret_cast<EventId>(event);
   }
 
@@ -52,6 +54,15 @@ class CudaStreamEvents final : public StreamEvents {
     }
     EMBER_CUDA_CHECK(status);
     return true;
+  }
+
+  void synchronize() override {
+    int current = 0;
+    EMBER_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(device_));
+    const cudaError_t status = cudaDeviceSynchronize();
+    if (current != device_) cudaSetDevice(current);
+    EMBER_CUDA_CHECK(status);
   }
 
   void destroy(EventId id) noexcept override {

@@ -1,7 +1,6 @@
 #include "ember/memory/trace_recording_adaptor.hpp"
 
 #include "ember/core/error.hpp"
-#include "ember/memory/caching_allocator.hpp"
 
 namespace ember::memory {
 namespace detail {
@@ -48,38 +47,20 @@ TraceRecordingAllocator::TraceRecordingAllocator(std::shared_ptr<ember::Allocato
               "TraceRecordingAllocator needs an allocator to wrap, found a null pointer");
 }
 
-void* TraceRecordingAllocator::allocate(size_t bytes) {
-  void* ptr = inner_->allocate(bytes);
-  if (bytes > 0) recorder_.allocated(ptr, bytes, 0);
-  return ptr;
-}
-
-void TraceRecordingAllocator::deallocate(void* ptr, size_t bytes) noexcept {
-  // The free is written before the memory goes back, so a concurrent allocation
-  // that gets the same address is recorded after it.
-  if (bytes > 0) recorder_.freed(ptr);
-  inner_->deallocate(ptr, bytes);
-}
-
-TraceRecordingCachingAllocator::TraceRecordingCachingAllocator(
-    std::shared_ptr<CachingAllocator> inner, std::shared_ptr<TraceWriter> writer)
-    : inner_(std::move(inner)), recorder_(std::move(writer)) {
-  EMBER_CHECK(inner_ != nullptr,
-              "TraceRecordingCachingAllocator needs a CachingAllocator, found a null pointer");
-}
-
-void* TraceRecordingCachingAllocator::allocate(size_t bytes, StreamId stream) {
+void* TraceRecordingAllocator::allocate(size_t bytes, StreamId stream) {
   void* ptr = inner_->allocate(bytes, stream);
   if (bytes > 0) recorder_.allocated(ptr, bytes, stream);
   return ptr;
 }
 
-void TraceRecordingCachingAllocator::free(void* ptr) {
-  recorder_.freed(ptr);
-  inner_->free(ptr);
+void TraceRecordingAllocator::deallocate(void* ptr, size_t bytes, StreamId stream) noexcept {
+  // The free is written before the memory goes back, so a concurrent allocation
+  // that gets the same address is recorded after it.
+  if (bytes > 0) recorder_.freed(ptr);
+  inner_->deallocate(ptr, bytes, stream);
 }
 
-void TraceRecordingCachingAllocator::record_stream(void* ptr, StreamId stream) {
+void TraceRecordingAllocator::record_stream(void* ptr, StreamId stream) {
   inner_->record_stream(ptr, stream);
   recorder_.stream_recorded(ptr, stream);
 }

@@ -18,7 +18,7 @@ void require_same_shape(const Tensor& dy, const Tensor& input, const char* modul
 // y = op(x), saving x for backward in training mode.
 template <class Op>
 Tensor apply_forward(Context& ctx, const Tensor& x, Tensor& saved, Op op) {
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
   op(ctx.stream, y, x);
   if (ctx.training) saved = x;
   return y;
@@ -29,7 +29,7 @@ template <class Op>
 Tensor apply_backward(Context& ctx, const Tensor& dy, Tensor& saved, const char* module, Op op) {
   require_saved(saved, module);
   require_same_shape(dy, saved, module);
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), ctx.stream);
   op(ctx.stream, dx, dy, saved);
   saved = Tensor();
   return dx;

@@ -43,7 +43,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
               in_, x.view().describe());
   EMBER_CHECK(x.dtype() == weight_.value.dtype(), "{}: input is {} but the weights are {}", name(),
               x.view().describe(), dtype_name(weight_.value.dtype()));
-  Tensor y = Tensor::empty({x.shape()[0], out_}, x.dtype(), x.device());
+  Tensor y = Tensor::empty({x.shape()[0], out_}, x.dtype(), ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;
   if (has_bias_) options.bias = bias_.value;
@@ -72,7 +72,7 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   ops::matmul(ctx.stream, weight_.grad, dy, input_, dw);
   grad_ready(weight_);
   if (has_bias_) grad_ready(bias_);
-  Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), dy.device());
+  Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), ctx.stream);
   ops::matmul(ctx.stream, dx, dy, weight_.value);  // dx = dy W
   input_ = Tensor();                               // backward consumed it
   return dx;

@@ -6,6 +6,9 @@
 
 #include "ember/simt/shim.hpp"
 
+#include <cstddef>
+#include <functional>
+
 namespace ember::simt::shim {
 
 // Records `error` as the calling thread's last error (unless it is cudaSuccess)
@@ -13,6 +16,16 @@ namespace ember::simt::shim {
 cudaError_t fail(cudaError_t error);
 
 int current_device();
+
+// True when `stream` is a live stream (or the default stream).
+bool stream_valid(cudaStream_t stream);
+
+// Queues `work` on `stream` and waits until it has run (a copy into pageable host memory
+// returns only then, as on a GPU); counted as a blocking copy. Throws like a synchronize.
+void submit_and_wait(cudaStream_t stream, std::function<void()> work, const char* call);
+
+// True when [ptr, ptr + bytes) lies in memory cudaHostAlloc / cudaMallocHost returned.
+bool is_pinned(const void* ptr, size_t bytes);
 
 // True while any stream has work queued or running. Device memory freed then
 // is kept until all work is done, so that queued work never touches freed memory.

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -98,8 +100,23 @@ bool inside_device(Memory& m, const void* ptr) {
   return address < it->first + it->second.bytes;
 }
 
+// Which sides of a copy are host memory that is not pinned (pageable).
+struct Pageable {
+  bool dst = false;
+  bool src = false;
+};
+
+bool pinned_range(const Memory& m, const void* ptr, size_t bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto it = m.pinned.upper_bound(address);
+  if (it == m.pinned.begin()) return false;
+  --it;
+  return address - it->first + bytes <= it->second;
+}
+
 // Checks a copy or memset's device sides before it is queued.
-cudaError_t check_copy(const void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+cudaError_t check_copy(const void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       Pageable* pageable = nullptr) {
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
   bool dst_device = false, src_device = false;
@@ -128,6 +145,10 @@ cudaError_t check_copy(const void* dst, const void* src, size_t bytes, cudaMemcp
     return cudaErrorInvalidValue;
   if (src_device && !find_device(m, src, bytes) && !shim::vmm_range_mapped(src, bytes))
     return cudaErrorInvalidValue;
+  if (pageable) {
+    pageable->dst = !dst_device && !pinned_range(m, dst, bytes);
+    pageable->src = !src_device && !pinned_range(m, src, bytes);
+  }
   return cudaSuccess;
 }
 
@@ -179,6 +200,12 @@ void check_guards() {
 }
 
 namespace shim {
+bool is_pinned(const void* ptr, size_t bytes) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  return pinned_range(m, ptr, bytes);
+}
+
 bool take_device_bytes(int device, size_t bytes) {
   const size_t total = device_profile().total_global_mem;
   Memory& m = memory();
@@ -312,19 +339,35 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     return fail(error);
   }
   if (bytes == 0) return cudaSuccess;
-  simt::stream_submit(nullptr, [=] { std::memmove(dst, src, bytes); });
-  return cudaStreamSynchronize(nullptr);
+  simt::shim::submit_and_wait(
+      nullptr, [=] { std::memmove(dst, src, bytes); }, "cudaMemcpy");
+  return cudaSuccess;
 }
 
+// As on a GPU: from pageable host memory the source is staged at the call (the caller may
+// reuse it on return); into pageable host memory the call returns once the copy has run.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  if (const cudaError_t error = simt::check_copy(dst, src, bytes, kind); error != cudaSuccess) {
+  simt::Pageable pageable;
+  if (const cudaError_t error = simt::check_copy(dst, src, bytes, kind, &pageable);
+      error != cudaSuccess) {
     return fail(error);
   }
-  if (cudaStreamQuery(stream) == cudaErrorInvalidResourceHandle)
-    return cudaErrorInvalidResourceHandle;
+  if (!simt::shim::stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
-  simt::stream_submit(stream, [=] { std::memmove(dst, src, bytes); });
+  std::function<void()> copy;
+  if (pageable.src) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+    copy = [=] { std::memcpy(dst, staged->data(), bytes); };
+  } else {
+    copy = [=] { std::memmove(dst, src, bytes); };
+  }
+  if (pageable.dst) {
+    simt::shim::submit_and_wait(stream, std::move(copy), "cudaMemcpyAsync into pageable memory");
+  } else {
+    simt::stream_submit(stream, std::move(copy));
+  }
   return cudaSuccess;
 }
 
@@ -333,16 +376,16 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     return fail(error);
   }
   if (bytes == 0) return cudaSuccess;
-  simt::stream_submit(nullptr, [=] { std::memset(ptr, value, bytes); });
-  return cudaStreamSynchronize(nullptr);
+  simt::shim::submit_and_wait(
+      nullptr, [=] { std::memset(ptr, value, bytes); }, "cudaMemset");
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (const cudaError_t error = simt::check_memset(ptr, bytes); error != cudaSuccess) {
     return fail(error);
   }
-  if (cudaStreamQuery(stream) == cudaErrorInvalidResourceHandle)
-    return cudaErrorInvalidResourceHandle;
+  if (!simt::shim::stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
   simt::stream_submit(stream, [=] { std::memset(ptr, value, bytes); });
   return cudaSuccess;

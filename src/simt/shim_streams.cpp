@@ -1,22 +1,28 @@
-// Streams and events of the emulated runtime: in-order queues whose work runs
-// on the submitting thread unless a test holds the stream (ember/simt/shim.hpp).
+// Streams and events of the emulated runtime: in-order queues of items (a kernel, an async
+// copy or memset, an event record, a wait for an event).
 //
-// Each stream is a queue of items: work (a kernel, an async copy or memset), an
-// event record, or a wait for an event (cudaStreamWaitEvent). pump() runs every
-// runnable head item: a stream runs when it is not held, not already being run
-// by another thread (which keeps its order), and its head is not a wait on an
-// event that has not completed. So with no holds, work runs at once on the
-// submitting thread and its exceptions reach the caller; with holds, it runs
-// from release_stream (or a later pump) and its exceptions surface there.
+// Immediate mode: pump() runs every runnable head item on the submitting thread. A stream runs
+// when it is not held, not already being run by another thread (which keeps its order), and its
+// head is not a wait on an event that has not completed. Work's exceptions reach the caller.
+//
+// Deferred mode (what a GPU does): submission only queues; the emulator's worker thread runs
+// items later, choosing among the runnable streams by a seeded random draw. Lazy scheduling
+// runs only what a host wait needs (the stream or event waited for, and what its event waits
+// depend on), plus anything when the host has waited for nothing for a while: host reads that
+// forgot to synchronize, and streams that forgot to wait for each other, then see stale data.
+// Errors thrown by work surface from the next host wait (a synchronize or a blocking copy).
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -59,17 +65,65 @@ struct CUevent_st {
 
 namespace {
 
+// What a host thread waits for (deferred mode): a stream, an event record, or every stream.
+struct Demand {
+  CUstream_st* stream = nullptr;
+  std::shared_ptr<EventState> event;
+  uint64_t generation = 0;
+  bool all = false;
+};
+
 struct Streams {
   std::mutex mutex;
-  std::condition_variable changed;  // an item finished running
+  std::condition_variable changed;  // an item finished running, or the host waits for more
   CUstream_st default_stream;
   std::vector<std::unique_ptr<CUstream_st>> streams;  // created, not yet reclaimed
   std::unordered_set<CUevent_st*> events;
+  ember::simt::StreamOptions options;
+  std::mt19937_64 rng;
+  bool worker_started = false;
+  std::vector<const Demand*> demands;        // host waits in progress
+  std::vector<std::exception_ptr> failures;  // thrown by deferred work, not yet reported
+  ember::simt::SyncCounts counts;
 };
 
+ember::simt::StreamOptions options_from_env() {
+  ember::simt::StreamOptions o;
+  const char* env = std::getenv("EMBER_SIMT_STREAMS");
+  if (env == nullptr || *env == 0) return o;
+  const std::string text = env;
+  const size_t colon = text.find(':');
+  const std::string mode = text.substr(0, colon);
+  if (mode == "immediate") {
+    o.mode = ember::simt::StreamMode::immediate;
+  } else if (mode == "deferred") {
+    o.mode = ember::simt::StreamMode::deferred;
+  } else if (mode == "lazy") {
+    o.mode = ember::simt::StreamMode::deferred;
+    o.lazy = true;
+  } else {
+    std::fprintf(stderr,
+                 "ember simt: EMBER_SIMT_STREAMS=%s: expected immediate, deferred[:SEED] or "
+                 "lazy[:SEED]; using immediate\n",
+                 env);
+    return o;
+  }
+  if (colon != std::string::npos) o.seed = std::strtoull(text.c_str() + colon + 1, nullptr, 10);
+  return o;
+}
+
 Streams& streams() {
-  static Streams* s = new Streams;  // never destroyed: static destructors may still call in
+  static Streams* s = [] {
+    auto* created = new Streams;  // never destroyed: static destructors may still call in
+    created->options = options_from_env();
+    created->rng.seed(created->options.seed);
+    return created;
+  }();
   return *s;
+}
+
+bool deferred(const Streams& s) {
+  return s.options.mode == ember::simt::StreamMode::deferred;
 }
 
 // The stream behind a handle; nullptr when it is not a live stream.
@@ -125,41 +179,161 @@ bool all_idle(const Streams& s) {
   return true;
 }
 
-// Runs runnable items until none is left; rethrows the first error work throws
-// (the rest stays queued for the next pump).
-void pump(Streams& s, std::unique_lock<std::mutex>& lock) {
-  while (CUstream_st* stream = next_runnable(s)) {
-    Item item = std::move(stream->backlog.front());
-    stream->backlog.pop_front();
-    if (item.kind == Item::Kind::wait) continue;
-    if (item.kind == Item::Kind::record) {
-      EventState& e = *item.event;
-      if (item.generation > e.completed) {
-        e.completed = item.generation;
-        e.stamp = Clock::now();
-      }
-      continue;
-    }
-    stream->running = true;
-    lock.unlock();
-    try {
-      item.work();
-    } catch (...) {
-      lock.lock();
-      stream->running = false;
-      s.changed.notify_all();
-      throw;
-    }
-    lock.lock();
-    stream->running = false;
-    s.changed.notify_all();
-  }
+void release_frees_if_idle(Streams& s, std::unique_lock<std::mutex>& lock) {
   reclaim_destroyed(s);
   if (all_idle(s)) {
     lock.unlock();  // memory has its own lock; never hold both
     ember::simt::shim::release_deferred_frees();
     lock.lock();
   }
+}
+
+// Runs the head item of `stream` (runnable). Work runs without the lock; its exception is
+// rethrown with the stream marked idle again.
+void run_head(Streams& s, std::unique_lock<std::mutex>& lock, CUstream_st& stream) {
+  Item item = std::move(stream.backlog.front());
+  stream.backlog.pop_front();
+  if (item.kind == Item::Kind::wait) return;
+  if (item.kind == Item::Kind::record) {
+    EventState& e = *item.event;
+    if (item.generation > e.completed) {
+      e.completed = item.generation;
+      e.stamp = Clock::now();
+    }
+    s.changed.notify_all();
+    return;
+  }
+  stream.running = true;
+  lock.unlock();
+  try {
+    item.work();
+  } catch (...) {
+    lock.lock();
+    stream.running = false;
+    s.changed.notify_all();
+    throw;
+  }
+  lock.lock();
+  stream.running = false;
+  s.changed.notify_all();
+}
+
+// Immediate mode: runs runnable items until none is left; rethrows the first error work
+// throws (the rest stays queued for the next pump).
+void pump(Streams& s, std::unique_lock<std::mutex>& lock) {
+  if (deferred(s)) {
+    s.changed.notify_all();  // the worker runs it
+    return;
+  }
+  while (CUstream_st* stream = next_runnable(s)) run_head(s, lock, *stream);
+  release_frees_if_idle(s, lock);
+}
+
+std::vector<CUstream_st*> all_streams(Streams& s) {
+  std::vector<CUstream_st*> out{&s.default_stream};
+  for (auto& stream : s.streams) out.push_back(stream.get());
+  return out;
+}
+
+// The streams whose work `demands` need: the streams waited for, the streams holding the
+// event records waited for, and, transitively, those holding the records that their queued
+// cudaStreamWaitEvent items wait for.
+std::unordered_set<const CUstream_st*> needed(Streams& s,
+                                              const std::vector<const Demand*>& demands) {
+  const std::vector<CUstream_st*> all = all_streams(s);
+  std::unordered_set<const CUstream_st*> out;
+  std::vector<const CUstream_st*> todo;
+  auto add = [&](const CUstream_st* stream) {
+    if (out.insert(stream).second) todo.push_back(stream);
+  };
+  auto add_recorder = [&](const EventState* event, uint64_t generation) {
+    if (event->completed >= generation) return;
+    for (const CUstream_st* stream : all) {
+      for (const Item& item : stream->backlog) {
+        if (item.kind == Item::Kind::record && item.event.get() == event &&
+            item.generation <= generation) {
+          add(stream);
+          break;
+        }
+      }
+    }
+  };
+  for (const Demand* d : demands) {
+    if (d->all) {
+      for (const CUstream_st* stream : all) add(stream);
+    } else if (d->stream != nullptr) {
+      add(d->stream);
+    } else if (d->event) {
+      add_recorder(d->event.get(), d->generation);
+    }
+  }
+  while (!todo.empty()) {
+    const CUstream_st* stream = todo.back();
+    todo.pop_back();
+    for (const Item& item : stream->backlog) {
+      if (item.kind == Item::Kind::wait) add_recorder(item.event.get(), item.generation);
+    }
+  }
+  return out;
+}
+
+// Deferred mode: the stream whose head item the worker runs next, drawn among the candidates;
+// nullptr when none. Lazy scheduling draws only among what host waits need, unless `any`.
+CUstream_st* pick(Streams& s, bool any) {
+  std::vector<CUstream_st*> candidates;
+  const bool only_needed = s.options.lazy && !any;
+  std::unordered_set<const CUstream_st*> need;
+  if (only_needed) need = needed(s, s.demands);
+  for (CUstream_st* stream : all_streams(s)) {
+    if (runnable(*stream) && (!only_needed || need.contains(stream))) candidates.push_back(stream);
+  }
+  if (candidates.empty()) return nullptr;
+  return candidates[s.rng() % candidates.size()];
+}
+
+// How long lazy scheduling lets queued work sit while no host wait needs it.
+constexpr auto kLazyPatience = std::chrono::milliseconds(20);
+
+[[noreturn]] void worker_loop() {
+  Streams& s = streams();
+  std::unique_lock lock(s.mutex);
+  auto last_activity = Clock::now();
+  for (;;) {
+    bool any = false;
+    if (s.options.lazy && Clock::now() - last_activity >= kLazyPatience) any = true;
+    CUstream_st* stream = deferred(s) ? pick(s, any) : nullptr;
+    if (stream == nullptr) {
+      if (s.options.lazy && next_runnable(s) != nullptr) {
+        s.changed.wait_until(lock, last_activity + kLazyPatience);
+      } else {
+        s.changed.wait(lock);
+      }
+      if (!s.demands.empty()) last_activity = Clock::now();
+      continue;
+    }
+    try {
+      run_head(s, lock, *stream);
+    } catch (...) {
+      s.failures.push_back(std::current_exception());
+      s.changed.notify_all();
+    }
+    last_activity = Clock::now();
+    release_frees_if_idle(s, lock);
+  }
+}
+
+void start_worker(Streams& s) {
+  if (s.worker_started) return;
+  s.worker_started = true;
+  std::thread(worker_loop).detach();  // lives as long as the process
+}
+
+// Rethrows (once) the first error deferred work threw.
+void report_failures(Streams& s) {
+  if (s.failures.empty()) return;
+  std::exception_ptr first = s.failures.front();
+  s.failures.clear();
+  std::rethrow_exception(first);
 }
 
 std::string describe_holds(const Streams& s) {
@@ -175,20 +349,45 @@ std::string describe_holds(const Streams& s) {
   return text;
 }
 
-// Waits until `done()`; throws instead when only a hold could make it true.
+[[noreturn]] void throw_wait_forever(const Streams& s, const char* call) {
+  EMBER_THROW(
+      "{} would wait forever: the work it waits for is queued behind a stream held by "
+      "ember::simt::hold_stream (held: {}); call ember::simt::release_stream first",
+      call, describe_holds(s));
+}
+
+// Waits until `done()`; throws instead when only a hold could make it true. In deferred mode
+// the worker runs the work (what `demand` needs first, when lazy), and an error that deferred
+// work threw is rethrown here.
 template <class Done>
-void wait_until(Streams& s, std::unique_lock<std::mutex>& lock, const char* call, Done done) {
-  for (;;) {
-    pump(s, lock);
-    if (done()) return;
-    if (!any_running(s)) {
-      EMBER_THROW(
-          "{} would wait forever: the work it waits for is queued behind a stream held by "
-          "ember::simt::hold_stream (held: {}); call ember::simt::release_stream first",
-          call, describe_holds(s));
+void wait_until(Streams& s, std::unique_lock<std::mutex>& lock, const char* call,
+                const Demand& demand, Done done) {
+  if (!deferred(s)) {
+    for (;;) {
+      pump(s, lock);
+      if (done()) return;
+      if (!any_running(s)) throw_wait_forever(s, call);
+      s.changed.wait(lock);
     }
+  }
+  start_worker(s);
+  report_failures(s);
+  s.demands.push_back(&demand);
+  s.changed.notify_all();
+  struct Withdraw {
+    Streams& s;
+    const Demand* d;
+    ~Withdraw() { std::erase(s.demands, d); }
+  } withdraw{s, &demand};
+  while (!done()) {
+    bool progress = false;
+    for (const CUstream_st* stream : needed(s, {&demand})) {
+      if (stream->running || runnable(*stream)) progress = true;
+    }
+    if (!progress && !any_running(s)) throw_wait_forever(s, call);
     s.changed.wait(lock);
   }
+  report_failures(s);
 }
 
 void submit_item(cudaStream_t handle, Item item, const char* call) {
@@ -198,6 +397,7 @@ void submit_item(cudaStream_t handle, Item item, const char* call) {
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
               call, static_cast<const void*>(handle));
   stream->backlog.push_back(std::move(item));
+  if (deferred(s)) start_worker(s);
   pump(s, lock);
 }
 
@@ -207,6 +407,27 @@ namespace ember::simt {
 
 void stream_submit(cudaStream_t stream, std::function<void()> work) {
   submit_item(stream, Item{.kind = Item::Kind::work, .work = std::move(work)}, "stream_submit");
+}
+
+void set_stream_options(const StreamOptions& options) {
+  cudaDeviceSynchronize();  // work queued under the old options finishes under them
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  s.options = options;
+  s.rng.seed(options.seed);
+  s.changed.notify_all();
+}
+
+StreamOptions stream_options() {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  return s.options;
+}
+
+SyncCounts sync_counts() {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  return s.counts;
 }
 
 void hold_stream(cudaStream_t handle) {
@@ -238,6 +459,29 @@ size_t pending_work(cudaStream_t handle) {
 }
 
 namespace shim {
+
+bool stream_valid(cudaStream_t handle) {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  return resolve(s, handle) != nullptr;
+}
+
+void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char* call) {
+  Streams& s = streams();
+  std::unique_lock lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream", call,
+              static_cast<const void*>(handle));
+  ++s.counts.blocking_copies;
+  auto done = std::make_shared<EventState>();
+  stream->backlog.push_back(Item{.kind = Item::Kind::work, .work = std::move(work)});
+  stream->backlog.push_back(Item{.kind = Item::Kind::record, .event = done, .generation = 1});
+  done->issued = 1;
+  if (deferred(s)) start_worker(s);
+  pump(s, lock);
+  wait_until(s, lock, call, Demand{.event = done, .generation = 1},
+             [&] { return done->completed >= 1; });
+}
 
 bool any_pending_work() {
   Streams& s = streams();
@@ -291,7 +535,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
-  wait_until(s, lock, "cudaStreamSynchronize", [&] { return idle(*stream); });
+  ++s.counts.stream_synchronize;
+  wait_until(s, lock, "cudaStreamSynchronize", Demand{.stream = stream},
+             [&] { return idle(*stream); });
   return cudaSuccess;
 }
 
@@ -300,13 +546,15 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
-  return idle(*stream) ? cudaSuccess : cudaErrorNotReady;  // not an error: not recorded
+  // Like the real runtime, "not ready" is also left as the last error: callers clear it.
+  return idle(*stream) ? cudaSuccess : fail(cudaErrorNotReady);
 }
 
 cudaError_t cudaDeviceSynchronize() {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
-  wait_until(s, lock, "cudaDeviceSynchronize", [&] { return all_idle(s); });
+  ++s.counts.device_synchronize;
+  wait_until(s, lock, "cudaDeviceSynchronize", Demand{.all = true}, [&] { return all_idle(s); });
   return cudaSuccess;
 }
 
@@ -367,7 +615,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(s.mutex);
   EventState* e = resolve(s, event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  return e->completed >= e->issued ? cudaSuccess : cudaErrorNotReady;
+  // Like the real runtime, "not ready" is also left as the last error: callers clear it.
+  return e->completed >= e->issued ? cudaSuccess : fail(cudaErrorNotReady);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -377,7 +626,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
   const std::shared_ptr<EventState> keep = event->state;  // the handle may be destroyed meanwhile
   const uint64_t target = keep->issued;
-  wait_until(s, lock, "cudaEventSynchronize", [&] { return keep->completed >= target; });
+  ++s.counts.event_synchronize;
+  wait_until(s, lock, "cudaEventSynchronize", Demand{.event = keep, .generation = target},
+             [&] { return keep->completed >= target; });
   return cudaSuccess;
 }
 

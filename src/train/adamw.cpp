@@ -33,10 +33,10 @@ AdamW::AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options
     : Optimizer(std::move(parameters)), options_(options) {
   validate(options_);
   for (nn::Parameter* p : parameters_) {
-    const Device device = p->value.device();
-    exp_avg_.push_back(Tensor::zeros(p->value.shape(), DType::f32, device));
-    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), DType::f32, device));
-    max_exp_avg_sq_.push_back(options_.amsgrad ? Tensor::zeros(p->value.shape(), DType::f32, device)
+    const Stream& stream = p->value.stream();  // the optimizer's state lives beside its parameter
+    exp_avg_.push_back(Tensor::zeros(p->value.shape(), DType::f32, stream));
+    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), DType::f32, stream));
+    max_exp_avg_sq_.push_back(options_.amsgrad ? Tensor::zeros(p->value.shape(), DType::f32, stream)
                                                : Tensor());
   }
 }

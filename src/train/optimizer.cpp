@@ -47,16 +47,12 @@ void Optimizer::run_step(Stream* stream) {
       continue;
     }
 #if EMBER_WITH_CUDA
+    // Queued after the backward pass on the same stream: no host wait.
+    const Stream s = stream != nullptr && stream->device() == group.device
+                         ? *stream
+                         : current_stream(group.device);
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
-    if (stream != nullptr && stream->device() == group.device) {
-      update_cuda(group, stream->native());
-    } else {
-      // The default stream does not wait for non-blocking streams (ember's), so wait for the
-      // device first: the gradients may still be in flight on the user's stream.
-      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
-      update_cuda(group, nullptr);
-      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
-    }
+    update_cuda(group, s.native());
 #else
     (void)stream;
     EMBER_THROW("Optimizer: parameters on {} need a build with CUDA", group.device.to_string());
@@ -65,16 +61,7 @@ void Optimizer::run_step(Stream* stream) {
 }
 
 void Optimizer::zero_grad() {
-#if EMBER_WITH_CUDA
-  // Tensor::fill_ runs on the default stream, which does not wait for ember's non-blocking
-  // streams: a step(stream) still reading these gradients must finish first.
-  for (const DeviceGroup& group : groups_) {
-    if (group.device.is_cuda()) {
-      EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
-      EMBER_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-  }
-#endif
+  // Each fill is queued on its gradient's stream, after the step that read it there.
   for (nn::Parameter* p : parameters_) p->grad.fill_(0.0);
 }
 

@@ -59,7 +59,7 @@ void SGD::prepare_step() {
               .nesterov = o.nesterov};
   if (scalars_.first) {  // the first step writes each buffer before reading it
     for (nn::Parameter* p : parameters_) {
-      momentum_.push_back(Tensor::empty(p->value.shape(), DType::f32, p->value.device()));
+      momentum_.push_back(Tensor::empty(p->value.shape(), DType::f32, p->value.stream()));
     }
   }
 }

@@ -179,8 +179,11 @@ TEST_F(TraceTest, MissingAndCorruptFilesAreClearErrors) {
 
 class MallocAllocator final : public ember::Allocator {
  public:
-  void* allocate(size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
-  void deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+  void* allocate(size_t bytes, ember::StreamId) override {
+    return std::malloc(bytes == 0 ? 1 : bytes);
+  }
+  void deallocate(void* ptr, size_t, ember::StreamId) noexcept override { std::free(ptr); }
+  void record_stream(void*, ember::StreamId) override {}
 };
 
 TEST_F(TraceTest, RecordingAllocatorWritesEveryAllocateAndFree) {
@@ -188,14 +191,14 @@ TEST_F(TraceTest, RecordingAllocatorWritesEveryAllocateAndFree) {
   {
     auto writer = std::make_shared<TraceWriter>(path);
     ember::memory::TraceRecordingAllocator recorder(std::make_shared<MallocAllocator>(), writer);
-    void* a = recorder.allocate(100);
-    void* b = recorder.allocate(200);
-    void* zero = recorder.allocate(0);  // passed through, not recorded
-    recorder.deallocate(a, 100);
-    recorder.deallocate(zero, 0);
-    void* c = recorder.allocate(300);
-    recorder.deallocate(b, 200);
-    recorder.deallocate(c, 300);
+    void* a = recorder.allocate(100, 0);
+    void* b = recorder.allocate(200, 0);
+    void* zero = recorder.allocate(0, 0);  // passed through, not recorded
+    recorder.deallocate(a, 100, 0);
+    recorder.deallocate(zero, 0, 0);
+    void* c = recorder.allocate(300, 0);
+    recorder.deallocate(b, 200, 0);
+    recorder.deallocate(c, 300, 0);
   }
   const std::vector<TraceEvent> expected = {
       {TraceEvent::allocate, 1, 100, 0}, {TraceEvent::allocate, 2, 200, 0},
@@ -205,22 +208,22 @@ TEST_F(TraceTest, RecordingAllocatorWritesEveryAllocateAndFree) {
   EXPECT_EQ(ember::memory::read_trace(path), expected);
 }
 
-TEST_F(TraceTest, RecordingCachingAllocatorKeepsStreams) {
+TEST_F(TraceTest, RecordingAllocatorKeepsStreams) {
   using namespace ember::memory;
   const std::string path = (dir_ / "streams.trace").string();
   {
     auto caching = std::make_shared<CachingAllocator>(
         std::make_shared<SimulatedUpstream>(size_t{1} << 30),
         std::make_shared<SimulatedVirtualUpstream>(size_t{2} << 20, size_t{1} << 30));
-    TraceRecordingCachingAllocator recorder(caching, std::make_shared<TraceWriter>(path));
+    TraceRecordingAllocator recorder(caching, std::make_shared<TraceWriter>(path));
     const StreamId s1 = 0x7f001234, s2 = 0x7f005678;  // cudaStream_t-like handles
     void* a = recorder.allocate(1000, s1);
     void* b = recorder.allocate(2000, 0);
     recorder.record_stream(b, s2);
     void* c = recorder.allocate(3000, s2);
-    recorder.free(a);
-    recorder.free(b);
-    recorder.free(c);
+    recorder.deallocate(a, 1000, s1);
+    recorder.deallocate(b, 2000, 0);
+    recorder.deallocate(c, 3000, s2);
   }
   const std::vector<TraceEvent> expected = {
       {TraceEvent::allocate, 1, 1000, 1},   {TraceEvent::allocate, 2, 2000, 0},
@@ -239,8 +242,8 @@ TEST_F(TraceTest, RecordAllocationsWrapsTheDeviceAllocator) {
     EXPECT_EQ(ember::allocator_for(ember::Device::cpu()), recorder);
     EXPECT_EQ(recorder->inner(), previous);
     auto allocator = ember::allocator_for(ember::Device::cpu());
-    void* p = allocator->allocate(4096);
-    allocator->deallocate(p, 4096);
+    void* p = allocator->allocate(4096, 0);
+    allocator->deallocate(p, 4096, 0);
     ember::set_allocator(ember::Device::cpu(), recorder->inner());  // stop recording
   }
   EXPECT_EQ(ember::allocator_for(ember::Device::cpu()), previous);

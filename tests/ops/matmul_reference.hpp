@@ -19,7 +19,7 @@ struct MatmulReference {
 inline std::vector<double> host_values(const TensorView& t) {
   if (t.data == nullptr) return {};
   Tensor host = Tensor::empty(t.shape, t.dtype, Device::cpu());
-  copy_bytes(host.data(), Device::cpu(), t.data, t.device, t.nbytes());
+  host.copy_(t);  // a view: read on its device's current stream
   const std::vector<float> f = host.to(DType::f32).to_vector<float>();
   return {f.begin(), f.end()};
 }

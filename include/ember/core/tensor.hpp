@@ -12,6 +12,7 @@
 #include "ember/core/dtype.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/shape.hpp"
+#include "ember/core/stream.hpp"
 
 namespace ember {
 
@@ -44,6 +45,14 @@ class Tensor {
  public:
   Tensor() = default;  // undefined: holds nothing
 
+  // Creation on a stream: the storage is allocated for work on `stream` (on its
+  // device), and the fill or copy that initializes it is queued there.
+  static Tensor empty(const Shape& shape, DType dtype, const Stream& stream);
+  static Tensor zeros(const Shape& shape, DType dtype, const Stream& stream);
+  static Tensor full(const Shape& shape, double value, DType dtype, const Stream& stream);
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, const Stream& stream);
+  // The same on `device`'s current stream (current_stream(device)).
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = {});
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = {});
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
@@ -67,45 +76,71 @@ class Tensor {
   const TensorView& view() const { return view_; }
   operator const TensorView&() const { return view_; }
 
+  // The stream the storage was allocated on: copies, fills and host reads run there.
+  const Stream& stream() const;
+  // The storage is also used by work queued on `stream`: when the last handle
+  // goes, its memory is reused only after that work too has finished.
+  void record_stream(const Stream& stream) const;
+
   Tensor slice(int64_t begin, int64_t end) const;  // shares storage
   Tensor reshape(const Shape& shape) const;        // shares storage
 
-  Tensor to(Device device) const;  // a copy on `device` (or *this when already there)
-  Tensor to(DType dtype) const;    // a converted copy (or *this when already that dtype)
-  Tensor clone() const;
+  // A copy on `device` (or *this when already there), allocated on the device's
+  // current stream. From a device to the host it waits for this tensor's stream.
+  Tensor to(Device device) const;
+  // A copy allocated and written on `stream` (or *this when already on its device).
+  Tensor to(const Stream& stream) const;
+  Tensor to(DType dtype) const;  // a converted copy on the same stream (or *this)
+  Tensor clone() const;          // on the same stream
 
-  Tensor& fill_(double value);              // converts value to the dtype
-  Tensor& copy_(const TensorView& source);  // same dtype and element count; any devices
+  // Both queue their work on this tensor's stream and do not wait.
+  Tensor& fill_(double value);  // converts value to the dtype
+  // Same dtype and element count; any devices. A source Tensor on another
+  // stream is waited for (on the device) and recorded. A TensorView carries no
+  // stream: its memory is the caller's to order; a device view copied to the
+  // host is read on its device's current stream.
+  Tensor& copy_(const Tensor& source);
+  Tensor& copy_(const TensorView& source);
 
   // Seeded, counter-based initialization: element i depends only on (seed, i).
   // uniform_ draws from [low, high); rounding to the dtype can give high itself.
   Tensor& uniform_(uint64_t seed, double low, double high);
   Tensor& normal_(uint64_t seed, double mean, double stddev);
 
-  // Copies to the host and returns the elements; T must match the dtype.
+  // Copies to the host, waiting for this tensor's stream only.
   template <class T>
   std::vector<T> to_vector() const;
   double item() const;  // the value of a one-element tensor, as double
 
  private:
-  std::shared_ptr<void> storage_;
+  struct Storage;
+  std::shared_ptr<Storage> storage_;
   TensorView view_;
 };
 
-// Copies bytes between any two devices (host <-> host, host <-> cuda, cuda <-> cuda).
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Queues a copy of `bytes` between any two devices on `stream` (host <-> host
+// runs at once). The caller orders it with other streams and, to read a host
+// destination, synchronizes `stream`.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                const Stream& stream);
 
 // Converts n elements between dtypes on the host (float types round to nearest even).
 void convert_host(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n);
 
 template <class T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, const Stream& stream) {
   EMBER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
               "Tensor::from_vector: {} values do not fill shape {} ({} elements)", values.size(),
               shape.to_string(), shape.numel());
-  Tensor t = empty(shape, dtype_of<T>, device);
-  copy_bytes(t.data(), device, values.data(), Device::cpu(), t.nbytes());
+  Tensor t = empty(shape, dtype_of<T>, stream);
+  // Pageable host memory: the runtime has taken its copy when the call returns.
+  copy_bytes(t.data(), t.device(), values.data(), Device::cpu(), t.nbytes(), stream);
   return t;
+}
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  return from_vector(values, shape, current_stream(device));
 }
 
 template <class T>
@@ -114,7 +149,8 @@ std::vector<T> Tensor::to_vector() const {
   EMBER_CHECK(dtype_of<T> == dtype(), "Tensor::to_vector: tensor holds {}, not {}",
               dtype_name(dtype()), dtype_name(dtype_of<T>));
   std::vector<T> out(static_cast<size_t>(numel()));
-  copy_bytes(out.data(), Device::cpu(), data(), device(), nbytes());
+  copy_bytes(out.data(), Device::cpu(), data(), device(), nbytes(), stream());
+  stream().synchronize();
   return out;
 }
 

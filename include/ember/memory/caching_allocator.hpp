@@ -54,17 +54,16 @@ class CachingAllocator final : public ember::Allocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // ember::Allocator: on the default stream (0). deallocate ignores `bytes`.
-  void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) noexcept override;
-
   // A block owned by `stream`: reusable on that stream at once after free,
   // on others once the events recorded at free have completed.
-  void* allocate(size_t bytes, StreamId stream);
+  void* allocate(size_t bytes, StreamId stream) override;
+  void* allocate(size_t bytes) { return allocate(bytes, 0); }  // on stream 0 (the CPU's)
+  // free(ptr), after record_stream(ptr, stream) when `stream` is not the block's. Ignores `bytes`.
+  void deallocate(void* ptr, size_t bytes, StreamId stream) noexcept override;
   void free(void* ptr);  // throws ember::Error for a pointer it does not own
   // Marks `ptr` as used by `stream`: free records an event on it, and the block
   // is reused only after the event completes.
-  void record_stream(void* ptr, StreamId stream);
+  void record_stream(void* ptr, StreamId stream) override;
 
   // Returns every cached, unused segment (and free mapped pages) to the upstream.
   void empty_cache();

@@ -4,10 +4,12 @@
 
 #include <cstdint>
 
+#include "ember/core/stream.hpp"
+
 namespace ember::memory {
 
-// A stream's identity: the cudaStream_t's value, or a trace's stream number. 0 is the default stream.
-using StreamId = uintptr_t;
+// A stream's identity (ember::StreamId): the cudaStream_t's value, or a trace's stream number.
+using ember::StreamId;
 
 class StreamEvents {
  public:
@@ -18,6 +20,9 @@ class StreamEvents {
   // True once the work before the event has completed.
   virtual bool query(EventId event) = 0;
   virtual void destroy(EventId event) noexcept = 0;
+  // Waits until all work queued on the device has finished: before memory goes back to
+  // the upstream (unmapped or freed), nothing queued may still touch it.
+  virtual void synchronize() {}
 };
 
 // For the CPU and for trace replay: all work is complete at every moment.

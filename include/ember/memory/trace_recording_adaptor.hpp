@@ -1,9 +1,7 @@
 // Recording allocation traces (trace.hpp) from a running program.
 //
 //   TraceRecordingAllocator  wraps any ember::Allocator (what Tensor storage
-//                            uses); every event is on stream 0.
-//   TraceRecordingCachingAllocator  wraps a CachingAllocator's stream-aware API
-//                            (allocate on a stream, free, record_stream).
+//                            uses): allocate on a stream, deallocate, record_stream.
 //   record_allocations(device, path)  records every Tensor allocation on a device
 //                            from now on, by wrapping allocator_for(device).
 //
@@ -25,8 +23,6 @@
 #include "ember/memory/trace.hpp"
 
 namespace ember::memory {
-
-class CachingAllocator;
 
 namespace detail {
 // Pointer -> ID bookkeeping shared by the recording adaptors. Thread-safe.
@@ -54,30 +50,15 @@ class TraceRecordingAllocator final : public ember::Allocator {
  public:
   TraceRecordingAllocator(std::shared_ptr<ember::Allocator> inner,
                           std::shared_ptr<TraceWriter> writer);
-  void* allocate(size_t bytes) override;
-  void deallocate(void* ptr, size_t bytes) noexcept override;
+  void* allocate(size_t bytes, StreamId stream) override;
+  void deallocate(void* ptr, size_t bytes, StreamId stream) noexcept override;
+  void record_stream(void* ptr, StreamId stream) override;
 
   const std::shared_ptr<ember::Allocator>& inner() const { return inner_; }
   const std::shared_ptr<TraceWriter>& writer() const { return recorder_.writer(); }
 
  private:
   std::shared_ptr<ember::Allocator> inner_;
-  detail::TraceRecorder recorder_;
-};
-
-class TraceRecordingCachingAllocator {
- public:
-  TraceRecordingCachingAllocator(std::shared_ptr<CachingAllocator> inner,
-                                 std::shared_ptr<TraceWriter> writer);
-  void* allocate(size_t bytes, StreamId stream);
-  void free(void* ptr);
-  void record_stream(void* ptr, StreamId stream);
-
-  CachingAllocator& inner() const { return *inner_; }
-  const std::shared_ptr<TraceWriter>& writer() const { return recorder_.writer(); }
-
- private:
-  std::shared_ptr<CachingAllocator> inner_;
   detail::TraceRecorder recorder_;
 };
 

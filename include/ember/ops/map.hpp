@@ -44,7 +44,7 @@
 #include <tuple>
 #include <utility>
 
-#include "ember/core/allocator.hpp"
+#include "ember/core/scratch.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/map_cpu.hpp"
@@ -95,23 +95,6 @@ void map_store_scalar(const TensorView& out, float value);
 // CUDA helpers (src/ops/cuda/map_cuda.cpp; CUDA and emulated builds): makes the stream's device
 // current and returns the most blocks worth launching (the grid-stride loops do the rest).
 int64_t map_prepare_launch(const Stream& stream);
-
-// Device scratch memory ordered on `stream` (the partials of map_reduce).
-class MapScratch {
- public:
-  MapScratch(const Stream& stream, size_t bytes);
-  ~MapScratch();
-  MapScratch(const MapScratch&) = delete;
-  MapScratch& operator=(const MapScratch&) = delete;
-  void* data() const { return data_; }
-
- private:
-  void* stream_ = nullptr;
-  size_t bytes_ = 0;
-  std::shared_ptr<Allocator> allocator_;
-  bool stream_ordered_ = false;
-  void* data_ = nullptr;
-};
 
 template <class... In>
 std::array<MapInputSpec, sizeof...(In)> map_specs(const In&... ins) {
@@ -179,7 +162,7 @@ void map_reduce_named(std::string_view op, Stream& stream, const TensorView& out
   const bool vector = map_vector_ok(nullptr, 0, specs.data(), specs.size(), cols);
   const auto p = map_params<1>(&out, n, cols, vector, ins...);
   const int64_t blocks = kernels::map_reduce_blocks(n, vector, max_blocks);
-  const MapScratch partials(stream, static_cast<size_t>(blocks) * sizeof(float));
+  const Scratch partials(stream, static_cast<size_t>(blocks) * sizeof(float));
   kernels::launch_map_reduce<R, F, kind_of<In>()...>(
       r, f, p, blocks, static_cast<float*>(partials.data()), out.data, out.dtype,
       static_cast<cudaStream_t>(stream.native()));

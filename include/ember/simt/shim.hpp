@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,40 @@
 namespace ember::simt {
 
 // ---- streams ----------------------------------------------------------------
-// By default work submitted to a stream runs at once on the submitting thread,
+// How streams run their work.
+//   immediate: work runs at once, on the submitting thread (errors surface at the launch).
+//   deferred:  work runs later, on the emulator's worker thread, in an order the stream and
+//              event dependencies allow, drawn by `seed` among the runnable streams; host
+//              reads see the memory as it is at that moment; errors surface from the next
+//              host wait (synchronize, blocking copy).
+//   lazy (deferred + lazy): the worker runs only what a host wait needs (and anything after
+//              20 ms without one), so a read that forgot to wait, or a stream that forgot an
+//              event, sees stale data deterministically.
+// Default: env EMBER_SIMT_STREAMS = immediate | deferred[:SEED] | lazy[:SEED]; else immediate.
+// ember's emulated tests run deferred and lazy, with several seeds.
+enum class StreamMode { immediate, deferred };
+struct StreamOptions {
+  StreamMode mode = StreamMode::immediate;
+  bool lazy = false;
+  uint64_t seed = 0;
+};
+// Waits for all queued work (under the old options), then switches.
+void set_stream_options(const StreamOptions& options);
+StreamOptions stream_options();
+
+// Host calls that wait for the device, counted since the process started.
+struct SyncCounts {
+  uint64_t stream_synchronize = 0;  // cudaStreamSynchronize
+  uint64_t event_synchronize = 0;   // cudaEventSynchronize
+  uint64_t device_synchronize = 0;  // cudaDeviceSynchronize
+  uint64_t blocking_copies = 0;     // cudaMemcpy, cudaMemset, async copies into pageable memory
+  uint64_t total() const {
+    return stream_synchronize + event_synchronize + device_synchronize + blocking_copies;
+  }
+};
+SyncCounts sync_counts();
+
+// In immediate mode work submitted to a stream runs at once on the submitting thread,
 // so a kernel's ember::Error surfaces from its launch. hold_stream makes later
 // work on `stream` (kernels, async copies and memsets, event records) queue up
 // instead; release_stream runs the backlog in order, plus whatever other

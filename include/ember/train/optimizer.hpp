@@ -19,14 +19,13 @@ class Optimizer {
   explicit Optimizer(std::vector<nn::Parameter*> parameters);
   virtual ~Optimizer() = default;
 
-  // One update from the current gradients. step() is synchronous: on CUDA devices it waits
-  // for all work queued on the device, updates on its default stream and waits again.
-  // step(stream) enqueues the update of the parameters on stream's device on `stream`
-  // (ordered after the backward pass queued there, without waiting on the host); parameters
-  // on other devices are updated as by step().
+  // One update from the current gradients. Nothing waits on the host: on a CUDA device the
+  // update is queued on `stream` (step(stream), for parameters on its device) or on the
+  // device's current stream, after the backward pass queued there. Parameters, gradients and
+  // the optimizer's state must be used on that stream (or ordered with it by the caller).
   void step();
   void step(Stream& stream);
-  void zero_grad();  // sets every gradient to zero
+  void zero_grad();  // sets every gradient to zero, queued on each gradient's stream
   int64_t steps() const { return steps_; }
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
 

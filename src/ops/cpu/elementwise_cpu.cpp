@@ -3,6 +3,7 @@
 // loop. Blocks are independent, so results do not depend on the thread count.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -194,7 +195,7 @@ void cast(const TensorView& out, const TensorView& in) {
     // In-place between dtypes of one size (f32 <-> i32, f16 <-> bf16): convert through a copy,
     // since convert_host reads and writes through pointers of different types.
     std::vector<unsigned char> copy(in.nbytes());
-    copy_bytes(copy.data(), Device::cpu(), in.data, Device::cpu(), in.nbytes());
+    std::memcpy(copy.data(), in.data, in.nbytes());
     convert_host(out.data, out.dtype, copy.data(), in.dtype, n);
     return;
   }

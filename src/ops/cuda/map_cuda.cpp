@@ -1,15 +1,12 @@
-// The CUDA helpers of ops::map (include/ember/ops/map.hpp): launch limits and the stream-ordered
-// scratch memory of map_reduce (scratch.hpp).
+// The CUDA helpers of ops::map (include/ember/ops/map.hpp): launch limits.
 #if EMBER_WITH_CUDA
 #include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
 
-#include "ember/core/allocator.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "ember/ops/map.hpp"
-#include "scratch.hpp"
 
 namespace ember::ops::detail {
 
@@ -25,16 +22,6 @@ int64_t map_prepare_launch(const Stream& stream) {
     if (device < 64) sm_count[static_cast<size_t>(device)].store(count);
   }
   return int64_t{count} * 8 * 4;
-}
-
-// The steps of scratch.hpp; the class is declared in the public header map.hpp.
-MapScratch::MapScratch(const Stream& stream, size_t bytes)
-    : stream_(stream.native()), bytes_(bytes), allocator_(allocator_for(stream.device())) {
-  data_ = cuda::allocate_scratch(*allocator_, stream_, bytes, &stream_ordered_);
-}
-
-MapScratch::~MapScratch() {
-  cuda::free_scratch(*allocator_, stream_, data_, bytes_, stream_ordered_);
 }
 
 }  // namespace ember::ops::detail

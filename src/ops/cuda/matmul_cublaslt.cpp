@@ -19,7 +19,7 @@
 #include <mutex>
 
 #include "ember/core/check_cuda.hpp"
-#include "scratch.hpp"
+#include "ember/core/scratch.hpp"
 #endif
 
 namespace ember::ops::cuda {
@@ -599,8 +599,9 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
   const DeviceContext& context = device_context(device);
   const PlanKey key = plan_key(lt, stream, device);
   const std::shared_ptr<Plan> plan = find_plan(lt, key, context);
-  // Stream-ordered (scratch.hpp): back to the allocator once the matmul is enqueued.
-  const Scratch workspace(Device::cuda(device), stream, plan->workspace_bytes);
+  // Stream-ordered (ember/core/scratch.hpp): back to the allocator once the matmul is enqueued.
+  const Scratch workspace(Device::cuda(device), reinterpret_cast<StreamId>(stream),
+                          plan->workspace_bytes);
   std::lock_guard lock(plan->mutex);
   set_pointers(*plan, lt);
   EMBER_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a,

@@ -4,7 +4,7 @@
 #include "reduce_cuda.hpp"
 
 #include "ember/core/check_cuda.hpp"
-#include "scratch.hpp"
+#include "ember/core/scratch.hpp"
 
 namespace ember::ops::cuda {
 

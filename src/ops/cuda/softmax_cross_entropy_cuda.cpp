@@ -1,15 +1,18 @@
 // Softmax + cross-entropy, argmax and count_correct on CUDA devices. Labels are checked on the
-// device first; reading the verdict back synchronizes the stream once per call that takes labels,
-// so that a bad label throws the CPU backend's error before any output is written.
+// device without a host wait: a bad label throws the CPU backend's error from the stream's next
+// synchronize() (check_labels).
 #if EMBER_WITH_CUDA
 #include "softmax_cross_entropy_cuda.hpp"
 
 #include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "ember/core/check_cuda.hpp"
+#include "ember/core/scratch.hpp"
 #include "reduce_cuda.hpp"
 #include "reduce_launchers.hpp"
-#include "scratch.hpp"
 
 namespace ember::ops::cuda {
 namespace {
@@ -18,35 +21,74 @@ bool is_i64(const TensorView& t) {
   return t.dtype == DType::i64;
 }
 
-// Throws, with the CPU backend's message, for the first row whose label is outside
-// [0, classes). Waits for the stream.
-void check_labels(const Stream& stream, cudaStream_t handle, std::string_view op,
+// Pinned host words the label checks' verdicts are copied into, two per check: one
+// cudaMallocHost for the process, so that no check allocates (cudaMallocHost synchronizes).
+class VerdictSlots {
+ public:
+  static constexpr size_t kSlots = 1024;
+  unsigned long long* acquire() {
+    std::lock_guard lock(mutex_);
+    if (base_ == nullptr) {
+      void* p = nullptr;
+      EMBER_CUDA_CHECK(cudaMallocHost(&p, kSlots * 2 * sizeof(unsigned long long)));
+      base_ = static_cast<unsigned long long*>(p);
+      for (size_t i = kSlots; i-- > 0;) free_.push_back(base_ + 2 * i);
+    }
+    if (free_.empty()) return nullptr;
+    unsigned long long* slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  void release(unsigned long long* slot) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(slot);
+  }
+
+ private:
+  std::mutex mutex_;
+  unsigned long long* base_ = nullptr;  // never freed: checks may run during static destruction
+  std::vector<unsigned long long*> free_;
+};
+
+VerdictSlots& verdict_slots() {
+  static auto* slots = new VerdictSlots;
+  return *slots;
+}
+
+// Checks the labels on the device, without waiting: the verdict is copied to pinned host
+// memory on the stream and read after the stream's next synchronize() (Tensor::item, ...),
+// which then throws the CPU backend's error for the first bad row. The kernels meanwhile read
+// no logit through a bad label (the loss comes out nan).
+void check_labels(Stream& stream, cudaStream_t handle, std::string_view op,
                   const TensorView& labels, int64_t classes) {
   const int64_t rows = labels.numel();
   if (rows == 0) return;
-  unsigned long long first_bad = 0;
+  unsigned long long* slot = verdict_slots().acquire();
+  if (slot == nullptr) {  // every slot waits for a synchronize: run their checks now
+    stream.synchronize();
+    slot = verdict_slots().acquire();
+    EMBER_CHECK(slot != nullptr,
+                "{}: more than {} label checks wait for other streams to synchronize; call "
+                "synchronize() on them",
+                op, VerdictSlots::kSlots);
+  }
   {
-    const Scratch scratch(stream, sizeof(first_bad));
-    auto* device_first_bad = static_cast<unsigned long long*>(scratch.data());
-    launch_check_labels(labels.data, is_i64(labels), rows, classes, device_first_bad, handle);
-    EMBER_CUDA_CHECK(cudaMemcpyAsync(&first_bad, device_first_bad, sizeof(first_bad),
+    const Scratch scratch(stream, 2 * sizeof(unsigned long long));
+    auto* verdict = static_cast<unsigned long long*>(scratch.data());
+    launch_check_labels(labels.data, is_i64(labels), rows, classes, verdict, handle);
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(slot, verdict, 2 * sizeof(unsigned long long),
                                      cudaMemcpyDeviceToHost, handle));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(handle));
   }
-  if (first_bad == ~0ull) return;
-  const auto row = static_cast<int64_t>(first_bad);
-  int64_t label = 0;
-  if (is_i64(labels)) {
-    EMBER_CUDA_CHECK(cudaMemcpy(&label, static_cast<const int64_t*>(labels.data) + row,
-                                sizeof(int64_t), cudaMemcpyDeviceToHost));
-  } else {
-    int32_t label32 = 0;
-    EMBER_CUDA_CHECK(cudaMemcpy(&label32, static_cast<const int32_t*>(labels.data) + row,
-                                sizeof(int32_t), cudaMemcpyDeviceToHost));
-    label = label32;
-  }
-  EMBER_THROW("{}: label {} in row {} is out of range [0, {}) (labels {})", op, label, row, classes,
-              labels.describe());
+  check_after_synchronize(stream, [slot, op = std::string(op), classes, what = labels.describe(),
+                                   i64 = is_i64(labels)] {
+    const unsigned long long row = slot[0], raw = slot[1];
+    verdict_slots().release(slot);
+    if (row == ~0ull) return;
+    const int64_t label = i64 ? static_cast<int64_t>(raw)
+                              : static_cast<int64_t>(static_cast<int32_t>(raw & 0xffffffffu));
+    EMBER_THROW("{}: label {} in row {} is out of range [0, {}) (labels {})", op, label,
+                static_cast<int64_t>(row), classes, what);
+  });
 }
 
 }  // namespace

@@ -52,10 +52,11 @@ void launch_row_teams(int64_t rows, int64_t cols, kernels::ElementType type, Lau
 }  // namespace
 
 void launch_check_labels(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
-                         unsigned long long* first_bad, cudaStream_t stream) {
-  EMBER_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(*first_bad), stream));
+                         unsigned long long* verdict, cudaStream_t stream) {
+  EMBER_CUDA_CHECK(cudaMemsetAsync(verdict, 0xff, 2 * sizeof(*verdict), stream));
   launch(kernels::check_labels_kernel<kThreads>, dim3(elementwise_blocks(rows)), dim3(kThreads), 0,
-         stream, labels, labels_i64, rows, classes, first_bad);
+         stream, labels, labels_i64, rows, classes, verdict);
+  launch(kernels::bad_label_kernel, dim3(1), dim3(1), 0, stream, labels, labels_i64, verdict);
 }
 
 size_t softmax_xent_forward_scratch_bytes(int64_t rows) {

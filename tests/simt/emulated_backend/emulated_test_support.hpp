@@ -2,6 +2,8 @@
 // host copies of device results, float bits and ulp distances, misaligned views.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ops/ops_test_support.hpp"
 
@@ -17,6 +20,12 @@ namespace ember::testing {
 // A tensor's elements as f32 on the host (16-bit floats widen exactly).
 inline std::vector<float> host_f32(const Tensor& t) {
   return values(t.to(Device::cpu()));
+}
+
+// The stream tests' cuda:0 tensors live on (the device's current stream), as the cudaStream_t
+// that kernel launchers take: their work is ordered after the uploads made there.
+inline cudaStream_t tensor_stream() {
+  return static_cast<cudaStream_t>(current_stream(Device::cuda(0)).native());
 }
 
 inline uint32_t bits(float f) {

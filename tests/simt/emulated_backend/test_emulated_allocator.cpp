@@ -52,7 +52,8 @@ TEST(EmulatedAllocator, BlockIsReusedOnlyAfterTheOtherStreamFinishes) {
   EXPECT_NE(q, p) << "a block in use by a pending stream was handed out again";
   EXPECT_EQ(alloc.stats().segment_allocs, 1);  // q came from the same cached segment
 
-  ember::simt::release_stream(s.b);  // b's memset runs now; p's event completes
+  ember::simt::release_stream(s.b);  // b's memset can run now; p's event completes
+  ASSERT_EQ(cudaStreamSynchronize(s.b), cudaSuccess);
   alloc.free(q);
   void* r = alloc.allocate(kBytes, id(s.a));
   EXPECT_EQ(r, p) << "after b finished, the lowest-addressed free block is p again";
@@ -72,11 +73,13 @@ TEST(EmulatedAllocator, StreamsFinishingOutOfOrderAllMustComplete) {
   alloc.free(p);
 
   ember::simt::release_stream(s.c);  // the later stream finishes first
+  ASSERT_EQ(cudaStreamSynchronize(s.c), cudaSuccess);
   void* q = alloc.allocate(kBytes, id(s.a));
   EXPECT_NE(q, p) << "b has not finished yet";
   alloc.free(q);
 
   ember::simt::release_stream(s.b);
+  ASSERT_EQ(cudaStreamSynchronize(s.b), cudaSuccess);
   void* r = alloc.allocate(kBytes, id(s.a));
   EXPECT_EQ(r, p);
   alloc.free(r);

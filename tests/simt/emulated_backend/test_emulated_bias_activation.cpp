@@ -96,7 +96,7 @@ void expect_gelu_close(const Tensor& got, const Tensor& want, int64_t max_ulps, 
 const std::vector<Shape> kShapes = {{0, 5}, {1, 1}, {7, 13}, {33, 4097}, {2, 3, 40}};
 
 TEST(EmulatedBiasActivation, ForwardEqualsUnfusedCudaOpsAndTheCpu) {
-  Stream cpu, gpu(kGpu);
+  Stream cpu, gpu = ember::current_stream(kGpu);
   uint32_t seed = 1;
   for (const Shape& shape : kShapes) {
     for (const Mix& m : kMixes) {
@@ -128,7 +128,7 @@ TEST(EmulatedBiasActivation, ForwardEqualsUnfusedCudaOpsAndTheCpu) {
 }
 
 TEST(EmulatedBiasActivation, MisalignedViewsTakeTheScalarPath) {
-  Stream cpu, gpu(kGpu);
+  Stream cpu, gpu = ember::current_stream(kGpu);
   const int64_t rows = 6, cols = 64;  // aligned, the 128-bit path; one element on, scalar
   const Tensor xbuf = random({rows * cols + 1}, 50, DType::f16);
   const Tensor bias = random({cols}, 51, DType::f32);
@@ -151,7 +151,7 @@ TEST(EmulatedBiasActivation, MisalignedViewsTakeTheScalarPath) {
 }
 
 TEST(EmulatedBiasActivation, BackwardEqualsUnfusedCudaOpsAndTheCpu) {
-  Stream cpu, gpu(kGpu);
+  Stream cpu, gpu = ember::current_stream(kGpu);
   uint32_t seed = 100;
   for (const Shape& shape : kShapes) {
     const int64_t n = shape[-1];

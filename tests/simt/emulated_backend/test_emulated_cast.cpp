@@ -237,7 +237,7 @@ bool quieted_nan(const Tensor& in, DType to, size_t i, const uint8_t* want, cons
 
 // The cast of `in` (host) to `to` on the CPU and on the device, compared byte for byte.
 void expect_same_cast(const Tensor& in, DType to, const std::string& what) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   Tensor want = Tensor::zeros(in.shape(), to), got = Tensor::zeros(in.shape(), to, kGpu);
   ops::cast(cpu, want, in);
   ops::cast(gpu, got, in.to(kGpu));
@@ -275,7 +275,7 @@ TEST(EmulatedCast, TailSizesMatchTheCpuBitwise) {
 }
 
 TEST(EmulatedCast, MisalignedViewsMatchTheCpuBitwise) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType from : {DType::i64, DType::f32}) {
     for (const DType to : {DType::bf16, DType::i32, DType::u8}) {
@@ -295,7 +295,7 @@ TensorView view_as(const Tensor& t, DType dtype, int64_t n) {
 }
 
 TEST(EmulatedCast, InPlaceWhereTheElementSizeAllowsItAsOnTheCpu) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType from : kAll) {
     const Tensor values = take(pool(from), n);
@@ -304,7 +304,8 @@ TEST(EmulatedCast, InPlaceWhereTheElementSizeAllowsItAsOnTheCpu) {
       Tensor host = Tensor::zeros({8 * n}, DType::u8),
              dev = Tensor::zeros({8 * n}, DType::u8, kGpu);
       std::memcpy(host.data(), values.data(), values.nbytes());
-      ember::copy_bytes(dev.data(), kGpu, values.data(), Device::cpu(), values.nbytes());
+      ember::copy_bytes(dev.data(), kGpu, values.data(), Device::cpu(), values.nbytes(),
+                        dev.stream());
       const auto cast_in_place = [&](Stream& s, const Tensor& buffer) {
         ops::cast(s, view_as(buffer, to, n), view_as(buffer, from, n));
       };
@@ -324,7 +325,7 @@ TEST(EmulatedCast, InPlaceWhereTheElementSizeAllowsItAsOnTheCpu) {
 // Results worked out by hand, on the device (and the CPU agreeing with them).
 template <class To, class From>
 void expect_cast(From in, To want) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const Tensor x = Tensor::from_vector(std::vector<From>{in}, {1});
   Tensor got = Tensor::zeros({1}, ember::dtype_of<To>, kGpu),
          cpu_got = Tensor::zeros({1}, ember::dtype_of<To>);
@@ -337,7 +338,7 @@ void expect_cast(From in, To want) {
 // A 16-bit float result as f32 (exact).
 template <class From>
 float via(From in, DType to) {
-  Stream gpu(kGpu);
+  Stream gpu = ember::current_stream(kGpu);
   Tensor got = Tensor::zeros({1}, to, kGpu);
   ops::cast(gpu, got, Tensor::from_vector(std::vector<From>{in}, {1}).to(kGpu));
   return ember::testing::host_f32(got)[0];

@@ -48,7 +48,7 @@ auto exact_chain(const X& x, const Y& y) {
 }
 
 TEST(EmulatedExpr, TailSizesMatchTheCpuBitwise) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   for (const int64_t n : kTails) {
     for (const DType in : {DType::f32, DType::f16}) {
       const Tensor x = random_tensor({n}, 1, in), y = random_tensor({n}, 2, DType::bf16);
@@ -62,7 +62,7 @@ TEST(EmulatedExpr, TailSizesMatchTheCpuBitwise) {
 }
 
 TEST(EmulatedExpr, MisalignedViewsTakeTheScalarPath) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType dtype : {DType::f32, DType::f16, DType::u8}) {
     const Tensor x = random_tensor({n + 1}, 3, dtype), y = random_tensor({n + 1}, 4);
@@ -75,7 +75,7 @@ TEST(EmulatedExpr, MisalignedViewsTakeTheScalarPath) {
 }
 
 TEST(EmulatedExpr, BroadcastsRowsColumnsAndScalars) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   for (const int64_t cols : {48, 45}) {  // 48: the 128-bit path; 45: the scalar path
     const int64_t rows = 37;
     const Tensor x = random_tensor({rows, cols}, 5, DType::f16), r = random_tensor({cols}, 6),
@@ -89,7 +89,7 @@ TEST(EmulatedExpr, BroadcastsRowsColumnsAndScalars) {
 }
 
 TEST(EmulatedExpr, SeveralOutputsOfMixedDtypes) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const Shape shape{40, 256};
   const Tensor x = random_tensor(shape, 8, DType::f16), b = random_tensor({256}, 9, DType::bf16);
   const Tensor xg = x.to(kGpu), bg = b.to(kGpu);
@@ -110,7 +110,7 @@ TEST(EmulatedExpr, SeveralOutputsOfMixedDtypes) {
 }
 
 TEST(EmulatedExpr, ExactExpressionsEqualEmbersPrecompiledOps) {
-  Stream gpu(kGpu);
+  Stream gpu = ember::current_stream(kGpu);
   const Shape shape{33, 72};
   const Tensor x = random_tensor(shape, 10, DType::f32, kGpu),
                y = random_tensor(shape, 11, DType::f32, kGpu);
@@ -142,7 +142,7 @@ TEST(EmulatedExpr, TranscendentalsWithinAFewUlpsOfTheCpu) {
   // on a GPU expf, logf and nvcc's contraction inside GELU's polynomial differ from the host by
   // an ulp or two per step: 8 ulps as for ops::gelu_forward, with an absolute floor where GELU's
   // logistic factor underflows to subnormals.
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 20000;
   const Tensor x = random_tensor({n}, 12, DType::f32, Device::cpu(), -10.0f, 10.0f),
                b = random_tensor({n}, 13, DType::f16);

@@ -46,7 +46,7 @@ struct Chain {  // gelu-free but non-trivial and exact: (x * s + b) clamped at 0
 };
 
 TEST(EmulatedMap, TailSizesMatchTheCpuBitwise) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   for (const int64_t n : kTails) {
     for (const DType in : {DType::f32, DType::f16}) {
       const Tensor x = random_tensor({n}, 1, in), b = random_tensor({n}, 2, DType::bf16);
@@ -59,7 +59,7 @@ TEST(EmulatedMap, TailSizesMatchTheCpuBitwise) {
 }
 
 TEST(EmulatedMap, MisalignedOperandsTakeTheScalarPath) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 4097;
   for (const DType dtype : {DType::f32, DType::f16, DType::u8}) {
     const Tensor x = random_tensor({n + 1}, 3, dtype), b = random_tensor({n + 1}, 4);
@@ -85,7 +85,7 @@ TEST(EmulatedMap, VectorPathNeedsAlignmentAndRowsOfEight) {
 }
 
 TEST(EmulatedMap, BroadcastsRowsColumnsAndScalars) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   // 48 columns: the 128-bit path; 45: the scalar path.
   for (const int64_t cols : {48, 45}) {
     const int64_t rows = 37;
@@ -100,7 +100,7 @@ TEST(EmulatedMap, BroadcastsRowsColumnsAndScalars) {
 }
 
 TEST(EmulatedMap, SeveralOutputsOfMixedDtypes) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 10001;
   const Tensor x = random_tensor({n}, 8, DType::f16);
   const auto f = [](float v) { return ops::values(v * 3.0f, v * 60.0f, -v); };
@@ -116,7 +116,7 @@ TEST(EmulatedMap, SeveralOutputsOfMixedDtypes) {
 }
 
 TEST(EmulatedMapReduce, SumOfSquaresIsDeterministicAndCloseToTheCpu) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   for (const int64_t n : kTails) {
     const Tensor g = random_tensor({n}, 9, DType::f16);
     const Tensor gg = g.to(kGpu);
@@ -135,7 +135,7 @@ TEST(EmulatedMapReduce, SumOfSquaresIsDeterministicAndCloseToTheCpu) {
 }
 
 TEST(EmulatedMapReduce, NonFiniteCheck) {
-  Stream gpu(kGpu);
+  Stream gpu = ember::current_stream(kGpu);
   std::vector<float> v = random_floats(5003, 10);
   v[4321] = std::nanf("");
   const Tensor x = Tensor::from_vector(v, {5003}).to(DType::bf16).to(kGpu);
@@ -146,7 +146,7 @@ TEST(EmulatedMapReduce, NonFiniteCheck) {
 }
 
 TEST(EmulatedDropout, MasksEqualTheCpuForTheSameSeedAndOffset) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 70001;
   const Tensor x = random_tensor({n}, 11, DType::f16);
   Tensor y = Tensor::zeros({n}, DType::f16), mask = Tensor::zeros({n}, DType::u8);
@@ -163,7 +163,7 @@ TEST(EmulatedDropout, MasksEqualTheCpuForTheSameSeedAndOffset) {
 
 // The pointwise ops: exact ones bitwise equal to the CPU, GELU within a few ulps.
 TEST(EmulatedElementwise, ExactOpsEqualTheCpuBitwise) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t m = 33, n = 72;
   for (const DType dtype : ember::testing::kFloatTypes) {
     const Tensor a = random_tensor({m, n}, 12, dtype), b = random_tensor({m, n}, 13),
@@ -204,7 +204,7 @@ TEST(EmulatedElementwise, ExactOpsEqualTheCpuBitwise) {
 }
 
 TEST(EmulatedElementwise, GeluWithinAFewUlpsOfTheCpu) {
-  Stream gpu(kGpu), cpu;
+  Stream gpu = ember::current_stream(kGpu), cpu;
   const int64_t n = 20000;
   const Tensor x = Tensor::from_vector(random_floats(n, 15, -10.0f, 10.0f), {n});
   const Tensor dy = random_tensor({n}, 16);

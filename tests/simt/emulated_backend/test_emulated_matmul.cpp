@@ -57,7 +57,7 @@ class EmulatedMatmulShapes : public ::testing::TestWithParam<Case> {};
 TEST_P(EmulatedMatmulShapes, TiledBackendMatchesTheReference) {
   const auto [mnk, ta, tb, dtype] = GetParam();
   const auto [m, n, k] = mnk;
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
   const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
   const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
   const DType out = dtype == DType::f32 ? DType::f32 : DType::bf16;
@@ -99,7 +99,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(EmulatedMatmul, LargeUnalignedShapeMatchesTheCpuBackend) {
   for (DType dtype : {DType::f32, DType::bf16}) {
-    ember::Stream gpu(kGpu), cpu;
+    ember::Stream gpu = ember::current_stream(kGpu), cpu;
     const Tensor a = random_tensor({127, 257}, dtype, 5), b = random_tensor({257, 129}, dtype, 6);
     Tensor c = Tensor::zeros({127, 129}, DType::f32, kGpu);
     Tensor c_cpu = Tensor::zeros({127, 129});
@@ -112,7 +112,7 @@ TEST(EmulatedMatmul, LargeUnalignedShapeMatchesTheCpuBackend) {
 }
 
 TEST(EmulatedMatmul, BatchedResidualScaleAndActivationGradient) {
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
   const Tensor a = random_tensor({3, 9, 12}, DType::f16, 7),
                b = random_tensor({12, 10}, DType::f16, 8);
   Tensor c = Tensor::zeros({3, 9, 10}, DType::f32, kGpu);
@@ -131,7 +131,7 @@ TEST(EmulatedMatmul, BatchedResidualScaleAndActivationGradient) {
 
 TEST(EmulatedMatmul, BiasGradientAccumulates) {
   for (DType dtype : {DType::f32, DType::bf16}) {
-    ember::Stream stream(kGpu);
+    ember::Stream stream = ember::current_stream(kGpu);
     const Tensor dy = random_tensor({50, 6}, dtype, 11), x = random_tensor({50, 7}, dtype, 12);
     Tensor dw = random_tensor({6, 7}, DType::f32, 13), db = random_tensor({6}, DType::f32, 14);
     MatmulOptions o;
@@ -150,7 +150,7 @@ TEST(EmulatedMatmul, BiasGradientAccumulates) {
 TEST(EmulatedMatmul, LinearForwardAndBackwardMatchTheCpu) {
   ember::nn::Linear cpu_layer(24, 10, {.seed = 3});
   ember::nn::Linear gpu_layer(24, 10, {.seed = 3, .device = kGpu});
-  ember::Stream cpu_stream, gpu_stream(kGpu);
+  ember::Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   ember::nn::Context cpu_ctx{cpu_stream, true}, gpu_ctx{gpu_stream, true};
   const Tensor x = random_tensor({33, 24}, DType::f32, 15, Device::cpu());
   const Tensor dy = random_tensor({33, 10}, DType::f32, 16, Device::cpu());
@@ -173,7 +173,7 @@ TEST(EmulatedMatmul, LinearForwardAndBackwardMatchTheCpu) {
 }
 
 TEST(EmulatedMatmul, BackendErrorsAreClear) {
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
   Tensor a = random_tensor({4, 3}, DType::f32, 17), b = random_tensor({3, 2}, DType::f32, 18);
   Tensor c = Tensor::zeros({4, 2}, DType::f32, kGpu);
   MatmulOptions o;

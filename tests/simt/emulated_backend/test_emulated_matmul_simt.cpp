@@ -24,6 +24,7 @@
 #include "ember/core/tensor.hpp"
 #include "ember/simt/shim.hpp"
 #include "ops/cuda/matmul_launchers.hpp"
+#include "simt/emulated_backend/emulated_test_support.hpp"
 
 namespace {
 
@@ -132,7 +133,7 @@ double activation_grad(Act act, double g, double x) {
 using Launcher = std::function<void(const kn::MatmulProblem&)>;
 
 void run_default(const kn::MatmulProblem& p) {
-  ember::ops::cuda::matmul_simt_f32(p, nullptr);
+  ember::ops::cuda::matmul_simt_f32(p, ember::testing::tensor_stream());
 }
 
 struct Case {
@@ -249,7 +250,9 @@ void check_case(const Case& c, uint32_t seed = 1) {
 
 template <class Tile>
 Launcher forced() {
-  return [](const kn::MatmulProblem& p) { kn::launch_matmul_simt<Tile>(p, nullptr); };
+  return [](const kn::MatmulProblem& p) {
+    kn::launch_matmul_simt<Tile>(p, ember::testing::tensor_stream());
+  };
 }
 
 const bool kTransposes[4][2] = {{false, false}, {false, true}, {true, false}, {true, true}};
@@ -425,9 +428,9 @@ void check_row_sums(int64_t m, int64_t k, bool trans_a, DType a_type, DType out_
     p.m = m, p.n = 5, p.k = k, p.a = a.ref(), p.trans_a = trans_a, p.b = b.ref(), p.c = c.ref();
     p.bias_grad = out.ref(), p.bias_grad_beta = beta;
     if (through_matmul) {
-      ember::ops::cuda::matmul_simt_f32(p, nullptr);
+      ember::ops::cuda::matmul_simt_f32(p, ember::testing::tensor_stream());
     } else {
-      kn::launch_row_sums(p, nullptr);
+      kn::launch_row_sums(p, ember::testing::tensor_stream());
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<double> got = out.read_back();

@@ -22,6 +22,7 @@
 #include "ember/simt/profile.hpp"
 #include "ember/simt/shim.hpp"
 #include "ops/cuda/matmul_launchers.hpp"
+#include "simt/emulated_backend/emulated_test_support.hpp"
 
 namespace {
 
@@ -206,7 +207,7 @@ void run_case(const Case& cs, uint32_t seed = 1) {
   if (cs.residual) p.residual = residual.ref();
   p.output_scale = cs.output_scale;
 
-  ember::ops::cuda::matmul_tensor_core(p, nullptr);
+  ember::ops::cuda::matmul_tensor_core(p, ember::testing::tensor_stream());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<double> got_c = c.read_back();
   const std::vector<double> got_pre = pre.read_back();
@@ -357,7 +358,7 @@ TEST(MatmulTensorCore, EmptyKWithNullOperands) {
   p.c = c.ref();
   p.beta = 2.0f;
   p.bias = bias.ref();
-  ember::ops::cuda::matmul_tensor_core(p, nullptr);
+  ember::ops::cuda::matmul_tensor_core(p, ember::testing::tensor_stream());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<double> got = c.read_back();
   for (int64_t i = 0; i < 5; ++i) {
@@ -393,7 +394,7 @@ TEST(MatmulTensorCore, BiasGradientIsTheRowSumsOfOpA) {
     p.c = c.ref();
     p.bias_grad = grad.ref();
     p.bias_grad_beta = 1.0f;  // accumulate, as across micro-batches
-    ember::ops::cuda::matmul_tensor_core(p, nullptr);
+    ember::ops::cuda::matmul_tensor_core(p, ember::testing::tensor_stream());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<double> got = grad.read_back();
     for (int64_t i = 0; i < m; ++i) {
@@ -613,9 +614,11 @@ TEST(MatmulTensorCore, RejectsWhatItCannotCompute) {
   p.a = h.ref();
   p.b = bf.ref();
   p.c = f.ref();
-  EXPECT_THROW(ember::ops::cuda::matmul_tensor_core(p, nullptr), ember::Error);  // mixed
+  EXPECT_THROW(ember::ops::cuda::matmul_tensor_core(p, ember::testing::tensor_stream()),
+               ember::Error);  // mixed
   p.a = p.b = f.ref();
-  EXPECT_THROW(ember::ops::cuda::matmul_tensor_core(p, nullptr), ember::Error);  // f32
+  EXPECT_THROW(ember::ops::cuda::matmul_tensor_core(p, ember::testing::tensor_stream()),
+               ember::Error);  // f32
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
 

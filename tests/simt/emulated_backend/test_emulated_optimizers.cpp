@@ -105,6 +105,7 @@ void expect_bitwise_equal(const Tensor& gpu, const Tensor& cpu, const std::strin
 template <class Optimizer>
 size_t launches_of_one_step(Optimizer& optimizer, ember::Stream& stream) {
   auto handle = static_cast<cudaStream_t>(stream.native());
+  stream.synchronize();  // the earlier uploads are not part of the step
   ember::simt::hold_stream(handle);
   optimizer.step(stream);
   const size_t queued = ember::simt::pending_work(handle);
@@ -120,7 +121,7 @@ void compare_with_cpu(Make make, State state, int steps = 5) {
   ParameterSet gpu_params(kSizes, kGpu, true), cpu_params(kSizes, kCpu, true);
   auto gpu = make(gpu_params.pointers());
   auto cpu = make(cpu_params.pointers());
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
   for (int step = 1; step <= steps; ++step) {
     gpu_params.set_gradients(step);
     cpu_params.set_gradients(step);
@@ -231,7 +232,7 @@ TEST(EmulatedOptimizers, ManyTensorsOverflowIntoMoreLaunches) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 100; ++i) sizes.push_back(i == 50 ? 0 : 1 + (i * 37) % 61);
   ParameterSet gpu_params(sizes, kGpu, false), cpu_params(sizes, kCpu, false);
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
 
   train::SGD sgd_gpu(gpu_params.pointers(), {.lr = 0.1f});
   train::SGD sgd_cpu(cpu_params.pointers(), {.lr = 0.1f});
@@ -256,7 +257,7 @@ TEST(EmulatedOptimizers, ManyTensorsOverflowIntoMoreLaunches) {
 TEST(EmulatedOptimizers, TensorLargerThanOneLaunchContinuesInTheNext) {
   const int64_t n = kernels::kMultiTensorMaxBlocks * kernels::kMultiTensorChunk + 5;
   ParameterSet gpu_params({3, n}, kGpu, false), cpu_params({3, n}, kCpu, false);
-  ember::Stream stream(kGpu);
+  ember::Stream stream = ember::current_stream(kGpu);
   train::SGD gpu(gpu_params.pointers(), {.lr = 0.5f}), cpu(cpu_params.pointers(), {.lr = 0.5f});
   gpu_params.set_gradients(1);
   cpu_params.set_gradients(1);

@@ -60,7 +60,7 @@ void expect_sum_close(float got, float want, int64_t n, double abs_sum) {
 }
 
 TEST(EmulatedReduce, SumMatchesCpuForAllDtypesAndTailSizes) {
-  Stream cpu_stream, gpu_stream(kGpu);
+  Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   for (const DType dtype : kFloatTypes) {
     for (const int64_t n : kTailSizes) {
       const Pair x = make_pair(random_floats(n, 11 + static_cast<uint32_t>(n)), Shape{n}, dtype);
@@ -73,7 +73,7 @@ TEST(EmulatedReduce, SumMatchesCpuForAllDtypesAndTailSizes) {
 }
 
 TEST(EmulatedReduce, SumAccumulatesAndEmptySumIsZero) {
-  Stream cpu_stream, gpu_stream(kGpu);
+  Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   const Pair x = make_pair(random_floats(4097, 5), Shape{4097}, DType::f32);
   Tensor want = Tensor::full(Shape{1}, 1.5), got = Tensor::full(Shape{1}, 1.5, DType::f32, kGpu);
   ops::sum(cpu_stream, want, x.cpu, {.accumulate = true});
@@ -91,7 +91,7 @@ TEST(EmulatedReduce, SumAccumulatesAndEmptySumIsZero) {
 }
 
 TEST(EmulatedReduce, SumPropagatesInfAndNan) {
-  Stream gpu_stream(kGpu);
+  Stream gpu_stream = ember::current_stream(kGpu);
   const std::vector<std::vector<float>> cases = {{1, kInf, 2}, {kInf, -kInf}, {1, kNan, 3}};
   const bool want_inf[] = {true, false, false};
   for (size_t c = 0; c < cases.size(); ++c) {
@@ -108,7 +108,7 @@ TEST(EmulatedReduce, SumPropagatesInfAndNan) {
 }
 
 TEST(EmulatedReduce, ColumnSumsMatchCpu) {
-  Stream cpu_stream, gpu_stream(kGpu);
+  Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   // One row chunk (written directly) and several (256 rows each, combined by a second kernel);
   // narrow, wide, and trailing dimensions flattened.
   const std::vector<Shape> shapes = {{1, 1},    {7, 13},   {257, 1000}, {1000, 3},
@@ -135,7 +135,7 @@ TEST(EmulatedReduce, ColumnSumsMatchCpu) {
 }
 
 TEST(EmulatedReduce, MaxIsBitwiseTheCpus) {
-  Stream cpu_stream, gpu_stream(kGpu);
+  Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   for (const DType dtype : kFloatTypes) {
     for (const int64_t n : kTailSizes) {
       if (n == 0) continue;  // no largest element: throws (below)
@@ -154,7 +154,7 @@ TEST(EmulatedReduce, MaxIsBitwiseTheCpus) {
 // inputs make that order visible (a zero maximum of both signs, nans with distinct payloads,
 // spread over several 2^14-element chunks).
 TEST(EmulatedReduce, MaxMatchesCpuOnSignedZerosAndNanPayloads) {
-  Stream cpu_stream, gpu_stream(kGpu);
+  Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
   const int64_t n = 70001;
   std::vector<float> zeros(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) zeros[static_cast<size_t>(i)] = (i * 7919) % 5 < 2 ? -0.0f : 0.0f;
@@ -180,7 +180,7 @@ TEST(EmulatedReduce, MaxMatchesCpuOnSignedZerosAndNanPayloads) {
 }
 
 TEST(EmulatedReduce, RunsAreBitwiseIdentical) {
-  Stream gpu_stream(kGpu);
+  Stream gpu_stream = ember::current_stream(kGpu);
   const int64_t n = (int64_t{1} << 20) + 3;
   const Tensor x = make_pair(random_floats(n, 8), Shape{n}, DType::bf16).gpu;
   const Tensor m = make_pair(random_floats(2000 * 37, 8), Shape{2000, 37}, DType::f32).gpu;

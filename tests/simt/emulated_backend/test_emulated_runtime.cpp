@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -37,14 +38,15 @@ TEST(EmulatedRuntime, CopyOutOfAFreedBufferIsInvalidValue) {
   ASSERT_EQ(cudaFree(p), cudaSuccess);
   char host[64];
   EXPECT_EQ(cudaMemcpy(host, p, 64, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
-  EXPECT_THROW(ember::cuda_backend::memcpy(host, false, p, true, 64), ember::Error);
+  EXPECT_THROW(ember::cuda_backend::memcpy_async(host, false, p, true, 64, nullptr), ember::Error);
 }
 
 TEST(EmulatedRuntime, KernelWritingPastTheEndIsCaughtByGuardZones) {
   void* p = nullptr;
   ASSERT_EQ(cudaMalloc(&p, 10 * sizeof(float)), cudaSuccess);
   const float one = 1.0f;
-  ember::cuda_backend::fill(p, &one, sizeof(float), 11, 0);  // one element too many
+  ember::cuda_backend::fill(p, &one, sizeof(float), 11, 0, nullptr);  // one element too many
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   try {
     simt::check_guards();
     ADD_FAILURE() << "expected an ember::Error";
@@ -60,7 +62,16 @@ TEST(EmulatedRuntime, KernelWritingPastTheEndIsCaughtByGuardZones) {
   EXPECT_NO_THROW(simt::check_guards());  // reported once
 }
 
+// Immediate mode for the test's length, whatever EMBER_SIMT_STREAMS says.
+struct ImmediateStreams {
+  simt::StreamOptions saved = simt::stream_options();
+  ImmediateStreams() { simt::set_stream_options({}); }
+  ~ImmediateStreams() { simt::set_stream_options(saved); }
+};
+
+// Immediate mode: an unheld stream runs its work at the submission.
 TEST(EmulatedRuntime, HeldStreamCompletesAfterALaterOne) {
+  const ImmediateStreams immediate;
   cudaStream_t first = nullptr, second = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking), cudaSuccess);
@@ -81,6 +92,7 @@ TEST(EmulatedRuntime, HeldStreamCompletesAfterALaterOne) {
 }
 
 TEST(EmulatedRuntime, StreamWaitEventOrdersACopyAfterAHeldStream) {
+  const ImmediateStreams immediate;
   cudaStream_t producer = nullptr, consumer = nullptr;
   ASSERT_EQ(cudaStreamCreate(&producer), cudaSuccess);
   ASSERT_EQ(cudaStreamCreate(&consumer), cudaSuccess);
@@ -89,14 +101,16 @@ TEST(EmulatedRuntime, StreamWaitEventOrdersACopyAfterAHeldStream) {
   void* device = nullptr;
   ASSERT_EQ(cudaMalloc(&device, 4 * sizeof(int)), cudaSuccess);
   const int source[4] = {1, 2, 3, 4};
-  int result[4] = {0, 0, 0, 0};
+  int* result = nullptr;  // pinned: a copy into pageable memory would wait for the producer
+  ASSERT_EQ(cudaMallocHost(&result, 4 * sizeof(int)), cudaSuccess);
+  std::fill(result, result + 4, 0);
 
   simt::hold_stream(producer);
   ASSERT_EQ(cudaMemcpyAsync(device, source, sizeof source, cudaMemcpyHostToDevice, producer),
             cudaSuccess);
   ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(result, device, sizeof result, cudaMemcpyDeviceToHost, consumer),
+  ASSERT_EQ(cudaMemcpyAsync(result, device, 4 * sizeof(int), cudaMemcpyDeviceToHost, consumer),
             cudaSuccess);
   EXPECT_EQ(cudaEventQuery(ready), cudaErrorNotReady);
   EXPECT_EQ(cudaStreamQuery(consumer), cudaErrorNotReady);
@@ -116,12 +130,14 @@ TEST(EmulatedRuntime, StreamWaitEventOrdersACopyAfterAHeldStream) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   EXPECT_EQ(cudaFree(device), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(result), cudaSuccess);
   EXPECT_EQ(cudaEventDestroy(ready), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(producer), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(consumer), cudaSuccess);
 }
 
 TEST(EmulatedRuntime, ElapsedTimeMeasuresWhenMarkersRun) {
+  const ImmediateStreams immediate;
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   cudaEvent_t start = nullptr, end = nullptr;
@@ -144,6 +160,7 @@ TEST(EmulatedRuntime, ElapsedTimeMeasuresWhenMarkersRun) {
 }
 
 TEST(EmulatedRuntime, ErrorsFromHeldWorkSurfaceFromRelease) {
+  const ImmediateStreams immediate;
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   simt::hold_stream(stream);

@@ -59,7 +59,7 @@ struct Outputs {
 };
 
 Outputs forward(const Device& device, const Tensor& logits, const Tensor& labels) {
-  Stream stream(device);
+  Stream stream = ember::current_stream(device);
   Tensor loss = Tensor::zeros(Shape{}, DType::f32, device);
   Tensor probs = Tensor::zeros(logits.shape(), DType::f32, device);
   ops::softmax_cross_entropy_forward(stream, loss, probs, logits.to(device), labels.to(device));
@@ -130,7 +130,7 @@ TEST(EmulatedSoftmaxCrossEntropy, ExtremeLogitsMatchCpu) {
 }
 
 TEST(EmulatedSoftmaxCrossEntropy, InPlaceForwardAndBackwardMatchOutOfPlace) {
-  Stream stream(kGpu);
+  Stream stream = ember::current_stream(kGpu);
   for (const Shape& shape : {Shape{257, 1000}, Shape{3, 5000}}) {
     const Tensor logits = Tensor::from_vector(random_logits(shape.numel(), 3), shape).to(kGpu);
     const Tensor labels = make_labels(shape[0], shape[1], DType::i64, 4).to(kGpu);
@@ -159,7 +159,7 @@ TEST(EmulatedSoftmaxCrossEntropy, BackwardIsBitwiseTheCpus) {
         const Tensor probs =
             Tensor::from_vector(ember::testing::random_floats(shape.numel(), 5, 0.0f, 1.0f), shape);
         const Tensor labels = make_labels(shape[0], shape[1], DType::i32, 6);
-        Stream cpu_stream, gpu_stream(kGpu);
+        Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
         Tensor want = Tensor::zeros(shape, out_type);
         Tensor got = Tensor::zeros(shape, out_type, kGpu);
         ops::softmax_cross_entropy_backward(cpu_stream, want, probs, labels, dloss);
@@ -196,7 +196,9 @@ void expect_same_error(F&& f) {
   EXPECT_EQ(gpu_message, expected);
 }
 
-TEST(EmulatedSoftmaxCrossEntropy, BadLabelsThrowTheCpusErrorAndWriteNothing) {
+// The CPU throws at the call, before writing anything; CUDA checks on the device without a host
+// wait and throws the same error from the stream's next synchronize (here, or item()).
+TEST(EmulatedSoftmaxCrossEntropy, BadLabelsThrowTheCpusErrorAtTheNextSynchronize) {
   const Shape shape{7, 13};
   const Tensor logits = Tensor::from_vector(random_logits(shape.numel(), 7), shape);
   for (const DType label_type : {DType::i32, DType::i64}) {
@@ -208,47 +210,54 @@ TEST(EmulatedSoftmaxCrossEntropy, BadLabelsThrowTheCpusErrorAndWriteNothing) {
               ? Tensor::from_vector(v, Shape{7})
               : Tensor::from_vector(std::vector<int32_t>(v.begin(), v.end()), Shape{7});
       expect_same_error([&](Device device) {
-        Stream stream(device);
+        Stream stream = ember::current_stream(device);
         Tensor loss = Tensor::zeros(Shape{}, DType::f32, device);
         Tensor probs = Tensor::full(shape, 7.0, DType::f32, device);
         try {
           ops::softmax_cross_entropy_forward(stream, loss, probs, logits.to(device),
                                              labels.to(device));
         } catch (...) {
+          EXPECT_TRUE(device.is_cpu());
           EXPECT_EQ(host_f32(probs), std::vector<float>(91, 7.0f));  // untouched
           throw;
         }
+        EXPECT_TRUE(device.is_cuda());
+        EXPECT_TRUE(std::isnan(loss.item()));  // item() synchronizes: throws the error
       });
       expect_same_error([&](Device device) {
-        Stream stream(device);
+        Stream stream = ember::current_stream(device);
         Tensor dlogits = Tensor::full(shape, 7.0, DType::bf16, device);
         ops::softmax_cross_entropy_backward(stream, dlogits, logits.to(device), labels.to(device));
+        stream.synchronize();
       });
       expect_same_error([&](Device device) {
-        Stream stream(device);
+        Stream stream = ember::current_stream(device);
         Tensor correct = Tensor::zeros(Shape{}, DType::i64, device);
         ops::count_correct(stream, correct, logits.to(device), labels.to(device));
+        stream.synchronize();
       });
     }
   }
+  // Every check was reported once: nothing is left for a later synchronize.
+  EXPECT_NO_THROW(ember::current_stream(kGpu).synchronize());
 }
 
 TEST(EmulatedSoftmaxCrossEntropy, EmptyBatchThrowsAsOnTheCpu) {
   const Tensor logits = Tensor::zeros(Shape{0, 5});
   const Tensor labels = Tensor::zeros(Shape{0}, DType::i64);
   expect_same_error([&](Device device) {
-    Stream stream(device);
+    Stream stream = ember::current_stream(device);
     Tensor loss = Tensor::zeros(Shape{}, DType::f32, device);
     Tensor probs = Tensor::zeros(Shape{0, 5}, DType::f32, device);
     ops::softmax_cross_entropy_forward(stream, loss, probs, logits.to(device), labels.to(device));
   });
   expect_same_error([&](Device device) {
-    Stream stream(device);
+    Stream stream = ember::current_stream(device);
     Tensor dlogits = Tensor::zeros(Shape{0, 5}, DType::f32, device);
     ops::softmax_cross_entropy_backward(stream, dlogits, logits.to(device), labels.to(device));
   });
   // count_correct is defined for no rows: 0.
-  Stream stream(kGpu);
+  Stream stream = ember::current_stream(kGpu);
   Tensor correct = Tensor::full(Shape{}, 5.0, DType::i64, kGpu);
   ops::count_correct(stream, correct, logits.to(kGpu), labels.to(kGpu));
   EXPECT_EQ(correct.to(Device::cpu()).to_vector<int64_t>()[0], 0);
@@ -278,7 +287,7 @@ TEST(EmulatedArgmax, IndicesAreTheCpus) {
     for (const DType dtype : kFloatTypes) {
       for (const DType out_type : {DType::i32, DType::i64}) {
         const Tensor x = Tensor::from_vector(argmax_logits(shape, 8), shape).to(dtype);
-        Stream cpu_stream, gpu_stream(kGpu);
+        Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
         Tensor want = Tensor::zeros(Shape{shape[0]}, out_type);
         Tensor got = Tensor::zeros(Shape{shape[0]}, out_type, kGpu);
         ops::argmax(cpu_stream, want, x);
@@ -294,7 +303,7 @@ TEST(EmulatedArgmax, CountCorrectIsTheCpus) {
     for (const DType dtype : kFloatTypes) {
       const Tensor x = Tensor::from_vector(random_logits(shape.numel(), 9), shape).to(dtype);
       // Half the labels are the argmax, the others random.
-      Stream cpu_stream, gpu_stream(kGpu);
+      Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);
       Tensor argmax = Tensor::zeros(Shape{shape[0]}, DType::i64);
       ops::argmax(cpu_stream, argmax, x);
       std::vector<int64_t> labels = argmax.to_vector<int64_t>();

@@ -73,9 +73,9 @@ TEST(EmulatedBackend, StreamsAndEventsRecordQueryAndTime) {
   ember::Event start(Device::cuda(0)), end(Device::cuda(0));
   start.record(stream);
   end.record(stream);
+  end.synchronize();
   EXPECT_TRUE(start.query());
   EXPECT_TRUE(end.query());
-  end.synchronize();
   stream.synchronize();
   EXPECT_GE(end.elapsed_ms(start), 0.0f);
 }
@@ -90,6 +90,7 @@ TEST(EmulatedBackend, HeldStreamMakesEventsPending) {
   // Waiting on work a hold keeps back could never finish: an error, not a hang.
   EXPECT_THROW(event.synchronize(), ember::Error);
   ember::simt::release_stream(native);
+  event.synchronize();
   EXPECT_TRUE(event.query());
   EXPECT_NO_THROW(stream.synchronize());
 }

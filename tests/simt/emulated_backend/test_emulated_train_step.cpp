@@ -58,7 +58,9 @@ struct Trainer {
   ember::nn::SoftmaxCrossEntropy criterion;
   std::unique_ptr<ember::train::AdamW> optimizer;
 
-  Trainer(Device device, ember::nn::ActivationKind activation) : stream(device) {
+  // The device's current stream: where make_mlp's parameters and x.to(device) live.
+  Trainer(Device device, ember::nn::ActivationKind activation)
+      : stream(ember::current_stream(device)) {
     model = ember::nn::make_mlp({.inputs = 2,
                                  .hidden = 48,
                                  .depth = 3,
