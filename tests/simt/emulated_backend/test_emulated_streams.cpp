@@ -1,0 +1,259 @@
+// Stream-ordered memory, tested as a GPU runs it: lazy streams (work runs only when a host wait
+// needs it), so a read that does not wait for the right stream, or a block reused while queued
+// work still reads it, gives a wrong answer here. The first three tests are the reproductions
+// from outside testing; each failed before tensors remembered their stream.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+#include "ember/data/spirals.hpp"
+#include "ember/memory/caching_allocator.hpp"
+#include "ember/memory/cuda_stream_events.hpp"
+#include "ember/memory/cuda_upstream.hpp"
+#include "ember/memory/limiting_adaptor.hpp"
+#include "ember/nn/loss.hpp"
+#include "ember/nn/mlp.hpp"
+#include "ember/ops/elementwise.hpp"
+#include "ember/simt/shim.hpp"
+#include "ember/train/adamw.hpp"
+
+namespace {
+
+using ember::Device;
+using ember::DType;
+using ember::Stream;
+using ember::Tensor;
+namespace simt = ember::simt;
+
+const Device kGpu = Device::cuda(0);
+
+// Lazy streams for the test's length, whatever EMBER_SIMT_STREAMS says.
+struct LazyStreams {
+  simt::StreamOptions saved = simt::stream_options();
+  explicit LazyStreams(uint64_t seed = 1) {
+    simt::set_stream_options({.mode = simt::StreamMode::deferred, .lazy = true, .seed = seed});
+  }
+  ~LazyStreams() { simt::set_stream_options(saved); }
+};
+
+cudaStream_t native(const Stream& s) {
+  return static_cast<cudaStream_t>(s.native());
+}
+
+// Reproduction 1: an op on the tensor's stream, then item(). item() used to copy on the
+// legacy default stream, which does not wait for ember's non-blocking streams.
+TEST(EmulatedStreams, ItemSeesTheOpQueuedBeforeIt) {
+  const LazyStreams lazy;
+  Tensor a = Tensor::full({1}, 2.0, DType::f32, kGpu);
+  Stream s = a.stream();
+  ember::ops::scale(s, a, a, 3.0f);
+  EXPECT_EQ(a.item(), 6.0);
+  ember::ops::scale(s, a, a, 0.5f);
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>{3.0f});
+  EXPECT_EQ(a.to(Device::cpu()).item(), 3.0);
+}
+
+// Reproduction 2: a tensor freed while a queued kernel still reads it. The next allocation
+// reuses its block; the copy into it used to run at once, before the kernel (b = 2 * 9 = 18).
+TEST(EmulatedStreams, FreedInputIsNotOverwrittenBeforeTheKernelReadingItRuns) {
+  const LazyStreams lazy;
+  const Stream s = ember::current_stream(kGpu);
+  Tensor b = Tensor::empty({256}, DType::f32, s);
+  const void* a_data = nullptr;
+  {
+    Tensor a = Tensor::full({256}, 3.0, DType::f32, s);
+    a_data = a.data();
+    Stream run = s;
+    ember::ops::scale(run, b, a, 2.0f);
+  }  // a goes back to the allocator; the scale has not run
+  const Tensor c = Tensor::from_vector(std::vector<float>(256, 9.0f), {256}, s);
+  EXPECT_EQ(c.data(), a_data) << "the same stream may reuse the block at once";
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(256, 6.0f));
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(256, 9.0f));
+}
+
+// The same on another stream: recorded, the block waits for that stream's work.
+TEST(EmulatedStreams, BlockUsedOnAnotherStreamWaitsForIt) {
+  const LazyStreams lazy;
+  const Stream s = ember::current_stream(kGpu);
+  Stream other(kGpu);
+  Tensor b = Tensor::empty({256}, DType::f32, other);
+  const void* a_data = nullptr;
+  simt::hold_stream(native(other));
+  {
+    Tensor a = Tensor::full({256}, 3.0, DType::f32, s);
+    a_data = a.data();
+    other.wait(s);  // the fill first
+    ember::ops::scale(other, b, a, 2.0f);
+    a.record_stream(other);
+  }
+  const Tensor c = Tensor::full({256}, 9.0, DType::f32, s);
+  EXPECT_NE(c.data(), a_data) << "handed out while a held stream still reads it";
+  simt::release_stream(native(other));
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(256, 6.0f));
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(256, 9.0f));
+}
+
+// Reproduction 3: empty_cache unmapping (expandable segments) or freeing a segment whose memory
+// a queued kernel still reads: the allocator waits for the device first (it segfaulted).
+TEST(EmulatedStreams, EmptyCacheWaitsForQueuedWork) {
+  const LazyStreams lazy;
+  auto cache =
+      std::dynamic_pointer_cast<ember::memory::CachingAllocator>(ember::allocator_for(kGpu));
+  ASSERT_NE(cache, nullptr);
+  const Stream s = ember::current_stream(kGpu);
+  const int64_t n = 3 << 20;  // 12 MiB: pages of its own
+  Tensor b = Tensor::empty({n}, DType::f32, s);
+  {
+    Tensor a = Tensor::full({n}, 1.5, DType::f32, s);
+    Stream run = s;
+    ember::ops::scale(run, b, a, 2.0f);
+  }
+  cache->empty_cache();
+  const std::vector<float> got = b.to_vector<float>();
+  EXPECT_EQ(got.front(), 3.0f);
+  EXPECT_EQ(got.back(), 3.0f);
+}
+
+// A copy between tensors of two streams waits for the source's stream (on the device).
+TEST(EmulatedStreams, CopyWaitsForTheSourcesStream) {
+  const LazyStreams lazy;
+  Stream first(kGpu), second(kGpu);
+  Tensor a = Tensor::full({1000}, 4.0, DType::f32, first);
+  Tensor b = Tensor::zeros({1000}, DType::f32, second);
+  b.copy_(a);
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(1000, 4.0f));
+  const Tensor c = a.to(second).clone();  // same device: a itself
+  EXPECT_EQ(c.stream(), first);
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(1000, 4.0f));
+}
+
+// Host reads wait for the tensor's own stream only: another stream's held work does not block.
+TEST(EmulatedStreams, HostReadsWaitForTheTensorsStreamOnly) {
+  const LazyStreams lazy;
+  Stream busy(kGpu);
+  Tensor held = Tensor::zeros({4}, DType::f32, busy);
+  simt::hold_stream(native(busy));
+  Tensor x = Tensor::full({4}, 1.0, DType::f32, kGpu);
+  Stream s = x.stream();
+  ember::ops::scale(s, x, x, 5.0f);
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(4, 5.0f));
+  simt::release_stream(native(busy));
+  EXPECT_EQ(held.to_vector<float>(), std::vector<float>(4, 0.0f));
+}
+
+TEST(EmulatedStreams, StreamGuardChangesWhereTensorsAreCreated) {
+  Stream mine(kGpu);
+  EXPECT_NE(ember::current_stream(kGpu), mine);
+  {
+    const ember::StreamGuard guard(mine);
+    EXPECT_EQ(ember::current_stream(kGpu), mine);
+    EXPECT_EQ(Tensor::zeros({3}, DType::f32, kGpu).stream(), mine);
+    {
+      Stream inner(kGpu);
+      const ember::StreamGuard nested(inner);
+      EXPECT_EQ(Tensor::empty({3}, DType::f32, kGpu).stream(), inner);
+    }
+    EXPECT_EQ(ember::current_stream(kGpu), mine);
+  }
+  EXPECT_EQ(ember::current_stream(kGpu), ember::default_stream(kGpu));
+  EXPECT_EQ(Tensor::empty({3}).stream().native(), nullptr);  // the CPU
+}
+
+// A tensor keeps its stream alive: the Stream handle may go first.
+TEST(EmulatedStreams, TensorOutlivesTheStreamHandleItWasCreatedOn) {
+  const LazyStreams lazy;
+  Tensor t;
+  {
+    Stream temporary(kGpu);
+    t = Tensor::full({8}, 7.0, DType::f32, temporary);
+  }
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(8, 7.0f));
+}
+
+// Event::query on unfinished work answers false and leaves no error behind for the next call
+// (a kernel launch under nvcc checks cudaGetLastError).
+TEST(EmulatedStreams, EventQueryLeavesNoError) {
+  Stream s(kGpu);
+  ember::Event e(kGpu);
+  simt::hold_stream(native(s));
+  e.record(s);
+  EXPECT_FALSE(e.query());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(native(s)), cudaErrorNotReady);  // the raw runtime call does leave it
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  simt::release_stream(native(s));
+  e.synchronize();
+  EXPECT_TRUE(e.query());
+}
+
+// Deferred work's errors surface from the next host wait, once.
+TEST(EmulatedStreams, DeferredErrorsSurfaceFromTheNextWait) {
+  const LazyStreams lazy;
+  Stream s(kGpu);
+  bool after = false;
+  simt::stream_submit(native(s), [] { throw ember::Error("kernel fault"); });
+  simt::stream_submit(native(s), [&] { after = true; });
+  EXPECT_FALSE(after);
+  EXPECT_THROW(s.synchronize(), ember::Error);
+  EXPECT_TRUE(after);
+  EXPECT_NO_THROW(s.synchronize());
+}
+
+// The OOM retry waits for blocks whose other-stream work is still queued, instead of failing.
+TEST(EmulatedStreams, OutOfMemoryRetryWaitsForPendingBlocks) {
+  const LazyStreams lazy;
+  ember::memory::AllocatorConfig config;
+  config.expandable_segments = false;
+  auto upstream = std::make_shared<ember::memory::LimitingUpstream>(
+      std::make_shared<ember::memory::CudaUpstream>(0), size_t{24} << 20);
+  ember::memory::CachingAllocator cache(upstream, nullptr, config,
+                                        ember::memory::make_cuda_stream_events(0));
+  Stream a(kGpu), b(kGpu);
+  void* p = cache.allocate(size_t{20} << 20, a.id());
+  cache.record_stream(p, b.id());
+  ASSERT_EQ(cudaMemsetAsync(p, 0, size_t{20} << 20, native(b)), cudaSuccess);  // queued
+  cache.free(p);  // pending on b's event
+  void* q = nullptr;
+  EXPECT_NO_THROW(q = cache.allocate(size_t{20} << 20, a.id()));
+  EXPECT_EQ(cache.stats().ooms, 0);
+  cache.free(q);
+}
+
+// After the first step, a training step on cuda:0 makes no synchronizing call but the explicit
+// read of the loss (one D2H copy into pageable memory and one stream synchronize).
+TEST(EmulatedStreams, TrainingStepMakesNoSynchronizingCallButItsRead) {
+  const LazyStreams lazy;
+  const ember::data::Dataset data =
+      ember::data::make_spirals({.classes = 4, .points_per_class = 40, .seed = 5});
+  auto model = ember::nn::make_mlp(
+      {.inputs = 2, .hidden = 32, .depth = 2, .outputs = 4, .seed = 3, .device = kGpu});
+  ember::train::AdamW optimizer(model->parameters(), {.lr = 1e-2f});
+  ember::nn::SoftmaxCrossEntropy criterion;
+  Stream stream = ember::current_stream(kGpu);
+  ember::nn::Context ctx{stream};
+  const Tensor x_host = data.inputs.slice(0, 64), y_host = data.labels.slice(0, 64);
+  std::vector<double> losses;
+  simt::SyncCounts before;
+  for (int step = 0; step < 4; ++step) {
+    if (step == 1) before = simt::sync_counts();
+    const Tensor x = x_host.to(stream), y = y_host.to(stream);
+    optimizer.zero_grad();
+    const Tensor loss = criterion.forward(ctx, model->forward(ctx, x), y);
+    model->backward(ctx, criterion.backward(ctx));
+    optimizer.step(stream);
+    losses.push_back(loss.item());
+  }
+  const simt::SyncCounts after = simt::sync_counts();
+  EXPECT_EQ(after.device_synchronize - before.device_synchronize, 0u);
+  EXPECT_EQ(after.event_synchronize - before.event_synchronize, 0u);
+  EXPECT_EQ(after.stream_synchronize - before.stream_synchronize, 3u);
+  EXPECT_EQ(after.blocking_copies - before.blocking_copies, 3u);
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+}  // namespace
