@@ -45,6 +45,11 @@ void stream_destroy(void* stream) noexcept {
 void stream_synchronize(void* stream) {
   EMBER_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
+bool stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
 void stream_wait_event(void* stream, void* event) {
   EMBER_CUDA_CHECK(
       cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
@@ -122,6 +127,9 @@ void stream_synchronize(void*) {
 }
 void stream_wait_stream(void*, void*, int) {
   no_cuda();
+}
+bool stream_capturing(void*) {
+  return false;
 }
 void stream_wait_event(void*, void*) {
   no_cuda();

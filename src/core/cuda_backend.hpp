@@ -23,6 +23,7 @@ void stream_synchronize(void* stream);
 // `waiter` waits (on the device) for the work queued on `waited` so far.
 void stream_wait_stream(void* waiter, void* waited, int device);
 void stream_wait_event(void* stream, void* event);
+bool stream_capturing(void* stream);
 
 void* event_create(int device);
 void event_destroy(void* event) noexcept;

@@ -54,6 +54,7 @@ void check_after_synchronize(const Stream& stream, std::function<void()> check) 
 
 void Stream::synchronize() const {
   if (!handle_) return;
+  refuse_capture("Stream::synchronize");
   cuda_backend::stream_synchronize(handle_->native);
   std::vector<std::function<void()>> checks;
   {
@@ -82,6 +83,19 @@ void Stream::wait(const Stream& other) const {
               device_.to_string(), other.device_.to_string());
   if (!handle_ || !other.handle_ || handle_ == other.handle_) return;
   cuda_backend::stream_wait_stream(handle_->native, other.handle_->native, device_.index());
+}
+
+bool Stream::capturing() const {
+  return handle_ && cuda_backend::stream_capturing(handle_->native);
+}
+
+void Stream::refuse_capture(const char* what) const {
+  EMBER_CHECK(!capturing(),
+              "{}: the stream is capturing a CUDA graph, and ember does not support graph "
+              "capture: its allocator cannot keep a tensor's memory for the graph's replays, and "
+              "host reads cannot be captured. Run the step without capture (see README, "
+              "\"Streams and memory\")",
+              what);
 }
 
 void Stream::wait(const Event& event) const {

@@ -42,6 +42,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     std::memmove(dst, src, bytes);
     return;
   }
+  if (dst_device.is_cpu()) stream.refuse_capture("a copy to the host (item, to_vector, to)");
   EMBER_CHECK(stream.device() == dst_device || stream.device() == src_device,
               "copy_bytes: a copy from {} to {} cannot run on a stream of {}",
               src_device.to_string(), dst_device.to_string(), stream.device().to_string());
@@ -58,6 +59,7 @@ struct Tensor::Storage {
 
   Storage(std::shared_ptr<Allocator> a, size_t n, Stream s)
       : bytes(n), allocator(std::move(a)), stream(std::move(s)) {
+    stream.refuse_capture("Tensor::empty");
     data = allocator->allocate(bytes, stream.id());
   }
   ~Storage() { allocator->deallocate(data, bytes, stream.id()); }

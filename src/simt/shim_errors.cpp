@@ -34,6 +34,7 @@ const char* cudaGetErrorName(cudaError_t error) {
   case e:                  \
     return #e;
     EMBER_SHIM_NAME(cudaSuccess)
+    EMBER_SHIM_NAME(cudaErrorStreamCaptureUnsupported)
     EMBER_SHIM_NAME(cudaErrorInvalidValue)
     EMBER_SHIM_NAME(cudaErrorMemoryAllocation)
     EMBER_SHIM_NAME(cudaErrorInitializationError)
@@ -69,6 +70,8 @@ const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
     case cudaSuccess:
       return "no error";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
     case cudaErrorInvalidValue:
       return "invalid argument";
     case cudaErrorMemoryAllocation:

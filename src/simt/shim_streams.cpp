@@ -55,6 +55,7 @@ struct CUstream_st {
   bool held = false;
   bool running = false;  // a thread is running this stream's head item
   bool destroyed = false;
+  bool capturing = false;  // cudaStreamBeginCapture: work queued now joins a graph, never runs
   std::deque<Item> backlog;
 };
 
@@ -146,7 +147,7 @@ bool idle(const CUstream_st& stream) {
 }
 
 bool runnable(const CUstream_st& stream) {
-  if (stream.held || stream.running || stream.backlog.empty()) return false;
+  if (stream.held || stream.capturing || stream.running || stream.backlog.empty()) return false;
   const Item& head = stream.backlog.front();
   return head.kind != Item::Kind::wait || head.event->completed >= head.generation;
 }
@@ -530,11 +531,46 @@ cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   return cudaSuccess;
 }
 
+cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode) {
+  Streams& s = streams();
+  std::unique_lock lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  if (!stream || stream == &s.default_stream) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) return fail(cudaErrorIllegalState);
+  // Work queued before the capture still runs: only what follows joins the graph.
+  wait_until(s, lock, "cudaStreamBeginCapture", Demand{.stream = stream},
+             [&] { return idle(*stream); });
+  stream->capturing = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  if (!stream || !graph) return fail(cudaErrorInvalidValue);
+  if (!stream->capturing) return fail(cudaErrorIllegalState);
+  stream->capturing = false;
+  stream->backlog.clear();  // the graph's work: not emulated
+  *graph = nullptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* status) {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  if (!stream || !status) return fail(cudaErrorInvalidValue);
+  *status = stream->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) return fail(cudaErrorStreamCaptureUnsupported);
   ++s.counts.stream_synchronize;
   wait_until(s, lock, "cudaStreamSynchronize", Demand{.stream = stream},
              [&] { return idle(*stream); });

@@ -20,7 +20,9 @@ class Scratch {
     allocator_ = allocator_for(device);
     data_ = allocator_->allocate(bytes, stream);
   }
-  Scratch(const Stream& stream, size_t bytes) : Scratch(stream.device(), stream.id(), bytes) {}
+  Scratch(const Stream& stream, size_t bytes) : Scratch(stream.device(), stream.id(), bytes) {
+    if (bytes != 0) stream.refuse_capture("an op's scratch memory");
+  }
   ~Scratch() {
     if (data_ != nullptr) allocator_->deallocate(data_, bytes_, stream_);
   }

@@ -46,6 +46,11 @@ class Stream {
   // so far (an event recorded there), without blocking the host.
   void wait(const Stream& other) const;
   void wait(const Event& event) const;
+  // True while the stream is capturing a CUDA graph (cudaStreamBeginCapture).
+  bool capturing() const;
+  // Throws ember::Error when the stream is capturing: ember refuses CUDA graph capture
+  // (README "Streams and memory"). `what` names the refused call.
+  void refuse_capture(const char* what) const;
 
   friend bool operator==(const Stream& a, const Stream& b) {
     return a.device_ == b.device_ && a.native() == b.native();

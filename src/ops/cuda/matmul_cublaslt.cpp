@@ -557,7 +557,9 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(context.handle, plan->desc, plan->a, plan->b, plan->c, plan->d,
                                      preference.get(), 1, &result, &count);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && count == 0)) {
+  // INVALID_VALUE: a combination this cuBLASLt rejects (some epilogue/layout/type mixes do)
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE ||
+      (status == CUBLAS_STATUS_SUCCESS && count == 0)) {
     throw CublasLtNoAlgorithm(fmt::format(
         "ops::matmul: cuBLASLt has no algorithm for this product on cuda:{} (cuBLASLt m={}, "
         "n={}, k={}, batch={}, transa={}, transb={}, A/B {}, C {}, epilogue {}); use the tiled "
@@ -604,10 +606,18 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
                           plan->workspace_bytes);
   std::lock_guard lock(plan->mutex);
   set_pointers(*plan, lt);
-  EMBER_CUBLAS_CHECK(cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a,
-                                    lt.b.data, plan->b, &lt.beta, lt.c.data, plan->c,
-                                    const_cast<void*>(lt.d.data), plan->d, &plan->algo,
-                                    workspace.data(), plan->workspace_bytes, stream));
+  const cublasStatus_t status =
+      cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a, lt.b.data, plan->b,
+                     &lt.beta, lt.c.data, plan->c, const_cast<void*>(lt.d.data), plan->d,
+                     &plan->algo, workspace.data(), plan->workspace_bytes, stream);
+  if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // Rejected before anything was enqueued: the automatic backend runs the tiled kernels.
+    throw CublasLtNoAlgorithm(fmt::format(
+        "ops::matmul: cuBLASLt rejected this product on cuda:{} ({}; cuBLASLt m={}, n={}, k={}, "
+        "epilogue {}); use the tiled backend",
+        device, cublasGetStatusName(status), lt.m, lt.n, lt.k, lt_epilogue_name(lt.epilogue)));
+  }
+  EMBER_CUBLAS_CHECK(status);
 }
 
 }  // namespace ember::ops::cuda

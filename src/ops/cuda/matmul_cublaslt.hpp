@@ -75,8 +75,9 @@ CublasLtMapping map_to_cublaslt(const kernels::MatmulProblem& problem);
 std::string cublaslt_unsupported_reason(const kernels::MatmulProblem& problem);
 
 // Thrown by matmul_cublaslt when cuBLASLt's heuristic offers no algorithm for a problem that
-// cublaslt_unsupported_reason accepted (a limit of this cuBLASLt version or GPU). Nothing has
-// been enqueued then, so a caller may fall back to another backend.
+// cublaslt_unsupported_reason accepted, or cuBLASLt rejects the plan as NOT_SUPPORTED or
+// INVALID_VALUE (a limit of this cuBLASLt version or GPU). Nothing has been enqueued then, so a
+// caller may fall back to another backend.
 class CublasLtNoAlgorithm : public ember::Error {
  public:
   using ember::Error::Error;

@@ -5,7 +5,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/core/stream.hpp"
@@ -254,6 +257,32 @@ TEST(EmulatedStreams, TrainingStepMakesNoSynchronizingCallButItsRead) {
   EXPECT_EQ(after.stream_synchronize - before.stream_synchronize, 3u);
   EXPECT_EQ(after.blocking_copies - before.blocking_copies, 3u);
   EXPECT_LT(losses.back(), losses.front());
+}
+
+// CUDA graph capture is refused with a clear error, before anything is allocated or read.
+TEST(EmulatedStreams, GraphCaptureIsRefused) {
+  Stream s(kGpu);
+  Tensor x = Tensor::full({16}, 1.0, DType::f32, s);
+  x.to_vector<float>();
+  ASSERT_EQ(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_TRUE(s.capturing());
+  for (const auto& [what, call] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"Tensor::empty", [&] { Tensor::empty({4}, DType::f32, s); }},
+           {"Stream::synchronize", [&] { s.synchronize(); }},
+           {"Tensor::item", [&] { (void)x.slice(0, 1).item(); }},
+       }) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": expected an ember::Error";
+    } catch (const ember::Error& e) {
+      EXPECT_NE(e.message().find("capturing a CUDA graph"), std::string::npos)
+          << what << ": " << e.message();
+    }
+  }
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(native(s), &graph), cudaSuccess);
+  EXPECT_FALSE(s.capturing());
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(16, 1.0f));
 }
 
 }  // namespace

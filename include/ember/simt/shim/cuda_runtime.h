@@ -39,6 +39,7 @@ enum cudaError {
   cudaErrorAssert = 710,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorUnknown = 999,
 };
 typedef enum cudaError cudaError_t;
@@ -203,6 +204,23 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// ---- stream capture: the state only (a captured graph is not emulated: its work never runs)
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+struct CUgraph_st;
+typedef CUgraph_st* cudaGraph_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);  // *graph = nullptr
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
 
 // ---- driver entry points --------------------------------------------------------------
 enum cudaGetDriverEntryPointFlags {
