@@ -18,6 +18,12 @@
 
 #include "element_type.cuh"
 
+#if defined(EMBER_SIMT)
+#include <vector>
+
+#include "ember/simt/race_check.hpp"
+#endif
+
 namespace ember::kernels {
 
 enum class EpilogueActivation : int32_t { none, relu, gelu };
@@ -50,5 +56,23 @@ struct MatmulProblem {
   MatrixRef bias_grad;          // [m]: receives the row sums of op(A)
   float bias_grad_beta = 0.0f;  // 1: accumulate into bias_grad; 0: overwrite (never read)
 };
+
+#if defined(EMBER_SIMT)
+// For the emulator's stream-race checker: what a kernel given this problem reads and writes.
+inline void simt_accesses(const MatmulProblem& p, std::vector<simt::Access>& out) {
+  auto add = [&](const MatrixRef& r, bool write) {
+    if (r.data != nullptr) out.push_back({r.data, 0, write});
+  };
+  add(p.a, false);
+  add(p.b, false);
+  add(p.bias, false);
+  add(p.activation_input, false);
+  add(p.residual, false);
+  if (p.beta != 0.0f) add(p.c, false);
+  add(p.c, true);
+  add(p.pre_activation, true);
+  add(p.bias_grad, true);
+}
+#endif
 
 }  // namespace ember::kernels

@@ -11,11 +11,18 @@
 
 namespace ember {
 
+namespace {
+void run_checks_of_dying_stream(void* native) noexcept;  // below
+}  // namespace
+
 // Owns a cudaStream_t; destroyed with the last Stream or tensor storage that shares it.
 struct Stream::Handle {
   void* native = nullptr;
   explicit Handle(int device) : native(cuda_backend::stream_create(device)) {}
-  ~Handle() { cuda_backend::stream_destroy(native); }
+  ~Handle() {
+    run_checks_of_dying_stream(native);
+    cuda_backend::stream_destroy(native);
+  }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
 };
@@ -35,10 +42,51 @@ namespace {
 struct PendingChecks {
   std::mutex mutex;
   std::map<StreamId, std::vector<std::function<void()>>> checks;
+  // Failures of the checks of streams destroyed before a synchronize: the next synchronize of
+  // any stream reports them (a destructor cannot).
+  std::vector<std::exception_ptr> orphaned;
 };
 PendingChecks& pending_checks() {
   static auto* p = new PendingChecks;  // leaked: streams may synchronize during static destruction
   return *p;
+}
+
+std::vector<std::function<void()>> take_checks(StreamId id) {
+  PendingChecks& p = pending_checks();
+  std::lock_guard lock(p.mutex);
+  std::vector<std::function<void()>> out;
+  auto it = p.checks.find(id);
+  if (it != p.checks.end()) {
+    out.swap(it->second);
+    p.checks.erase(it);
+  }
+  return out;
+}
+
+// Runs every check; rethrows the first failure after all have run.
+void run_checks(std::vector<std::function<void()>>& checks) {
+  std::exception_ptr first;
+  for (auto& check : checks) {
+    try {
+      check();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void run_checks_of_dying_stream(void* native) noexcept {
+  std::vector<std::function<void()>> checks = take_checks(reinterpret_cast<StreamId>(native));
+  if (checks.empty()) return;
+  try {
+    cuda_backend::stream_synchronize(native);
+    run_checks(checks);
+  } catch (...) {
+    PendingChecks& p = pending_checks();
+    std::lock_guard lock(p.mutex);
+    p.orphaned.push_back(std::current_exception());
+  }
 }
 }  // namespace
 
@@ -56,24 +104,31 @@ void Stream::synchronize() const {
   if (!handle_) return;
   refuse_capture("Stream::synchronize");
   cuda_backend::stream_synchronize(handle_->native);
-  std::vector<std::function<void()>> checks;
+  std::vector<std::function<void()>> checks = take_checks(id());
+  std::exception_ptr orphan;
   {
     PendingChecks& p = pending_checks();
     std::lock_guard lock(p.mutex);
-    auto it = p.checks.find(id());
-    if (it == p.checks.end()) return;
-    checks.swap(it->second);
-    p.checks.erase(it);
-  }
-  std::exception_ptr first;
-  for (auto& check : checks) {
-    try {
-      check();
-    } catch (...) {
-      if (!first) first = std::current_exception();
+    if (!p.orphaned.empty()) {
+      orphan = p.orphaned.front();
+      p.orphaned.erase(p.orphaned.begin());
     }
   }
-  if (first) std::rethrow_exception(first);
+  std::exception_ptr own;
+  try {
+    run_checks(checks);
+  } catch (...) {
+    own = std::current_exception();
+  }
+  if (orphan) {
+    if (own) {  // reported by the next synchronize, not lost
+      PendingChecks& p = pending_checks();
+      std::lock_guard lock(p.mutex);
+      p.orphaned.push_back(own);
+    }
+    std::rethrow_exception(orphan);
+  }
+  if (own) std::rethrow_exception(own);
 }
 
 void Stream::wait(const Stream& other) const {

@@ -1,8 +1,10 @@
 #include "ember/core/tensor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <vector>
 
 #include "cuda_backend.hpp"
 #include "ember/core/philox.hpp"
@@ -56,6 +58,9 @@ struct Tensor::Storage {
   size_t bytes = 0;
   std::shared_ptr<Allocator> allocator;
   Stream stream;
+  // Streams recorded with record_stream: kept alive until the allocator has recorded its
+  // events on them in deallocate (a destroyed stream cannot be recorded on).
+  std::vector<Stream> users;
 
   Storage(std::shared_ptr<Allocator> a, size_t n, Stream s)
       : bytes(n), allocator(std::move(a)), stream(std::move(s)) {
@@ -122,6 +127,8 @@ void Tensor::record_stream(const Stream& stream) const {
               stream.device().to_string());
   if (stream == storage_->stream) return;
   storage_->allocator->record_stream(storage_->data, stream.id());
+  auto& users = storage_->users;
+  if (std::find(users.begin(), users.end(), stream) == users.end()) users.push_back(stream);
 }
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {

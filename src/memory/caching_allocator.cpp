@@ -10,6 +10,10 @@
 
 #include "caching_allocator_impl.hpp"
 
+#if defined(EMBER_SIMT)
+#include "ember/simt/race_check.hpp"  // the emulator's race checker learns the blocks' extents
+#endif
+
 namespace ember::memory {
 
 using detail::Block;
@@ -434,6 +438,9 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   Block* b = find_free(stream, small, size);
   if (b == nullptr) {
     const size_t l = limit();
+    // More than the device (or the budget) holds: fail now, not after mapping all of it.
+    const size_t total = device_info().total;
+    if ((total != 0 && size > total) || (l != 0 && size > l)) throw_oom(bytes, stream);
     if (config.garbage_collection_threshold > 0.0 && l != 0 &&
         static_cast<double>(stats.reserved.current) >
             config.garbage_collection_threshold * static_cast<double>(l)) {
@@ -471,6 +478,9 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   stats.active.add(static_cast<int64_t>(b->size));
   stats.requested.add(static_cast<int64_t>(bytes));
   ++stats.allocations;
+#if defined(EMBER_SIMT)
+  simt::note_block(reinterpret_cast<void*>(b->address), bytes);
+#endif
   return reinterpret_cast<void*>(b->address);
 }
 
@@ -487,6 +497,9 @@ void CachingAllocator::Impl::free(void* ptr) {
   auto it = allocated_blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocated_blocks.end()) owned(ptr, "free");  // throws
   Block* b = it->second;
+#if defined(EMBER_SIMT)
+  simt::forget_block(ptr);
+#endif
   auto node = allocated_blocks.extract(it);
   if (spare_nodes.size() < kMaxSpare) spare_nodes.push_back(std::move(node));
   stats.allocated.add(-static_cast<int64_t>(b->size));

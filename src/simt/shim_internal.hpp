@@ -7,7 +7,10 @@
 #include "ember/simt/shim.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace ember::simt::shim {
 
@@ -17,12 +20,20 @@ cudaError_t fail(cudaError_t error);
 
 int current_device();
 
+// True when ptr points into a cudaMalloc allocation; *end is then its end.
+bool device_allocation_end(const void* ptr, uintptr_t* end);
+
+// Queues work like ember::simt::stream_submit, checked by the stream-race checker.
+void submit_checked(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
+                    std::string what);
+
 // True when `stream` is a live stream (or the default stream).
 bool stream_valid(cudaStream_t stream);
 
 // Queues `work` on `stream` and waits until it has run (a copy into pageable host memory
 // returns only then, as on a GPU); counted as a blocking copy. Throws like a synchronize.
-void submit_and_wait(cudaStream_t stream, std::function<void()> work, const char* call);
+void submit_and_wait(cudaStream_t stream, std::function<void()> work, const char* call,
+                     std::vector<Access> accesses = {});
 
 // True when [ptr, ptr + bytes) lies in memory cudaHostAlloc / cudaMallocHost returned.
 bool is_pinned(const void* ptr, size_t bytes);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ember/core/error.hpp"
+#include "race_check_internal.hpp"
 #include "shim_internal.hpp"
 
 namespace ember::simt {
@@ -200,6 +201,18 @@ void check_guards() {
 }
 
 namespace shim {
+bool device_allocation_end(const void* ptr, uintptr_t* end) {
+  Memory& m = memory();
+  std::lock_guard lock(m.mutex);
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto it = m.device.upper_bound(address);
+  if (it == m.device.begin()) return false;
+  --it;
+  if (address >= it->first + it->second.bytes) return false;
+  *end = it->first + it->second.bytes;
+  return true;
+}
+
 bool is_pinned(const void* ptr, size_t bytes) {
   Memory& m = memory();
   std::lock_guard lock(m.mutex);
@@ -277,6 +290,7 @@ cudaError_t cudaFree(void* ptr) {
   const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == m.device.end()) return fail(cudaErrorInvalidValue);
   const simt::Block b = it->second;
+  simt::race::forget_range(ptr, b.bytes);
   std::string damage = simt::guard_damage(it->first, b);
   m.device.erase(it);
   m.used[b.device] -= b.bytes;
@@ -339,8 +353,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     return fail(error);
   }
   if (bytes == 0) return cudaSuccess;
-  simt::shim::submit_and_wait(
-      nullptr, [=] { std::memmove(dst, src, bytes); }, "cudaMemcpy");
+  simt::shim::submit_and_wait(nullptr, [=] { std::memmove(dst, src, bytes); }, "cudaMemcpy",
+                              {{src, bytes, false}, {dst, bytes, true}});
   return cudaSuccess;
 }
 
@@ -363,10 +377,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   } else {
     copy = [=] { std::memmove(dst, src, bytes); };
   }
+  std::vector<simt::Access> accesses{{src, bytes, false}, {dst, bytes, true}};
   if (pageable.dst) {
-    simt::shim::submit_and_wait(stream, std::move(copy), "cudaMemcpyAsync into pageable memory");
+    simt::shim::submit_and_wait(stream, std::move(copy), "cudaMemcpyAsync into pageable memory",
+                                std::move(accesses));
   } else {
-    simt::stream_submit(stream, std::move(copy));
+    simt::shim::submit_checked(stream, std::move(copy), std::move(accesses),
+                               fmt::format("cudaMemcpyAsync of {} bytes", bytes));
   }
   return cudaSuccess;
 }
@@ -376,8 +393,8 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
     return fail(error);
   }
   if (bytes == 0) return cudaSuccess;
-  simt::shim::submit_and_wait(
-      nullptr, [=] { std::memset(ptr, value, bytes); }, "cudaMemset");
+  simt::shim::submit_and_wait(nullptr, [=] { std::memset(ptr, value, bytes); }, "cudaMemset",
+                              {{ptr, bytes, true}});
   return cudaSuccess;
 }
 
@@ -387,6 +404,8 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   }
   if (!simt::shim::stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
-  simt::stream_submit(stream, [=] { std::memset(ptr, value, bytes); });
+  simt::shim::submit_checked(
+      stream, [=] { std::memset(ptr, value, bytes); }, {{ptr, bytes, true}},
+      fmt::format("cudaMemsetAsync of {} bytes", bytes));
   return cudaSuccess;
 }

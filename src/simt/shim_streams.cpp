@@ -28,17 +28,20 @@
 #include <vector>
 
 #include "ember/core/error.hpp"
+#include "race_check_internal.hpp"
 #include "shim_internal.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace race = ember::simt::race;
 
 struct EventState {
   unsigned flags = 0;
   uint64_t issued = 0;     // records submitted
   uint64_t completed = 0;  // the latest record that has executed
   Clock::time_point stamp{};
+  ember::simt::race::VectorClock vc;  // the recording stream's, at the latest record
 };
 
 struct Item {
@@ -56,6 +59,8 @@ struct CUstream_st {
   bool running = false;  // a thread is running this stream's head item
   bool destroyed = false;
   bool capturing = false;  // cudaStreamBeginCapture: work queued now joins a graph, never runs
+  unsigned serial = 0;     // the stream-race checker's name for it (0: the default stream)
+  ember::simt::race::VectorClock vc;  // what its next work is ordered after
   std::deque<Item> backlog;
 };
 
@@ -86,6 +91,8 @@ struct Streams {
   std::vector<const Demand*> demands;        // host waits in progress
   std::vector<std::exception_ptr> failures;  // thrown by deferred work, not yet reported
   ember::simt::SyncCounts counts;
+  unsigned next_serial = 1;
+  ember::simt::race::VectorClock host;  // what the host has waited for
 };
 
 ember::simt::StreamOptions options_from_env() {
@@ -329,11 +336,12 @@ void start_worker(Streams& s) {
   std::thread(worker_loop).detach();  // lives as long as the process
 }
 
-// Rethrows (once) the first error deferred work threw.
+// Rethrows the oldest error deferred work threw and has not been reported yet: each error is
+// reported once, by the next host wait to finish (as on a GPU, any wait may report it).
 void report_failures(Streams& s) {
   if (s.failures.empty()) return;
   std::exception_ptr first = s.failures.front();
-  s.failures.clear();
+  s.failures.erase(s.failures.begin());
   std::rethrow_exception(first);
 }
 
@@ -372,7 +380,8 @@ void wait_until(Streams& s, std::unique_lock<std::mutex>& lock, const char* call
     }
   }
   start_worker(s);
-  report_failures(s);
+  // Failures are reported after the wait, never before it: the caller's queued work (a copy
+  // into its buffer) must have run before it may return.
   s.demands.push_back(&demand);
   s.changed.notify_all();
   struct Withdraw {
@@ -391,12 +400,29 @@ void wait_until(Streams& s, std::unique_lock<std::mutex>& lock, const char* call
   report_failures(s);
 }
 
-void submit_item(cudaStream_t handle, Item item, const char* call) {
+// Advances `stream`'s clock for a new operation, after all the host has waited for; checks
+// the operation's accesses when the race checker is on.
+void stamp(Streams& s, CUstream_st& stream, const std::vector<ember::simt::Access>& accesses,
+           const std::string& what) {
+  namespace race = ember::simt::race;
+  race::merge(stream.vc, s.host);
+  if (stream.vc.size() <= stream.serial) stream.vc.resize(stream.serial + 1, 0);
+  ++stream.vc[stream.serial];
+  if (!accesses.empty() && ember::simt::race_check_enabled()) {
+    race::check(stream.serial, stream.vc, accesses,
+                fmt::format("{} on stream #{}", what.empty() ? "work" : what, stream.serial));
+  }
+}
+
+void submit_item(cudaStream_t handle, Item item, const char* call,
+                 const std::vector<ember::simt::Access>& accesses = {},
+                 const std::string& what = {}) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
               call, static_cast<const void*>(handle));
+  stamp(s, *stream, accesses, what);
   stream->backlog.push_back(std::move(item));
   if (deferred(s)) start_worker(s);
   pump(s, lock);
@@ -408,6 +434,12 @@ namespace ember::simt {
 
 void stream_submit(cudaStream_t stream, std::function<void()> work) {
   submit_item(stream, Item{.kind = Item::Kind::work, .work = std::move(work)}, "stream_submit");
+}
+
+void stream_submit(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
+                   std::string what) {
+  submit_item(stream, Item{.kind = Item::Kind::work, .work = std::move(work)}, "stream_submit",
+              accesses, what);
 }
 
 void set_stream_options(const StreamOptions& options) {
@@ -461,19 +493,27 @@ size_t pending_work(cudaStream_t handle) {
 
 namespace shim {
 
+void submit_checked(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
+                    std::string what) {
+  stream_submit(stream, std::move(work), std::move(accesses), std::move(what));
+}
+
 bool stream_valid(cudaStream_t handle) {
   Streams& s = streams();
   std::lock_guard lock(s.mutex);
   return resolve(s, handle) != nullptr;
 }
 
-void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char* call) {
+void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char* call,
+                     std::vector<Access> accesses) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream", call,
               static_cast<const void*>(handle));
   ++s.counts.blocking_copies;
+  stamp(s, *stream, accesses, call);
+  const race::VectorClock known = stream->vc;
   auto done = std::make_shared<EventState>();
   stream->backlog.push_back(Item{.kind = Item::Kind::work, .work = std::move(work)});
   stream->backlog.push_back(Item{.kind = Item::Kind::record, .event = done, .generation = 1});
@@ -482,6 +522,7 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
   pump(s, lock);
   wait_until(s, lock, call, Demand{.event = done, .generation = 1},
              [&] { return done->completed >= 1; });
+  race::merge(s.host, known);
 }
 
 bool any_pending_work() {
@@ -506,6 +547,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   std::lock_guard lock(s.mutex);
   auto created = std::make_unique<CUstream_st>();
   created->flags = flags;
+  created->serial = s.next_serial++;
   *stream = created.get();
   s.streams.push_back(std::move(created));
   return cudaSuccess;
@@ -572,8 +614,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) return fail(cudaErrorStreamCaptureUnsupported);
   ++s.counts.stream_synchronize;
+  const race::VectorClock known = stream->vc;
   wait_until(s, lock, "cudaStreamSynchronize", Demand{.stream = stream},
              [&] { return idle(*stream); });
+  race::merge(s.host, known);
   return cudaSuccess;
 }
 
@@ -583,14 +627,19 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   // Like the real runtime, "not ready" is also left as the last error: callers clear it.
-  return idle(*stream) ? cudaSuccess : fail(cudaErrorNotReady);
+  if (!idle(*stream)) return fail(cudaErrorNotReady);
+  race::merge(s.host, stream->vc);
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
   ++s.counts.device_synchronize;
+  race::VectorClock known;
+  for (const CUstream_st* stream : all_streams(s)) race::merge(known, stream->vc);
   wait_until(s, lock, "cudaDeviceSynchronize", Demand{.all = true}, [&] { return all_idle(s); });
+  race::merge(s.host, known);
   return cudaSuccess;
 }
 
@@ -603,6 +652,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
   // Waits for the record most recently submitted, as in CUDA; nothing to wait
   // for when it has completed (or the event was never recorded).
+  race::merge(stream->vc, e->vc);  // ordered after the record, whether or not it has run
   if (e->completed >= e->issued) return cudaSuccess;
   stream->backlog.push_back(
       Item{.kind = Item::Kind::wait, .event = event->state, .generation = e->issued});
@@ -640,6 +690,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
+  stamp(s, *stream, {}, {});
+  e->vc = stream->vc;
   stream->backlog.push_back(
       Item{.kind = Item::Kind::record, .event = event->state, .generation = ++e->issued});
   pump(s, lock);
@@ -652,7 +704,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   EventState* e = resolve(s, event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
   // Like the real runtime, "not ready" is also left as the last error: callers clear it.
-  return e->completed >= e->issued ? cudaSuccess : fail(cudaErrorNotReady);
+  if (e->completed < e->issued) return fail(cudaErrorNotReady);
+  race::merge(s.host, e->vc);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -663,8 +717,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   const std::shared_ptr<EventState> keep = event->state;  // the handle may be destroyed meanwhile
   const uint64_t target = keep->issued;
   ++s.counts.event_synchronize;
+  const race::VectorClock known = keep->vc;
   wait_until(s, lock, "cudaEventSynchronize", Demand{.event = keep, .generation = target},
              [&] { return keep->completed >= target; });
+  race::merge(s.host, known);
   return cudaSuccess;
 }
 

@@ -1,6 +1,7 @@
 #include "ember/train/optimizer.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #if EMBER_WITH_CUDA
 #include <cuda_runtime.h>
@@ -25,7 +26,9 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::
                 p->value.view().describe(), p->grad.view().describe());
     auto group = std::find_if(groups_.begin(), groups_.end(),
                               [&](const DeviceGroup& g) { return g.device == p->value.device(); });
-    if (group == groups_.end()) group = groups_.insert(groups_.end(), {p->value.device(), {}});
+    if (group == groups_.end()) {
+      group = groups_.insert(groups_.end(), {p->value.device(), {}, Stream()});
+    }
     group->parameters.push_back(i);
   }
 }
@@ -41,16 +44,27 @@ void Optimizer::step(Stream& stream) {
 void Optimizer::run_step(Stream* stream) {
   ++steps_;
   prepare_step();
-  for (const DeviceGroup& group : groups_) {
+  for (DeviceGroup& group : groups_) {
     if (group.device.is_cpu()) {
       update_cpu(group);
       continue;
     }
 #if EMBER_WITH_CUDA
-    // Queued after the backward pass on the same stream: no host wait.
+    // Queued after the backward pass on the same stream: no host wait. Parameters, gradients
+    // and state living on other streams (the state is created on its parameter's) are waited
+    // for on the device.
     const Stream s = stream != nullptr && stream->device() == group.device
                          ? *stream
                          : current_stream(group.device);
+    std::vector<Stream> waited{s};
+    for (size_t i : group.parameters) {
+      for (const Tensor* t : {&parameters_[i]->value, &parameters_[i]->grad}) {
+        if (std::find(waited.begin(), waited.end(), t->stream()) != waited.end()) continue;
+        s.wait(t->stream());
+        waited.push_back(t->stream());
+      }
+    }
+    group.last_step = s;
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
     update_cuda(group, s.native());
 #else
@@ -61,8 +75,17 @@ void Optimizer::run_step(Stream* stream) {
 }
 
 void Optimizer::zero_grad() {
-  // Each fill is queued on its gradient's stream, after the step that read it there.
-  for (nn::Parameter* p : parameters_) p->grad.fill_(0.0);
+  // Each fill is queued on its gradient's stream, after the last step (which read it) when
+  // that step ran on another stream.
+  for (const DeviceGroup& group : groups_) {
+    for (size_t i : group.parameters) {
+      Tensor& grad = parameters_[i]->grad;
+      if (group.last_step.device() == group.device && !(grad.stream() == group.last_step)) {
+        grad.stream().wait(group.last_step);
+      }
+      grad.fill_(0.0);
+    }
+  }
 }
 
 }  // namespace ember::train

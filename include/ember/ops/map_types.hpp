@@ -3,6 +3,12 @@
 // Everything here compiles under nvcc, g++ and the SIMT emulator alike.
 #pragma once
 
+#if defined(EMBER_SIMT)
+#include <vector>
+
+#include "ember/simt/race_check.hpp"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -106,6 +112,17 @@ struct MapParams {
   int64_t cols = 1;
   bool vector = false;
 };
+
+#if defined(EMBER_SIMT)
+// For the emulator's stream-race checker: inputs are read, outputs written.
+template <int kOuts, int kIns>
+void simt_accesses(const MapParams<kOuts, kIns>& p, std::vector<simt::Access>& out) {
+  for (const MapInput& in : p.in) {
+    if (in.data != nullptr) out.push_back({in.data, 0, false});
+  }
+  for (const MapOutput& o : p.out) out.push_back({o.data, 0, true});
+}
+#endif
 
 }  // namespace detail
 }  // namespace ember::ops

@@ -5,6 +5,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/simt/race_check.hpp"
 
 #ifndef EMBER_SIMT
 #error "ember/simt/cuda_types.hpp is for the emulated build (define EMBER_SIMT)"
@@ -31,5 +35,8 @@ namespace ember::simt {
 // Implemented by the runtime shim (src/simt/shim_streams.cpp). Kernel launches
 // under emulation go through it.
 void stream_submit(cudaStream_t stream, std::function<void()> work);
+// The same, for the stream-race checker (race_check.hpp): what the work touches, and its name.
+void stream_submit(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
+                   std::string what);
 
 }  // namespace ember::simt

@@ -21,8 +21,8 @@ class Optimizer {
 
   // One update from the current gradients. Nothing waits on the host: on a CUDA device the
   // update is queued on `stream` (step(stream), for parameters on its device) or on the
-  // device's current stream, after the backward pass queued there. Parameters, gradients and
-  // the optimizer's state must be used on that stream (or ordered with it by the caller).
+  // device's current stream, after the backward pass queued there; the streams the
+  // parameters, gradients and state were created on are waited for on the device.
   void step();
   void step(Stream& stream);
   void zero_grad();  // sets every gradient to zero, queued on each gradient's stream
@@ -33,6 +33,7 @@ class Optimizer {
   struct DeviceGroup {
     Device device;
     std::vector<size_t> parameters;  // indices into parameters_
+    Stream last_step;                // where the last update ran (a CPU stream before any)
   };
 
   // Called once per step, after steps_ is incremented and before any update: per-step

@@ -20,7 +20,10 @@
 #include "ember/memory/limiting_adaptor.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/nn/mlp.hpp"
+#include "ember/nn/parameter.hpp"
 #include "ember/ops/elementwise.hpp"
+#include "ember/ops/softmax_cross_entropy.hpp"
+#include "ember/simt/race_check.hpp"
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
 
@@ -283,6 +286,156 @@ TEST(EmulatedStreams, GraphCaptureIsRefused) {
   ASSERT_EQ(cudaStreamEndCapture(native(s), &graph), cudaSuccess);
   EXPECT_FALSE(s.capturing());
   EXPECT_EQ(x.to_vector<float>(), std::vector<float>(16, 1.0f));
+}
+
+// Found by outside testing: a stream recorded on a tensor dies before the tensor.
+TEST(EmulatedStreams, TensorFreedAfterTheStreamItWasRecordedOnIsGone) {
+  const LazyStreams lazy;
+  Tensor a = Tensor::full({4}, 1.0, DType::f32, kGpu);
+  {
+    Stream copier(kGpu);
+    Tensor b = Tensor::empty({4}, DType::f32, copier);
+    b.copy_(a);  // records copier on a
+    EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 1.0f));
+  }
+  EXPECT_NO_THROW(a = Tensor());  // used to terminate: an event recorded on a dead stream
+}
+
+// A bad label checked on a stream destroyed before any synchronize: reported by the next
+// synchronize of another stream, once.
+TEST(EmulatedStreams, LabelErrorOfADestroyedStreamIsNotLost) {
+  const LazyStreams lazy;
+  const Tensor logits = Tensor::zeros({2, 3}, DType::f32, kGpu);
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 7}, {2}, kGpu);
+  {
+    Stream s(kGpu);
+    s.wait(logits.stream());
+    Tensor loss = Tensor::empty({}, DType::f32, s), probs = Tensor::empty({2, 3}, DType::f32, s);
+    ember::ops::softmax_cross_entropy_forward(s, loss, probs, logits, labels);
+  }
+  Stream other(kGpu);
+  try {
+    other.synchronize();
+    ADD_FAILURE() << "expected the label error";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("label 7 in row 1 is out of range [0, 3)"), std::string::npos)
+        << e.message();
+  }
+  EXPECT_NO_THROW(other.synchronize());
+}
+
+// A host read that reports an earlier failure has finished its own copy first; no failure is
+// dropped when several are pending.
+TEST(EmulatedStreams, DeferredFailuresAreEachReportedOnceAfterTheWait) {
+  const LazyStreams lazy;
+  Stream s1(kGpu), s2(kGpu);
+  Tensor t = Tensor::full({256}, 5.0, DType::f32, s2);
+  simt::stream_submit(native(s1), [] { throw ember::Error("fault A"); });
+  simt::stream_submit(native(s1), [] { throw ember::Error("fault B"); });
+  EXPECT_THROW(s1.synchronize(), ember::Error);  // reports one of them
+  std::vector<float> got;
+  EXPECT_THROW(got = t.to_vector<float>(), ember::Error);  // the other one
+  EXPECT_NO_THROW(got = t.to_vector<float>());
+  EXPECT_EQ(got, std::vector<float>(256, 5.0f));
+}
+
+TEST(EmulatedStreams, OptimizerOrdersItselfWithTheStreamsOfItsTensors) {
+  const LazyStreams lazy;
+  for (int run = 0; run < 2; ++run) {
+    ember::nn::Parameter p{"w", Tensor::full({4}, 1.0, DType::f32, kGpu),
+                           Tensor::full({4}, 0.5, DType::f32, kGpu)};
+    Stream s(kGpu);
+    ember::train::AdamW opt({&p}, {.lr = 0.1f, .weight_decay = 0.0f});  // zero state, queued
+    opt.step(s);      // on another stream: waits for the parameter's
+    opt.zero_grad();  // on the gradient's stream: waits for the step
+    const std::vector<float> w = p.value.to_vector<float>();
+    EXPECT_NEAR(w[0], 0.9f, 1e-6f);
+    EXPECT_EQ(p.grad.to_vector<float>(), std::vector<float>(4, 0.0f));
+  }
+}
+
+TEST(EmulatedStreams, RequestLargerThanTheDeviceFailsAtOnce) {
+  try {
+    Tensor::empty({int64_t{1} << 40}, DType::f32, kGpu);  // 4 TiB
+    ADD_FAILURE() << "expected OutOfMemory";
+  } catch (const ember::memory::OutOfMemory& e) {
+    EXPECT_EQ(e.requested(), size_t{4} << 40);
+  }
+}
+
+// The stream-race checker on for the test's length.
+struct RaceCheck {
+  bool saved = simt::race_check_enabled();
+  RaceCheck() { simt::set_race_check(true); }
+  ~RaceCheck() { simt::set_race_check(saved); }
+};
+
+std::string race_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ember::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// The mistake train_mlp made: tensors on the device's current stream, the step on a new stream.
+TEST(EmulatedStreamRaces, AnOpOnAnotherStreamWithoutAWaitIsReported) {
+  const RaceCheck check;
+  Tensor x = Tensor::full({64}, 1.0, DType::f32, kGpu);  // written on the current stream
+  Stream other(kGpu);
+  Tensor y = Tensor::empty({64}, DType::f32, other);
+  const std::string message = race_message([&] { ember::ops::scale(other, y, x, 2.0f); });
+  EXPECT_NE(message.find("stream race on device memory"), std::string::npos) << message;
+  EXPECT_NE(message.find("kernel ember::kernels::map_kernel"), std::string::npos) << message;
+  EXPECT_NE(message.find("it, but kernel ember::kernels::fill_kernel"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("last wrote it"), std::string::npos) << message;
+  // Ordered by a wait, the same op is clean.
+  other.wait(x.stream());
+  EXPECT_NO_THROW(ember::ops::scale(other, y, x, 2.0f));
+  x.record_stream(other);
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(64, 2.0f));
+}
+
+TEST(EmulatedStreamRaces, WritingWhatAnotherStreamStillReadsIsReported) {
+  const RaceCheck check;
+  const Stream s = ember::current_stream(kGpu);
+  Stream other(kGpu);
+  Tensor x = Tensor::full({64}, 1.0, DType::f32, s);
+  Tensor y = Tensor::empty({64}, DType::f32, other);
+  other.wait(s);
+  ember::ops::scale(other, y, x, 2.0f);  // other reads x
+  Stream writer = s;
+  const std::string message = race_message([&] { ember::ops::scale(writer, x, x, 3.0f); });
+  EXPECT_NE(message.find("writes it, but kernel"), std::string::npos) << message;
+  EXPECT_NE(message.find("still reads it"), std::string::npos) << message;
+  // Once the host has waited for the reader, the write is ordered after it.
+  other.synchronize();
+  EXPECT_NO_THROW(ember::ops::scale(writer, x, x, 3.0f));
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(64, 3.0f));
+}
+
+TEST(EmulatedStreamRaces, ReadsFromTwoStreamsAndEventOrderingAreClean) {
+  const RaceCheck check;
+  const Stream s = ember::current_stream(kGpu);
+  Stream a(kGpu), b(kGpu);
+  Tensor x = Tensor::full({64}, 1.0, DType::f32, s);
+  ember::Event written(kGpu);
+  written.record(s);
+  a.wait(written);
+  b.wait(written);
+  Tensor ya = Tensor::empty({64}, DType::f32, a), yb = Tensor::empty({64}, DType::f32, b);
+  EXPECT_NO_THROW(ember::ops::scale(a, ya, x, 2.0f));
+  EXPECT_NO_THROW(ember::ops::scale(b, yb, x, 4.0f));
+  // Raw copies are checked too: a third stream writes ya's bytes with no ordering at all.
+  Stream raw(kGpu);
+  const std::string message = race_message(
+      [&] { ASSERT_EQ(cudaMemsetAsync(ya.data(), 0, 256, native(raw)), cudaSuccess); });
+  EXPECT_NE(message.find("cudaMemsetAsync of 256 bytes on stream"), std::string::npos) << message;
+  // A copy between the two results, ordered by copy_'s own wait.
+  EXPECT_NO_THROW(yb.copy_(ya));
+  EXPECT_EQ(yb.to_vector<float>(), std::vector<float>(64, 2.0f));
 }
 
 }  // namespace
