@@ -2,10 +2,13 @@
 // to a pool of helper OS threads. With one worker thread the blocks run in
 // order on the launching thread, so runs are deterministic.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -141,6 +144,69 @@ unsigned worker_threads() {
     g_threads.store(n);
   }
   return n;
+}
+
+namespace {
+struct Schedule {
+  std::mutex mutex;
+  ScheduleOptions options;
+  std::atomic<bool> cp_async_at_issue{false};
+};
+
+ScheduleOptions schedule_from_env() {
+  ScheduleOptions o;
+  if (const char* env = std::getenv("EMBER_SIMT_ORDER"); env != nullptr && *env != 0) {
+    const std::string text = env;
+    const size_t colon = text.find(':');
+    const std::string name = text.substr(0, colon);
+    if (name == "round_robin") {
+      o.order = ThreadOrder::round_robin;
+    } else if (name == "reversed") {
+      o.order = ThreadOrder::reversed;
+    } else if (name == "shuffled") {
+      o.order = ThreadOrder::shuffled;
+    } else if (name == "warp_ahead") {
+      o.order = ThreadOrder::warp_ahead;
+    } else {
+      std::fprintf(stderr,
+                   "ember simt: EMBER_SIMT_ORDER=%s: expected round_robin, reversed, "
+                   "shuffled[:SEED] or warp_ahead[:SEED]; using round_robin\n",
+                   env);
+    }
+    if (colon != std::string::npos) o.seed = std::strtoull(text.c_str() + colon + 1, nullptr, 10);
+  }
+  if (const char* env = std::getenv("EMBER_SIMT_CP_ASYNC"); env != nullptr) {
+    o.cp_async_at_issue = std::string(env) == "issue";
+  }
+  return o;
+}
+
+Schedule& schedule() {
+  static Schedule* s = [] {
+    auto* created = new Schedule;  // never destroyed: kernels may run during static destruction
+    created->options = schedule_from_env();
+    created->cp_async_at_issue.store(created->options.cp_async_at_issue);
+    return created;
+  }();
+  return *s;
+}
+}  // namespace
+
+void set_schedule_options(const ScheduleOptions& options) {
+  Schedule& s = schedule();
+  std::lock_guard lock(s.mutex);
+  s.options = options;
+  s.cp_async_at_issue.store(options.cp_async_at_issue);
+}
+
+ScheduleOptions schedule_options() {
+  Schedule& s = schedule();
+  std::lock_guard lock(s.mutex);
+  return s.options;
+}
+
+bool cp_async_lands_at_issue() {
+  return schedule().cp_async_at_issue.load(std::memory_order_relaxed);
 }
 
 void set_fiber_stack_size(size_t bytes) {

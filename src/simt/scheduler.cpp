@@ -10,6 +10,9 @@
 #include <map>
 #include <memory>
 
+#include <numeric>
+#include <random>
+#include <vector>
 #include "asan.hpp"
 #include "block_state.hpp"
 #include "ember/core/error.hpp"
@@ -353,18 +356,47 @@ void run_block(const LaunchConfig& config, const std::function<void()>& body, ui
   set_fiber_names(worker, block);
   tsan::release(&worker.tsan_start);
 
+  const ScheduleOptions schedule = schedule_options();
+  const unsigned warps = (threads + 31) / 32;
+  // A per-block generator: the same seed gives every block its own, reproducible order.
+  std::mt19937_64 rng(schedule.seed * 0x9E3779B97F4A7C15ull + block_idx.x +
+                      (uint64_t{block_idx.y} << 21) + (uint64_t{block_idx.z} << 42));
+  std::vector<unsigned> order(schedule.order == ThreadOrder::warp_ahead ? warps : threads);
+  std::iota(order.begin(), order.end(), 0u);
+  if (schedule.order == ThreadOrder::reversed) std::reverse(order.begin(), order.end());
+  auto run_if_runnable = [&](unsigned i) {
+    FiberSlot& slot = *worker.slots[i];
+    if (slot.context.state.load(std::memory_order_relaxed) != ThreadState::kRunnable) return false;
+    resume(worker, slot);
+    return true;
+  };
   for (;;) {
     bool ran = false;
-    unsigned done = 0;
-    for (unsigned i = 0; i < threads && !block.failed.load(std::memory_order_relaxed); ++i) {
-      FiberSlot& slot = *worker.slots[i];
-      const ThreadState state = slot.context.state.load(std::memory_order_relaxed);
-      if (state == ThreadState::kRunnable) {
-        resume(worker, slot);
-        ran = true;
-      } else if (state == ThreadState::kDone) {
-        ++done;
+    if (schedule.order == ThreadOrder::shuffled || schedule.order == ThreadOrder::warp_ahead) {
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    if (schedule.order == ThreadOrder::warp_ahead) {
+      // Each warp in turn runs until none of its threads can: they all wait at a block
+      // barrier, or exited (warp collectives complete within the warp).
+      for (unsigned w : order) {
+        for (bool more = true; more && !block.failed.load(std::memory_order_relaxed);) {
+          more = false;
+          for (unsigned i = w * 32; i < std::min(threads, w * 32 + 32); ++i) {
+            if (block.failed.load(std::memory_order_relaxed)) break;
+            more |= run_if_runnable(i);
+          }
+          ran |= more;
+        }
       }
+    } else {
+      for (unsigned i : order) {
+        if (block.failed.load(std::memory_order_relaxed)) break;
+        ran |= run_if_runnable(i);
+      }
+    }
+    unsigned done = 0;
+    for (unsigned i = 0; i < threads; ++i) {
+      done += worker.slots[i]->context.state.load(std::memory_order_relaxed) == ThreadState::kDone;
     }
     if (block.failed.load(std::memory_order_relaxed)) {
       unwind_waiting(worker, block);

@@ -55,7 +55,6 @@ class AsyncCopyPipeline {
     committed_.clear();
   }
 
- private:
   static void perform(const AsyncCopy& copy) {
     unsigned char staged[16];  // read everything first: src and dst may overlap
     std::memcpy(staged, copy.src, copy.src_bytes);
@@ -63,6 +62,7 @@ class AsyncCopyPipeline {
     std::memcpy(copy.dst, staged, copy.bytes);
   }
 
+ private:
   std::vector<AsyncCopy> open_;
   std::deque<std::vector<AsyncCopy>> committed_;
 };

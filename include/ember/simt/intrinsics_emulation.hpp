@@ -27,6 +27,7 @@
 #include "ember/core/half.hpp"
 #include "ember/simt/async_copy.hpp"
 #include "ember/simt/context.hpp"
+#include "ember/simt/runtime.hpp"
 #include "ember/simt/warp.hpp"
 
 namespace ember::simt {
@@ -257,7 +258,12 @@ void cp_async(void* smem_dst, const void* gmem_src, unsigned src_bytes = Bytes) 
   EMBER_CHECK(detail::is_aligned(gmem_src, Bytes),
               "cp.async of {} bytes: the global source {} must be {}-byte aligned", Bytes, gmem_src,
               Bytes);
-  current_async_copy_pipeline().issue(AsyncCopy{smem_dst, gmem_src, Bytes, src_bytes});
+  const AsyncCopy copy{smem_dst, gmem_src, Bytes, src_bytes};
+  if (cp_async_lands_at_issue()) {
+    AsyncCopyPipeline::perform(copy);  // the earliest a GPU may complete it
+  } else {
+    current_async_copy_pipeline().issue(copy);
+  }
 }
 
 inline void cp_async_commit_group() {

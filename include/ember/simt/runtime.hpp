@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -20,6 +21,30 @@ unsigned worker_threads();
 // 64 KiB. Stacks have a guard page: overflowing one crashes with SIGSEGV.
 void set_fiber_stack_size(size_t bytes);
 size_t fiber_stack_size();
+
+// The order in which a block's threads run between barriers (each thread runs until its next
+// __syncthreads, warp collective or exit, then the next thread runs), and when cp.async copies
+// land. Every order is one a GPU may produce; kernels must give the same results in all.
+//   round_robin: threads 0, 1, 2, ... each round (the default)
+//   reversed:    the last thread first
+//   shuffled:    a new seeded permutation every round
+//   warp_ahead:  one warp at a time (seeded order) runs until all its threads wait at a block
+//                barrier or exited: a warp far ahead of the others, the order that exposes a
+//                shared-memory stage refilled before the barrier that ends its reads
+// cp.async copies land when cp.async.wait_group completes them (the latest a GPU allows: a
+// missing wait reads stale data), or, with cp_async_at_issue, at the cp.async itself (the
+// earliest: a refill racing with readers of its stage shows).
+// Default: env EMBER_SIMT_ORDER = round_robin | reversed | shuffled[:SEED] | warp_ahead[:SEED],
+// EMBER_SIMT_CP_ASYNC = wait | issue.
+enum class ThreadOrder { round_robin, reversed, shuffled, warp_ahead };
+struct ScheduleOptions {
+  ThreadOrder order = ThreadOrder::round_robin;
+  uint64_t seed = 0;
+  bool cp_async_at_issue = false;
+};
+void set_schedule_options(const ScheduleOptions& options);
+ScheduleOptions schedule_options();
+bool cp_async_lands_at_issue();
 
 struct LaunchConfig {
   std::string kernel;  // name for messages
