@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <map>
 #include <memory>
 
@@ -58,6 +59,26 @@ struct Worker {
 thread_local std::atomic<Worker*> t_worker{nullptr};
 thread_local std::atomic<FiberSlot*> t_slot{nullptr};
 
+// A sanitizer that stops the process at a fault inside a kernel (-fsanitize=bounds on a static
+// __shared__ array, -fsanitize=alignment) prints the source line; this names the emulated
+// thread. Weak: the symbol exists only in sanitized programs.
+extern "C" void __sanitizer_set_death_callback(void (*callback)()) __attribute__((weak));
+
+void name_faulting_thread() {
+  const ThreadContext* t = detail::t_current.load(std::memory_order_relaxed);
+  if (t == nullptr || t->block == nullptr || t->block->config == nullptr) return;
+  std::fprintf(stderr,
+               "ember simt: the fault above is in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+               t->block->config->kernel.c_str(), t->block_idx.x, t->block_idx.y, t->block_idx.z,
+               t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
+}
+
+[[maybe_unused]] const bool death_callback_installed = [] {
+  if (__sanitizer_set_death_callback != nullptr)
+    __sanitizer_set_death_callback(name_faulting_thread);
+  return true;
+}();
+
 void run_thread(Worker& worker, FiberSlot& slot) {
   tsan::acquire(&worker.tsan_start);
   Block& block = *slot.context.block;
@@ -68,6 +89,15 @@ void run_thread(Worker& worker, FiberSlot& slot) {
   }
   try {
     (*block.body)();
+    const ThreadContext& t = slot.context;
+    if (const size_t pending = t.async_copies.pending_copies(); pending != 0) {
+      throw Error(fmt::format(
+          "kernel {}: block ({},{},{}) thread ({},{},{}) exited with {} cp.async cop{} never "
+          "waited for: wait for them (cp_async_wait / cp.async.wait_group) before the thread "
+          "exits, or they may land in shared memory the next block already uses",
+          block.config->kernel, t.block_idx.x, t.block_idx.y, t.block_idx.z, t.thread_idx.x,
+          t.thread_idx.y, t.thread_idx.z, pending, pending == 1 ? "y" : "ies"));
+    }
   } catch (const ctx::detail::forced_unwind&) {
     throw;
   } catch (const UnwindFiber&) {

@@ -1,6 +1,7 @@
-// simt_race_probe racy|fixed: a kernel that reads a neighbour's shared-memory
-// slot without (racy) or with (fixed) __syncthreads. Built with -fsanitize=thread:
-// TSan reports the race between the two emulated threads (fibers).
+// simt_race_probe racy|fixed|static_shared_oob: a kernel that reads a neighbour's shared-memory
+// slot without (racy) or with (fixed) __syncthreads, or writes a static __shared__ array out of
+// bounds. Built with -fsanitize=thread (TSan reports the race between the two emulated threads)
+// and -fsanitize=bounds (the race-checking build checks shared-memory bounds too).
 #include "ember/simt/prelude.hpp"
 // clang-format off
 #include "kernels/faults.cuh"
@@ -14,6 +15,13 @@
 
 int main(int argc, char** argv) {
   const bool fixed = argc > 1 && std::strcmp(argv[1], "fixed") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "static_shared_oob") == 0) {
+    ember::simt::set_worker_threads(1);
+    int result = 0;
+    ember::launch(static_shared_oob_kernel, dim3(1), dim3(8, 4), 0, nullptr, &result, 1);
+    std::printf("finished\n");
+    return 0;
+  }
   ember::simt::set_worker_threads(2);
   std::vector<int> out(4 * 64);
   for (int launch = 0; launch < 3; ++launch)  // blocks reuse fibers and shared storage

@@ -425,7 +425,7 @@ TEST(SimtIntrinsics, CpAsyncPipelinesArePerThread) {
   }
 }
 
-// A thread may exit with copies in flight; they must not land in a later launch.
+// A thread that exits with copies in flight fails; they must not land in a later launch either.
 TEST(SimtIntrinsics, CpAsyncCopiesPendingAtExitDoNotLeakIntoTheNextLaunch) {
   if (!simt::kAsyncCopiesResetPerBlock)
     GTEST_SKIP() << "needs the emulator core to hold an AsyncCopyPipeline `async_copies` in "
@@ -435,7 +435,17 @@ TEST(SimtIntrinsics, CpAsyncCopiesPendingAtExitDoNotLeakIntoTheNextLaunch) {
   std::memcpy(src, values.data(), sizeof(src));
   std::vector<unsigned char> out(32 * 16, 0);
   const WorkerThreads serial(1);  // both launches on the same OS thread and fiber slots
-  run_block(cp_async_abandon_kernel, 32, static_cast<const unsigned char*>(src), out.data(), true);
+  // Exiting with copies never waited for is an error, naming the thread.
+  try {
+    run_block(cp_async_abandon_kernel, 32, static_cast<const unsigned char*>(src), out.data(),
+              true);
+    ADD_FAILURE() << "expected an ember::Error";
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("block (0,0,0) thread (0,0,0) exited with 1 cp.async copy never "
+                               "waited for"),
+              std::string::npos)
+        << e.message();
+  }
   run_block(cp_async_abandon_kernel, 32, static_cast<const unsigned char*>(src), out.data(), false);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], kOldByte) << "byte " << i;
 }

@@ -15,8 +15,9 @@ namespace ember::simt {
 struct AsyncCopy {
   void* dst;
   const void* src;
-  unsigned bytes;      // cp-size: 4, 8 or 16
-  unsigned src_bytes;  // bytes read from src; the rest of dst is zero-filled
+  unsigned bytes;       // cp-size: 4, 8 or 16
+  unsigned src_bytes;   // bytes read from src; the rest of dst is zero-filled
+  bool landed = false;  // already performed (cp.async landing at issue): the wait only retires it
 };
 
 class AsyncCopyPipeline {
@@ -30,7 +31,9 @@ class AsyncCopyPipeline {
 
   void wait_group(unsigned pending_allowed) {
     while (committed_.size() > pending_allowed) {
-      for (const AsyncCopy& copy : committed_.front()) perform(copy);
+      for (const AsyncCopy& copy : committed_.front()) {
+        if (!copy.landed) perform(copy);
+      }
       committed_.pop_front();
     }
   }

@@ -258,12 +258,12 @@ void cp_async(void* smem_dst, const void* gmem_src, unsigned src_bytes = Bytes) 
   EMBER_CHECK(detail::is_aligned(gmem_src, Bytes),
               "cp.async of {} bytes: the global source {} must be {}-byte aligned", Bytes, gmem_src,
               Bytes);
-  const AsyncCopy copy{smem_dst, gmem_src, Bytes, src_bytes};
+  AsyncCopy copy{smem_dst, gmem_src, Bytes, src_bytes};
   if (cp_async_lands_at_issue()) {
     AsyncCopyPipeline::perform(copy);  // the earliest a GPU may complete it
-  } else {
-    current_async_copy_pipeline().issue(copy);
+    copy.landed = true;                // still owed a wait, as on a GPU
   }
+  current_async_copy_pipeline().issue(copy);
 }
 
 inline void cp_async_commit_group() {

@@ -198,9 +198,10 @@ __global__ void cp_async_per_thread_kernel(const unsigned char* src, unsigned ch
   for (int i = 0; i < Bytes; ++i) out[((1 * blocks + block) * n + t) * Bytes + i] = slots[t][i];
 }
 
-// issue: every thread queues a copy into its slot and exits without waiting (legal: the data
-// lands in shared memory that nobody reads). !issue: the next launch refills the slot, waits
-// for all its own (no) copies and reports the slot: the previous launch's copy must not land.
+// issue: every thread queues a copy into its slot and exits without waiting (an error under
+// the emulator: the copy could land in the next block's shared memory). !issue: the next launch
+// refills the slot, waits for all its own (no) copies and reports the slot: the previous launch's
+// copy must not land.
 __global__ void cp_async_abandon_kernel(const unsigned char* src, unsigned char* out, bool issue) {
   alignas(16) __shared__ unsigned char slots[64][16];
   const unsigned t = threadIdx.x;
