@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <boost/context/fiber.hpp>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <source_location>
@@ -49,6 +50,7 @@ struct Warp {
 
 struct Block {
   const LaunchConfig* config = nullptr;
+  std::chrono::steady_clock::time_point started;  // for the spin-wait watchdog
   const std::function<void()>* body = nullptr;
   uint3 idx;
   unsigned threads = 0;

@@ -6,8 +6,11 @@
 #include <boost/context/protected_fixedsize_stack.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -200,7 +203,11 @@ Worker& this_worker() {
   return worker;
 }
 
+// When the running fiber was last resumed (spin_check).
+thread_local std::chrono::steady_clock::time_point t_resumed;
+
 void resume(Worker& worker, FiberSlot& slot) {
+  t_resumed = std::chrono::steady_clock::now();
   detail::t_current.store(&slot.context, std::memory_order_relaxed);
   t_slot.store(&slot, std::memory_order_relaxed);
   tsan::switch_to(slot.tsan_fiber);
@@ -336,6 +343,48 @@ void set_fiber_names(Worker& worker, const Block& block) {
 
 }  // namespace
 
+namespace {
+std::atomic<double> g_watchdog_seconds{-1.0};
+}  // namespace
+
+void set_watchdog_seconds(double seconds) {
+  EMBER_CHECK(seconds > 0, "set_watchdog_seconds({}): expected a positive time", seconds);
+  g_watchdog_seconds.store(seconds);
+}
+
+double watchdog_seconds() {
+  double s = g_watchdog_seconds.load();
+  if (s <= 0) {
+    const char* env = std::getenv("EMBER_SIMT_WATCHDOG_S");
+    s = env != nullptr && std::atof(env) > 0 ? std::atof(env) : 30.0;
+    g_watchdog_seconds.store(s);
+  }
+  return s;
+}
+
+namespace detail {
+void spin_check() {
+  ThreadContext* t = t_current.load(std::memory_order_relaxed);
+  if (t == nullptr || t->block == nullptr) return;  // not in a kernel
+  const auto now = std::chrono::steady_clock::now();
+  if (now - t_resumed < std::chrono::milliseconds(20)) return;
+  const Block& block = *t->block;
+  const double ran = std::chrono::duration<double>(now - block.started).count();
+  if (ran >= watchdog_seconds()) {
+    throw Error(fmt::format(
+        "kernel {}: block ({},{},{}) made no progress for {:.1f} s: thread ({},{},{}) spins on "
+        "an atomic without reaching a barrier. A spin-wait on another block deadlocks when that "
+        "block cannot run meanwhile (the emulator runs one block per worker thread at a time, a "
+        "GPU only the blocks that are resident): split the kernel, or wait within the block",
+        block.config->kernel, block.idx.x, block.idx.y, block.idx.z, ran, t->thread_idx.x,
+        t->thread_idx.y, t->thread_idx.z));
+  }
+  // Let the block's other threads run: the one this thread waits for may be among them.
+  yield_to_scheduler();
+  t_resumed = std::chrono::steady_clock::now();
+}
+}  // namespace detail
+
 void yield_to_scheduler() {
   FiberSlot& slot = *t_slot.load(std::memory_order_relaxed);
   Worker& worker = *t_worker.load(std::memory_order_relaxed);
@@ -366,6 +415,7 @@ void run_block(const LaunchConfig& config, const std::function<void()>& body, ui
   block.passed.store(0, std::memory_order_relaxed);
   block.site_mismatch.store(false, std::memory_order_relaxed);
   block.dynamic_shared = dynamic_shared;
+  block.started = std::chrono::steady_clock::now();
   block.dynamic_bytes = config.shared_bytes;
   block.failed.store(false, std::memory_order_relaxed);
   block.error = nullptr;

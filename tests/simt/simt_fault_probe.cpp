@@ -18,8 +18,17 @@ int main(int argc, char** argv) {
     ember::launch(static_shared_oob_kernel, dim3(1), dim3(8, 4), 0, nullptr, &out, 1);
   } else if (std::strcmp(which, "static_shared_ok") == 0) {
     ember::launch(static_shared_oob_kernel, dim3(1), dim3(8, 4), 0, nullptr, &out, 0);
+  } else if (std::strcmp(which, "misaligned_vector") == 0 ||
+             std::strcmp(which, "aligned_vector") == 0) {
+    alignas(16) static float data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float sums[4] = {};
+    const float* p = data + (std::strcmp(which, "misaligned_vector") == 0 ? 1 : 4);
+    ember::launch(vector_load_kernel, dim3(1), dim3(4), 0, nullptr, p, sums);
+    std::printf("sum %g\n", static_cast<double>(sums[0]));
   } else {
-    std::fprintf(stderr, "usage: simt_fault_probe static_shared_oob|static_shared_ok\n");
+    std::fprintf(stderr,
+                 "usage: simt_fault_probe static_shared_oob|static_shared_ok|misaligned_vector|"
+                 "aligned_vector\n");
     return 2;
   }
   std::printf("finished\n");

@@ -38,6 +38,7 @@ __global__ void different_collectives_kernel(int* out) {
 
 #include "ember/core/error.hpp"
 #include "ember/core/launch.hpp"
+#include "ember/simt/runtime.hpp"
 #include "ember/simt/shim/cuda_runtime.h"
 
 namespace {
@@ -62,6 +63,28 @@ TEST(SimtFaults, ThreadsThatExitBeforeABarrier) {
   EXPECT_THAT(message, AllOf(HasSubstr("barrier divergence"), HasSubstr("early_exit_kernel"),
                              HasSubstr("block (0,0,0)"), HasSubstr("(0,0,0)..(7,0,0)"),
                              HasSubstr("(8,0,0)..(31,0,0) exited"), HasSubstr("faults.cuh:8")));
+}
+
+// The watchdog turns a spin-wait on a block that cannot run into an error naming the kernel.
+TEST(SimtFaults, SpinWaitOnAnotherBlockIsAnErrorNotAHang) {
+  const double saved = ember::simt::watchdog_seconds();
+  const unsigned saved_threads = ember::simt::worker_threads();
+  ember::simt::set_watchdog_seconds(0.3);
+  ember::simt::set_worker_threads(1);  // block 1 runs only after block 0
+  int flag = 0;
+  const auto message = error_of(
+      [&] { ember::launch(spin_on_other_block_kernel, dim3(2), dim3(32), 0, nullptr, &flag); });
+  ember::simt::set_worker_threads(saved_threads);
+  ember::simt::set_watchdog_seconds(saved);
+  EXPECT_THAT(message, AllOf(HasSubstr("spin_on_other_block_kernel"), HasSubstr("block (0,0,0)"),
+                             HasSubstr("made no progress"), HasSubstr("spins on an atomic")));
+}
+
+TEST(SimtFaults, SpinWaitOnAnotherWarpOfTheBlockCompletes) {
+  int flag = 0, out = 0;
+  EXPECT_NO_THROW(
+      ember::launch(spin_on_other_warp_kernel, dim3(1), dim3(64), 0, nullptr, &flag, &out));
+  EXPECT_EQ(out, 7);
 }
 
 TEST(SimtFaults, TwoDifferentBarriers) {

@@ -7,8 +7,24 @@
 #include <cstdint>
 
 namespace ember::simt::detail {
+
+// Spin-waits: a thread that keeps calling atomics without reaching a barrier may wait for
+// another thread. Every 1024 atomics it checks the clock (scheduler.cpp): after 20 ms it lets
+// the block's other threads run (as a GPU's independent thread scheduling would), and when the
+// block has made no progress for the watchdog's time it throws an Error naming the kernel and
+// block instead of hanging.
+void spin_check();
+inline thread_local unsigned t_atomics_since_check = 0;
+inline void atomic_poll() {
+  if (++t_atomics_since_check >= 1024) {
+    t_atomics_since_check = 0;
+    spin_check();
+  }
+}
+
 template <class T, class F>
 T atomic_update(T* address, F next) {
+  atomic_poll();
   std::atomic_ref<T> ref(*address);
   T old = ref.load(std::memory_order_relaxed);
   while (!ref.compare_exchange_weak(old, next(old), std::memory_order_relaxed)) {
@@ -19,9 +35,11 @@ T atomic_update(T* address, F next) {
 
 #define EMBER_SIMT_ATOMIC_ARITH(T)                                                             \
   inline T atomicAdd(T* address, T val) {                                                      \
+    ember::simt::detail::atomic_poll();                                                        \
     return std::atomic_ref<T>(*address).fetch_add(val, std::memory_order_relaxed);             \
   }                                                                                            \
   inline T atomicExch(T* address, T val) {                                                     \
+    ember::simt::detail::atomic_poll();                                                        \
     return std::atomic_ref<T>(*address).exchange(val, std::memory_order_relaxed);              \
   }                                                                                            \
   inline T atomicMax(T* address, T val) {                                                      \
@@ -55,6 +73,7 @@ inline double atomicSub(double* address, double val) {
 
 template <class T>
 inline T atomic_cas_impl(T* address, T compare, T val) {
+  ember::simt::detail::atomic_poll();
   std::atomic_ref<T>(*address).compare_exchange_strong(compare, val, std::memory_order_relaxed);
   return compare;  // the old value either way
 }

@@ -46,6 +46,12 @@ void set_schedule_options(const ScheduleOptions& options);
 ScheduleOptions schedule_options();
 bool cp_async_lands_at_issue();
 
+// Spin-waits (ember/simt/atomics.hpp): a block that has run this long while a thread spins on
+// an atomic throws an ember::Error naming the kernel and block (a spin-wait on a block that
+// cannot run meanwhile). Default: env EMBER_SIMT_WATCHDOG_S, else 30 seconds.
+void set_watchdog_seconds(double seconds);
+double watchdog_seconds();
+
 struct LaunchConfig {
   std::string kernel;  // name for messages
   dim3 grid, block;

@@ -44,3 +44,34 @@ __global__ void neighbour_kernel(int* out, bool with_barrier) {
   if (with_barrier) __syncthreads();
   out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
 }
+
+// Block 0 spins until block 1 raises the flag: a hang when block 1 cannot run meanwhile.
+__global__ void spin_on_other_block_kernel(int* flag) {
+  if (blockIdx.x == 1) {
+    atomicExch(flag, 1);
+    return;
+  }
+  while (atomicAdd(flag, 0) == 0) {
+  }
+}
+
+// Thread 0 spins until the last warp raises the flag: fine on a GPU, and under the emulator,
+// which lets the block's other threads run while one spins.
+__global__ void spin_on_other_warp_kernel(int* flag, int* out) {
+  if (threadIdx.x == blockDim.x - 1) atomicExch(flag, 1);
+  if (threadIdx.x == 0) {
+    while (atomicAdd(flag, 0) == 0) {
+    }
+    out[0] = 7;
+  }
+}
+
+// A 16-byte vector load from `p` (as kernels do through aligned 128-bit types): misaligned
+// unless p is 16-byte aligned.
+struct alignas(16) Vec4 {
+  float x, y, z, w;
+};
+__global__ void vector_load_kernel(const float* p, float* out) {
+  const Vec4 v = *reinterpret_cast<const Vec4*>(p);
+  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
