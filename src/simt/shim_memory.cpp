@@ -1,6 +1,9 @@
 // Emulated device memory: host allocations tracked in a registry, so that bad
 // and double frees and copies out of unknown memory fail as on a GPU, with
 // optional guard zones that catch writes past either end of an allocation.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "block_state.hpp"
 #include "ember/core/error.hpp"
+#include "ember/simt/context.hpp"
 #include "race_check_internal.hpp"
 #include "shim_internal.hpp"
 
@@ -27,11 +32,13 @@ size_t round_up(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
 }
 
-struct Block {
-  unsigned char* base = nullptr;  // what aligned_alloc returned
-  size_t bytes = 0;               // as requested
-  size_t guard = 0;               // bytes of guard before the user's memory
-  size_t span = 0;                // everything allocated, guards included
+struct DeviceBlock {
+  unsigned char* base = nullptr;     // what aligned_alloc returned, or where the guards start
+  unsigned char* mapping = nullptr;  // guard pages: the mmap'ed range, else null
+  size_t mapping_bytes = 0;
+  size_t bytes = 0;  // as requested
+  size_t guard = 0;  // bytes of guard before the user's memory
+  size_t span = 0;   // everything allocated, guards included
   int device = 0;
   uint64_t id = 0;  // the n-th allocation, for messages
 };
@@ -39,25 +46,61 @@ struct Block {
 struct Memory {
   std::mutex mutex;
   MemoryOptions options;
-  std::map<uintptr_t, Block> device;  // by the address cudaMalloc returned
+  std::map<uintptr_t, DeviceBlock> device;  // by the address cudaMalloc returned
   std::map<uintptr_t, size_t> pinned;
   std::map<int, size_t> used;  // requested bytes live, per device
   uint64_t next_id = 1;
   std::vector<std::string> guard_reports;  // found by cudaFree, not yet thrown
-  std::vector<void*> deferred;             // freed while work was queued
+  std::vector<DeviceBlock> deferred;       // freed while work was queued
 };
+
+// Gives a block's memory back to the system.
+void release(const DeviceBlock& b) {
+  if (b.mapping != nullptr) {
+    munmap(b.mapping, b.mapping_bytes);
+  } else {
+    std::free(b.base);
+  }
+}
+
+size_t page_size() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// Memory with an inaccessible page on each side; the guard zones and the user's bytes end
+// where the trailing page starts, so an access past the end faults at once. False when out of
+// memory.
+bool map_with_guard_pages(DeviceBlock& b) {
+  const size_t page = page_size();
+  const size_t inner = (b.span + page - 1) / page * page;
+  const size_t total = inner + 2 * page;
+  void* p = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  auto* mapping = static_cast<unsigned char*>(p);
+  if (mprotect(mapping + page, inner, PROT_READ | PROT_WRITE) != 0) {
+    munmap(p, total);
+    return false;
+  }
+  b.mapping = mapping;
+  b.mapping_bytes = total;
+  b.base = mapping + page + (inner - b.span);
+  return true;
+}
+
+void install_fault_handler();  // below
 
 Memory& memory() {
   static Memory* m = new Memory;  // never destroyed: static destructors may still call in
   return *m;
 }
 
-unsigned char* user_ptr(const Block& b) {
+unsigned char* user_ptr(const DeviceBlock& b) {
   return b.base + b.guard;
 }
 
 // The guard-zone damage of one allocation, or "" when intact.
-std::string guard_damage(uintptr_t address, const Block& b) {
+std::string guard_damage(uintptr_t address, const DeviceBlock& b) {
   if (b.guard == 0) return "";
   const unsigned char* head = b.base;
   const unsigned char* tail = user_ptr(b) + b.bytes;
@@ -81,13 +124,71 @@ std::string guard_damage(uintptr_t address, const Block& b) {
                 : fmt::format("{} bytes past its end", first - static_cast<long long>(b.bytes)));
 }
 
+// A SIGSEGV in a guard page of a device allocation: reported with the allocation and the
+// emulated thread, then the process stops (as a GPU stops the context). Other faults go to the
+// handler that was there before.
+struct sigaction g_previous_segv {};
+
+void on_segv(int sig, siginfo_t* info, void* ucontext) {
+  const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
+  Memory& m = memory();
+  const size_t page = page_size();
+  if (m.mutex.try_lock()) {  // the faulting kernel holds no shim lock; a host thread might
+    for (const auto& [user, b] : m.device) {
+      if (b.mapping == nullptr) continue;
+      const auto first = reinterpret_cast<uintptr_t>(b.mapping);
+      const auto last = first + b.mapping_bytes;
+      const bool in_guard = (address >= first && address < first + page) ||
+                            (address >= last - page && address < last);
+      if (!in_guard) continue;
+      const long long offset = static_cast<long long>(address - user);
+      std::fprintf(stderr,
+                   "ember simt: out-of-bounds access at %#llx, byte offset %lld of device "
+                   "allocation #%llu (%zu bytes at %#llx on cuda:%d): %s\n",
+                   static_cast<unsigned long long>(address), offset,
+                   static_cast<unsigned long long>(b.id), b.bytes,
+                   static_cast<unsigned long long>(user), b.device,
+                   offset < 0 ? "before its start" : "past its end");
+      const ThreadContext* t = detail::t_current.load(std::memory_order_relaxed);
+      if (t != nullptr && t->block != nullptr && t->block->config != nullptr) {
+        std::fprintf(stderr, "ember simt: in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+                     t->block->config->kernel.c_str(), t->block_idx.x, t->block_idx.y,
+                     t->block_idx.z, t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
+      }
+      std::fflush(stderr);
+      _exit(3);
+    }
+    m.mutex.unlock();
+  }
+  if (g_previous_segv.sa_flags & SA_SIGINFO) {
+    g_previous_segv.sa_sigaction(sig, info, ucontext);
+    return;
+  }
+  // Default or ignored: restore it; returning re-runs the faulting access under it.
+  sigaction(SIGSEGV, &g_previous_segv, nullptr);
+  if (g_previous_segv.sa_handler != SIG_DFL && g_previous_segv.sa_handler != SIG_IGN) {
+    g_previous_segv.sa_handler(sig);
+  }
+}
+
+void install_fault_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_segv;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, &g_previous_segv);
+  });
+}
+
 // The block holding [ptr, ptr + bytes), or nullptr.
-const Block* find_device(Memory& m, const void* ptr, size_t bytes) {
+const DeviceBlock* find_device(Memory& m, const void* ptr, size_t bytes) {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   auto it = m.device.upper_bound(address);
   if (it == m.device.begin()) return nullptr;
   --it;
-  const Block& b = it->second;
+  const DeviceBlock& b = it->second;
   if (address - it->first + bytes > b.bytes) return nullptr;
   return &b;
 }
@@ -237,12 +338,12 @@ void give_device_bytes(int device, size_t bytes) {
 
 void release_deferred_frees() {
   Memory& m = memory();
-  std::vector<void*> frees;
+  std::vector<DeviceBlock> frees;
   {
     std::lock_guard lock(m.mutex);
     frees.swap(m.deferred);
   }
-  for (void* p : frees) std::free(p);
+  for (const DeviceBlock& b : frees) release(b);
 }
 }  // namespace shim
 
@@ -261,13 +362,18 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   std::lock_guard lock(m.mutex);
   size_t& used = m.used[device];
   if (bytes > total - used) return fail(cudaErrorMemoryAllocation);
-  simt::Block b;
+  simt::DeviceBlock b;
   b.bytes = bytes;
   b.guard = simt::round_up(m.options.guard_bytes);
   b.span = b.guard + simt::round_up(bytes) + b.guard;
   b.device = device;
-  b.base = static_cast<unsigned char*>(std::aligned_alloc(simt::kAlign, b.span));
-  if (!b.base) return fail(cudaErrorMemoryAllocation);
+  if (m.options.guard_pages) {
+    simt::install_fault_handler();
+    if (!simt::map_with_guard_pages(b)) return fail(cudaErrorMemoryAllocation);
+  } else {
+    b.base = static_cast<unsigned char*>(std::aligned_alloc(simt::kAlign, b.span));
+    if (!b.base) return fail(cudaErrorMemoryAllocation);
+  }
   b.id = m.next_id++;
   std::memset(b.base, simt::kGuardByte, b.guard);
   if (m.options.poison_new_allocations) std::memset(simt::user_ptr(b), simt::kPoisonByte, bytes);
@@ -289,16 +395,16 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard lock(m.mutex);
   const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == m.device.end()) return fail(cudaErrorInvalidValue);
-  const simt::Block b = it->second;
+  const simt::DeviceBlock b = it->second;
   simt::race::forget_range(ptr, b.bytes);
   std::string damage = simt::guard_damage(it->first, b);
   m.device.erase(it);
   m.used[b.device] -= b.bytes;
   // Queued work (held streams) may still use the memory: keep it until that work is done.
   if (defer) {
-    m.deferred.push_back(b.base);
+    m.deferred.push_back(b);
   } else {
-    std::free(b.base);
+    simt::release(b);
   }
   if (!damage.empty()) {
     std::fprintf(stderr, "ember simt: cudaFree: %s\n", damage.c_str());

@@ -5,6 +5,8 @@
 #include "kernels/faults.cuh"
 // clang-format on
 
+#include <cuda_runtime.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -25,10 +27,17 @@ int main(int argc, char** argv) {
     const float* p = data + (std::strcmp(which, "misaligned_vector") == 0 ? 1 : 4);
     ember::launch(vector_load_kernel, dim3(1), dim3(4), 0, nullptr, p, sums);
     std::printf("sum %g\n", static_cast<double>(sums[0]));
+  } else if (std::strcmp(which, "global_oob") == 0 || std::strcmp(which, "global_ok") == 0) {
+    float* p = nullptr;
+    if (cudaMalloc(&p, 1000 * sizeof(float)) != cudaSuccess) return 2;
+    // 1000 floats fit; 5000 run thousands of bytes past the end, into the guard page.
+    const int n = std::strcmp(which, "global_oob") == 0 ? 5000 : 1000;
+    ember::launch(write_n_kernel, dim3(1), dim3(64), 0, nullptr, p, n);
+    cudaFree(p);
   } else {
     std::fprintf(stderr,
                  "usage: simt_fault_probe static_shared_oob|static_shared_ok|misaligned_vector|"
-                 "aligned_vector\n");
+                 "aligned_vector|global_oob|global_ok\n");
     return 2;
   }
   std::printf("finished\n");

@@ -67,6 +67,15 @@ struct MemoryOptions {
   // Fill new allocations with 0xFF bytes (NaN for every float type, -1 for
   // integers) so that reading memory nothing wrote shows up in results.
   bool poison_new_allocations = true;
+  // An inaccessible page on each side of each cudaMalloc block (the block ends where the
+  // trailing one starts, after its guard zone): a kernel's access beyond the guard zone faults
+  // at once, reported with the allocation, kernel, block and thread; the process stops.
+  // Off in AddressSanitizer builds, whose own reports cover this.
+#if defined(__SANITIZE_ADDRESS__)
+  bool guard_pages = false;
+#else
+  bool guard_pages = true;
+#endif
 };
 MemoryOptions memory_options();
 void set_memory_options(const MemoryOptions& options);

@@ -75,3 +75,10 @@ __global__ void vector_load_kernel(const float* p, float* out) {
   const Vec4 v = *reinterpret_cast<const Vec4*>(p);
   out[threadIdx.x] = v.x + v.y + v.z + v.w;
 }
+
+// Writes out[0, n): past the end of a shorter allocation when n is too large.
+__global__ void write_n_kernel(float* out, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    out[i] = 1.0f;
+  }
+}
