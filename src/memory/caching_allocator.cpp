@@ -48,7 +48,7 @@ CachingAllocator::Impl::Impl(std::shared_ptr<Upstream> up, std::shared_ptr<Virtu
   EMBER_CHECK(c.min_block_size > 0 && std::has_single_bit(c.min_block_size),
               "CachingAllocator: min_block_size must be a power of two, found {}",
               c.min_block_size);
-  expandable = c.expandable_segments && virtual_upstream != nullptr;
+  expandable = c.expandable_segments && !c.debug_guard && virtual_upstream != nullptr;
   EMBER_CHECK(expandable || upstream != nullptr,
               "CachingAllocator: expandable_segments is off but only a VirtualUpstream was given; "
               "pass an Upstream or set expandable_segments:true");
@@ -236,6 +236,7 @@ bool CachingAllocator::Impl::within_budget(size_t more) const {
 Block* CachingAllocator::Impl::find_free(StreamId stream, bool small, size_t size) {
   detail::BlockPool& pool = small ? small_pool : large_pool;
   Block* b = pool.best_fit(stream, size);
+  if (b != nullptr && config.debug_guard && b->size != size) return nullptr;  // ends must meet
   if (b == nullptr || expandable) return b;
   const size_t max_split = config.max_split_size;
   if (max_split != 0) {

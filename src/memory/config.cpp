@@ -21,7 +21,8 @@ constexpr std::string_view kValidKeys =
     "1..64>, garbage_collection_threshold:<0 = off, or 0 < t < 1>, "
     "expandable_segments:<true|false>, max_reserved_mb:<MiB, 0 = no limit>, "
     "memory_fraction:<0 = no limit, or 0 < f <= 1>, max_map_mb:<MiB, 0 = no cap>, "
-    "growth_granularity_mb:<MiB, 0 = the page size>, policy:<ember|pytorch>";
+    "growth_granularity_mb:<MiB, 0 = the page size>, debug_guard:<true|false>, "
+    "policy:<ember|pytorch>";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -119,6 +120,14 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
       } else {
         bad_value(key, value, "true or false");
       }
+    } else if (key == "debug_guard") {
+      if (value == "true" || value == "True" || value == "1") {
+        c.debug_guard = true;
+      } else if (value == "false" || value == "False" || value == "0") {
+        c.debug_guard = false;
+      } else {
+        bad_value(key, value, "true or false");
+      }
     } else if (key == "max_reserved_mb") {
       c.max_reserved = parse_uint(key, value, "a whole number of MiB (0: no limit)") * kMiB;
     } else if (key == "max_map_mb") {
@@ -147,10 +156,10 @@ std::string to_string(const AllocatorConfig& c) {
   return fmt::format(
       "max_split_size_mb:{},roundup_power2_divisions:{},garbage_collection_threshold:{},"
       "expandable_segments:{},max_reserved_mb:{},memory_fraction:{},max_map_mb:{},"
-      "growth_granularity_mb:{}",
+      "growth_granularity_mb:{},debug_guard:{}",
       c.max_split_size / kMiB, c.roundup_power2_divisions, c.garbage_collection_threshold,
       c.expandable_segments ? "true" : "false", c.max_reserved / kMiB, c.memory_fraction,
-      c.max_map_size / kMiB, c.growth_granularity / kMiB);
+      c.max_map_size / kMiB, c.growth_granularity / kMiB, c.debug_guard ? "true" : "false");
 }
 
 }  // namespace ember::memory

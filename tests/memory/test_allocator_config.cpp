@@ -20,7 +20,8 @@ TEST(AllocatorConfig, ParsesEveryKey) {
   const AllocatorConfig c = parse_allocator_config(
       " max_split_size_mb:128, roundup_power2_divisions:4,garbage_collection_threshold:0.8,"
       "expandable_segments:false,max_reserved_mb:1024,memory_fraction:0.5,max_map_mb:48,"
-      "growth_granularity_mb:8");
+      "growth_granularity_mb:8,debug_guard:true");
+  EXPECT_TRUE(c.debug_guard);
   EXPECT_EQ(c.max_split_size, size_t{128} << 20);
   EXPECT_EQ(c.roundup_power2_divisions, 4);
   EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.8);
@@ -34,6 +35,9 @@ TEST(AllocatorConfig, ParsesEveryKey) {
   EXPECT_EQ(round_trip.max_map_size, c.max_map_size);
   EXPECT_EQ(round_trip.growth_granularity, c.growth_granularity);
   EXPECT_EQ(round_trip.expandable_segments, c.expandable_segments);
+  EXPECT_EQ(round_trip.debug_guard, c.debug_guard);
+  EXPECT_FALSE(parse_allocator_config("").debug_guard);
+  EXPECT_THROW(parse_allocator_config("debug_guard:maybe"), ember::Error);
 }
 
 TEST(AllocatorConfig, EmptyIsDefault) {

@@ -9,8 +9,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "ember/core/launch.hpp"
+#include "ember/memory/caching_allocator.hpp"
+#include "ember/memory/cuda_stream_events.hpp"
+#include "ember/memory/cuda_upstream.hpp"
 
 int main(int argc, char** argv) {
   ember::simt::set_worker_threads(1);
@@ -34,10 +38,22 @@ int main(int argc, char** argv) {
     const int n = std::strcmp(which, "global_oob") == 0 ? 5000 : 1000;
     ember::launch(write_n_kernel, dim3(1), dim3(64), 0, nullptr, p, n);
     cudaFree(p);
+  } else if (std::strcmp(which, "allocator_block_oob") == 0) {
+    // A caching allocator with debug_guard: each block is a cudaMalloc allocation of its own.
+    ember::memory::AllocatorConfig config;
+    config.debug_guard = true;
+    ember::memory::CachingAllocator cache(std::make_shared<ember::memory::CudaUpstream>(0), nullptr,
+                                          config, ember::memory::make_cuda_stream_events(0));
+    void* keep = cache.allocate(4096, 0);  // a neighbour: the overrun must not land in it
+    auto* p = static_cast<float*>(cache.allocate(1024 * sizeof(float), 0));
+    ember::launch(write_n_kernel, dim3(1), dim3(64), 0, nullptr, p, 1024 + 2048);
+    cudaDeviceSynchronize();
+    cache.free(p);
+    cache.free(keep);
   } else {
     std::fprintf(stderr,
                  "usage: simt_fault_probe static_shared_oob|static_shared_ok|misaligned_vector|"
-                 "aligned_vector|global_oob|global_ok\n");
+                 "aligned_vector|global_oob|global_ok|allocator_block_oob\n");
     return 2;
   }
   std::printf("finished\n");

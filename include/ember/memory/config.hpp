@@ -37,6 +37,12 @@ struct AllocatorConfig {
   // Keys: max_reserved_mb, memory_fraction.
   size_t max_reserved = 0;
   double memory_fraction = 0.0;
+  // Debugging: every block in a segment of its own, of exactly its rounded size, never split
+  // or shared with a larger request, expandable segments off. Over an upstream that guards
+  // its allocations (the emulator's cudaMalloc ends each at an inaccessible page), a kernel's
+  // access past a block's end then faults at the access. One upstream call per new block.
+  // Key: debug_guard (true/false).
+  bool debug_guard = false;
 
   // Placement constants (PyTorch's names in brackets; ember uses the same values).
   // Every size rounds up to a multiple of min_block_size [kMinBlockSize]. Requests

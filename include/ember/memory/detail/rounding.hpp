@@ -33,6 +33,7 @@ inline bool is_small(size_t rounded, const AllocatorConfig& c) {
 
 // The segment to request from the upstream for a rounded size (fixed segments).
 inline size_t segment_size(size_t rounded, const AllocatorConfig& c) {
+  if (c.debug_guard) return rounded;  // the block is the whole segment
   if (is_small(rounded, c)) return c.small_buffer;
   if (rounded < c.min_large_alloc) return c.large_buffer;
   return round_up(rounded, c.round_large);
@@ -45,6 +46,7 @@ inline size_t segment_size(size_t rounded, const AllocatorConfig& c) {
 inline bool should_split(size_t block_size, size_t rounded, bool small_pool, bool expandable,
                          const AllocatorConfig& c) {
   const size_t remaining = block_size - rounded;
+  if (c.debug_guard) return false;
   if (small_pool || expandable) return remaining >= c.min_block_size;
   if (c.max_split_size != 0 && rounded >= c.max_split_size) return false;
   return remaining > c.small_size;
