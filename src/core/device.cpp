@@ -14,8 +14,10 @@ Device Device::parse(std::string_view text) {
   if (text.starts_with("cuda:") && text.size() > 5) {
     const std::string_view digits = text.substr(5);
     int index = -1;
+    // Digits only: from_chars would take "-0" (and "+1" is not CUDA's spelling either).
+    const bool all_digits = digits.find_first_not_of("0123456789") == std::string_view::npos;
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) {
+    if (all_digits && ec == std::errc() && end == digits.data() + digits.size()) {
       return cuda(index);
     }
   }

@@ -1,6 +1,7 @@
 #include "ember/core/stream.hpp"
 
 #include <exception>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -103,8 +104,19 @@ void check_after_synchronize(const Stream& stream, std::function<void()> check) 
 void Stream::synchronize() const {
   if (!handle_) return;
   refuse_capture("Stream::synchronize");
-  cuda_backend::stream_synchronize(handle_->native);
+  // The checks registered so far are those this synchronize waits for (later ones may belong to
+  // work queued after it started).
   std::vector<std::function<void()>> checks = take_checks(id());
+  try {
+    cuda_backend::stream_synchronize(handle_->native);
+  } catch (...) {
+    PendingChecks& p = pending_checks();
+    std::lock_guard lock(p.mutex);
+    auto& slot = p.checks[id()];
+    slot.insert(slot.begin(), std::make_move_iterator(checks.begin()),
+                std::make_move_iterator(checks.end()));
+    throw;
+  }
   std::exception_ptr orphan;
   {
     PendingChecks& p = pending_checks();

@@ -223,6 +223,9 @@ Tensor& Tensor::copy_(const Tensor& source) {
     }
   }
   copy_bytes(data(), device(), source.data(), source.device(), nbytes(), stream());
+  if (source.device().is_cuda() && source.device() != device()) {
+    stream().synchronize();  // the source's memory may be reused on its own device's stream
+  }
   return *this;
 }
 

@@ -17,6 +17,26 @@ namespace ember::memory {
 #if EMBER_WITH_CUDA
 namespace {
 
+// Makes `device` current for its scope and restores the caller's, also when a call throws
+// (the emulated runtime's waits can).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    EMBER_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
 class CudaStreamEvents final : public StreamEvents {
  public:
   explicit CudaStreamEvents(int device) : device_(device) {}
@@ -34,15 +54,10 @@ class CudaStreamEvents final : public StreamEvents {
       }
     }
     // Created and recorded with the allocator's device current, whatever the caller's is.
-    int current = 0;
-    EMBER_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(device_));
-    cudaError_t status = cudaSuccess;
-    if (event == nullptr) status = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    if (status == cudaSuccess)
-      status = cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream));
-    if (current != device_) cudaSetDevice(current);
-    EMBER_CUDA_CHECK(status);
+    const DeviceScope scope(device_);
+    if (event == nullptr)
+      EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    EMBER_CUDA_CHECK(cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream)));
     return reinterpret_cast<EventId>(event);
   }
 
@@ -57,12 +72,8 @@ class CudaStreamEvents final : public StreamEvents {
   }
 
   void synchronize() override {
-    int current = 0;
-    EMBER_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device_) EMBER_CUDA_CHECK(cudaSetDevice(device_));
-    const cudaError_t status = cudaDeviceSynchronize();
-    if (current != device_) cudaSetDevice(current);
-    EMBER_CUDA_CHECK(status);
+    const DeviceScope scope(device_);
+    EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   void destroy(EventId id) noexcept override {

@@ -41,8 +41,11 @@ bool is_pinned(const void* ptr, size_t bytes);
 // True while any stream has work queued or running. Device memory freed then
 // is kept until all work is done, so that queued work never touches freed memory.
 bool any_pending_work();
-// Frees the memory whose release waited for queued work (called when none is left).
-void release_deferred_frees();
+// Frees the memory whose release waited for queued work and that was freed before work item
+// number `idle_at` (called when all work up to it has run).
+void release_deferred_frees(uint64_t idle_at);
+// Work items submitted so far.
+uint64_t submissions();
 
 // Device memory the emulated driver's cuMemCreate takes and gives back
 // (shim_driver_vmm.cpp), counted with cudaMalloc's against the profile's

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "block_state.hpp"
@@ -51,7 +52,8 @@ struct Memory {
   std::map<int, size_t> used;  // requested bytes live, per device
   uint64_t next_id = 1;
   std::vector<std::string> guard_reports;  // found by cudaFree, not yet thrown
-  std::vector<DeviceBlock> deferred;       // freed while work was queued
+  std::vector<std::pair<uint64_t, DeviceBlock>> deferred;  // freed while work was queued, with
+                                                           // the submission count then
 };
 
 // Gives a block's memory back to the system.
@@ -133,7 +135,14 @@ void on_segv(int sig, siginfo_t* info, void* ucontext) {
   const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
   Memory& m = memory();
   const size_t page = page_size();
-  if (m.mutex.try_lock()) {  // the faulting kernel holds no shim lock; a host thread might
+  // The faulting kernel holds no shim lock; a host thread may, briefly: retry for up to 1 s.
+  bool locked = m.mutex.try_lock();
+  for (int i = 0; !locked && i < 1000; ++i) {
+    const timespec ms{0, 1000000};
+    nanosleep(&ms, nullptr);
+    locked = m.mutex.try_lock();
+  }
+  if (locked) {
     for (const auto& [user, b] : m.device) {
       if (b.mapping == nullptr) continue;
       const auto first = reinterpret_cast<uintptr_t>(b.mapping);
@@ -336,12 +345,16 @@ void give_device_bytes(int device, size_t bytes) {
   m.used[device] -= bytes;
 }
 
-void release_deferred_frees() {
+void release_deferred_frees(uint64_t idle_at) {
   Memory& m = memory();
   std::vector<DeviceBlock> frees;
   {
     std::lock_guard lock(m.mutex);
-    frees.swap(m.deferred);
+    std::erase_if(m.deferred, [&](const auto& entry) {
+      if (entry.first > idle_at) return false;  // work submitted since may still use it
+      frees.push_back(entry.second);
+      return true;
+    });
   }
   for (const DeviceBlock& b : frees) release(b);
 }
@@ -391,27 +404,34 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   const bool defer = simt::shim::any_pending_work();
+  const uint64_t submitted = simt::shim::submissions();
   simt::Memory& m = simt::memory();
-  std::lock_guard lock(m.mutex);
-  const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == m.device.end()) return fail(cudaErrorInvalidValue);
-  const simt::DeviceBlock b = it->second;
-  simt::race::forget_range(ptr, b.bytes);
-  std::string damage = simt::guard_damage(it->first, b);
-  m.device.erase(it);
-  m.used[b.device] -= b.bytes;
-  // Queued work (held streams) may still use the memory: keep it until that work is done.
-  if (defer) {
-    m.deferred.push_back(b);
-  } else {
-    simt::release(b);
+  size_t bytes = 0;
+  cudaError_t result = cudaSuccess;
+  {
+    std::lock_guard lock(m.mutex);
+    const auto it = m.device.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == m.device.end()) return fail(cudaErrorInvalidValue);
+    const simt::DeviceBlock b = it->second;
+    bytes = b.bytes;
+    std::string damage = simt::guard_damage(it->first, b);
+    m.device.erase(it);
+    m.used[b.device] -= b.bytes;
+    // Queued work (held streams) may still use the memory: keep it until that work is done.
+    if (defer) {
+      m.deferred.emplace_back(submitted, b);
+    } else {
+      simt::release(b);
+    }
+    if (!damage.empty()) {
+      std::fprintf(stderr, "ember simt: cudaFree: %s\n", damage.c_str());
+      m.guard_reports.push_back(std::move(damage));
+      result = fail(cudaErrorIllegalAddress);
+    }
   }
-  if (!damage.empty()) {
-    std::fprintf(stderr, "ember simt: cudaFree: %s\n", damage.c_str());
-    m.guard_reports.push_back(std::move(damage));
-    return fail(cudaErrorIllegalAddress);
-  }
-  return cudaSuccess;
+  simt::race::forget_range(ptr,
+                           bytes);  // after the memory lock: the checker takes it inside its own
+  return result;
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {

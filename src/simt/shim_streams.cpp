@@ -93,6 +93,7 @@ struct Streams {
   ember::simt::SyncCounts counts;
   unsigned next_serial = 1;
   ember::simt::race::VectorClock host;  // what the host has waited for
+  uint64_t submissions = 0;             // work items submitted so far (deferred frees)
 };
 
 ember::simt::StreamOptions options_from_env() {
@@ -190,8 +191,11 @@ bool all_idle(const Streams& s) {
 void release_frees_if_idle(Streams& s, std::unique_lock<std::mutex>& lock) {
   reclaim_destroyed(s);
   if (all_idle(s)) {
+    // Only what was freed before this moment: work submitted after the unlock below may use
+    // memory freed after it.
+    const uint64_t idle_at = s.submissions;
     lock.unlock();  // memory has its own lock; never hold both
-    ember::simt::shim::release_deferred_frees();
+    ember::simt::shim::release_deferred_frees(idle_at);
     lock.lock();
   }
 }
@@ -201,7 +205,10 @@ void release_frees_if_idle(Streams& s, std::unique_lock<std::mutex>& lock) {
 void run_head(Streams& s, std::unique_lock<std::mutex>& lock, CUstream_st& stream) {
   Item item = std::move(stream.backlog.front());
   stream.backlog.pop_front();
-  if (item.kind == Item::Kind::wait) return;
+  if (item.kind == Item::Kind::wait) {
+    s.changed.notify_all();  // the stream may be idle now: a host wait may be over
+    return;
+  }
   if (item.kind == Item::Kind::record) {
     EventState& e = *item.event;
     if (item.generation > e.completed) {
@@ -355,13 +362,20 @@ std::string describe_holds(const Streams& s) {
   };
   add(s.default_stream, "<default>");
   for (const auto& stream : s.streams) add(*stream, nullptr);
+  for (const auto& stream : s.streams) {
+    if (stream->capturing) {
+      text += fmt::format("{}stream {} capturing a graph", text.empty() ? "" : ", ",
+                          static_cast<const void*>(stream.get()));
+    }
+  }
   return text;
 }
 
 [[noreturn]] void throw_wait_forever(const Streams& s, const char* call) {
   EMBER_THROW(
       "{} would wait forever: the work it waits for is queued behind a stream held by "
-      "ember::simt::hold_stream (held: {}); call ember::simt::release_stream first",
+      "ember::simt::hold_stream or capturing a graph ({}); call ember::simt::release_stream "
+      "(or end the capture) first",
       call, describe_holds(s));
 }
 
@@ -423,6 +437,7 @@ void submit_item(cudaStream_t handle, Item item, const char* call,
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
               call, static_cast<const void*>(handle));
   stamp(s, *stream, accesses, what);
+  ++s.submissions;
   stream->backlog.push_back(std::move(item));
   if (deferred(s)) start_worker(s);
   pump(s, lock);
@@ -515,14 +530,32 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
   stamp(s, *stream, accesses, call);
   const race::VectorClock known = stream->vc;
   auto done = std::make_shared<EventState>();
-  stream->backlog.push_back(Item{.kind = Item::Kind::work, .work = std::move(work)});
+  // If the wait throws (a hold or a capture keeps the copy from running), the copy must never
+  // run later: its destination is the caller's, about to go out of scope.
+  auto cancelled = std::make_shared<bool>(false);
+  ++s.submissions;
+  stream->backlog.push_back(
+      Item{.kind = Item::Kind::work, .work = [work = std::move(work), cancelled] {
+             if (!*cancelled) work();
+           }});
   stream->backlog.push_back(Item{.kind = Item::Kind::record, .event = done, .generation = 1});
   done->issued = 1;
   if (deferred(s)) start_worker(s);
   pump(s, lock);
-  wait_until(s, lock, call, Demand{.event = done, .generation = 1},
-             [&] { return done->completed >= 1; });
+  try {
+    wait_until(s, lock, call, Demand{.event = done, .generation = 1},
+               [&] { return done->completed >= 1; });
+  } catch (...) {
+    if (done->completed < 1) *cancelled = true;  // not run (nothing runs while nothing can)
+    throw;
+  }
   race::merge(s.host, known);
+}
+
+uint64_t submissions() {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  return s.submissions;
 }
 
 bool any_pending_work() {
@@ -690,6 +723,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) return cudaSuccess;  // joins the graph: never runs here, never awaited
   stamp(s, *stream, {}, {});
   e->vc = stream->vc;
   stream->backlog.push_back(

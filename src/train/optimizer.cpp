@@ -67,6 +67,8 @@ void Optimizer::run_step(Stream* stream) {
     group.last_step = s;
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
     update_cuda(group, s.native());
+    // Later work on the tensors' own streams (a copy, a read) sees the update.
+    for (size_t w = 1; w < waited.size(); ++w) waited[w].wait(s);
 #else
     (void)stream;
     EMBER_THROW("Optimizer: parameters on {} need a build with CUDA", group.device.to_string());

@@ -47,8 +47,8 @@ TEST(DeviceParse, ToStringRoundTrips) {
 }
 
 TEST(DeviceParse, RejectsOtherTextListingWhatIsAccepted) {
-  for (const char* text : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", "", " cpu", "cuda:+1",
-                           "cuda:99999999999", "cpu:0"}) {
+  for (const char* text : {"gpu", "cuda:", "cuda:-1", "cuda:-0", "cuda:1x", "CPU", "", " cpu",
+                           "cuda:+1", "cuda:99999999999", "cpu:0"}) {
     const std::string message = error_message([&] { Device::parse(text); });
     EXPECT_NE(message.find(std::string("'") + text + "'"), std::string::npos) << message;
     for (const char* accepted : {"'cpu'", "'cuda'", "'cuda:N'"}) {

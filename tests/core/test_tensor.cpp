@@ -315,6 +315,9 @@ TEST(TensorTo, SameDtypeSharesAndUndefinedThrows) {
   EXPECT_THROW((void)Tensor().to(DType::f16), ember::Error);
   Tensor undefined;
   EXPECT_THROW(undefined.fill_(1.0), ember::Error);
+  EXPECT_EQ(undefined.numel(), 0);  // not 1, as an empty shape (a scalar) would give
+  EXPECT_EQ(undefined.nbytes(), 0u);
+  EXPECT_THROW((void)undefined.stream(), ember::Error);
 }
 
 TEST(TensorItem, OneElementOnly) {

@@ -64,8 +64,8 @@ class Tensor {
   DType dtype() const { return view_.dtype; }
   const Shape& shape() const { return view_.shape; }
   Device device() const { return view_.device; }
-  int64_t numel() const { return view_.numel(); }
-  size_t nbytes() const { return view_.nbytes(); }
+  int64_t numel() const { return defined() ? view_.numel() : 0; }  // undefined: 0
+  size_t nbytes() const { return defined() ? view_.nbytes() : 0; }
   int rank() const { return view_.rank(); }
   void* data() const { return view_.data; }
   template <class T>

@@ -363,6 +363,34 @@ TEST(EmulatedStreams, RequestLargerThanTheDeviceFailsAtOnce) {
   }
 }
 
+// Found in review: a stream whose only queued item is a wait for an event that a host wait
+// already completed must still wake the next host wait on it (it hung in lazy mode).
+TEST(EmulatedStreams, WaitOnAStreamWhoseEventWaitIsAlreadySatisfiedReturns) {
+  const LazyStreams lazy;
+  Stream a(kGpu), b(kGpu);
+  Tensor x = Tensor::full({16}, 1.0, DType::f32, b);
+  ember::Event e(kGpu);
+  e.record(b);
+  a.wait(e);
+  e.synchronize();
+  EXPECT_NO_THROW(a.synchronize());
+}
+
+// A host read that cannot complete (its stream is held) throws, and its copy never runs later
+// into the caller's buffer, which is gone by then (ASan builds would report it).
+TEST(EmulatedStreams, AFailedHostReadLeavesNoCopyBehind) {
+  const LazyStreams lazy;
+  Stream s(kGpu);
+  Tensor x = Tensor::full({64}, 3.0, DType::f32, s);
+  simt::hold_stream(native(s));
+  EXPECT_THROW((void)x.to_vector<float>(), ember::Error);
+  simt::release_stream(native(s));
+  std::vector<float> canary(64, -1.0f);
+  s.synchronize();
+  EXPECT_EQ(canary, std::vector<float>(64, -1.0f));
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(64, 3.0f));
+}
+
 // The stream-race checker on for the test's length.
 struct RaceCheck {
   bool saved = simt::race_check_enabled();
