@@ -36,6 +36,12 @@ std::string_view trim(std::string_view s) {
       key, want, value, kValidKeys);
 }
 
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "true" || value == "True" || value == "1") return true;
+  if (value == "false" || value == "False" || value == "0") return false;
+  bad_value(key, value, "true or false");
+}
+
 uint64_t parse_uint(std::string_view key, std::string_view value, std::string_view want) {
   uint64_t out = 0;
   auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
@@ -113,21 +119,9 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
       if (!(t >= 0.0 && t < 1.0)) bad_value(key, value, "a number with 0 < t < 1 (0: off)");
       c.garbage_collection_threshold = t;
     } else if (key == "expandable_segments") {
-      if (value == "true" || value == "True" || value == "1") {
-        c.expandable_segments = true;
-      } else if (value == "false" || value == "False" || value == "0") {
-        c.expandable_segments = false;
-      } else {
-        bad_value(key, value, "true or false");
-      }
+      c.expandable_segments = parse_bool(key, value);
     } else if (key == "debug_guard") {
-      if (value == "true" || value == "True" || value == "1") {
-        c.debug_guard = true;
-      } else if (value == "false" || value == "False" || value == "0") {
-        c.debug_guard = false;
-      } else {
-        bad_value(key, value, "true or false");
-      }
+      c.debug_guard = parse_bool(key, value);
     } else if (key == "max_reserved_mb") {
       c.max_reserved = parse_uint(key, value, "a whole number of MiB (0: no limit)") * kMiB;
     } else if (key == "max_map_mb") {
