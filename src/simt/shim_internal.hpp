@@ -23,10 +23,6 @@ int current_device();
 // True when ptr points into a cudaMalloc allocation; *end is then its end.
 bool device_allocation_end(const void* ptr, uintptr_t* end);
 
-// Queues work like ember::simt::stream_submit, checked by the stream-race checker.
-void submit_checked(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
-                    std::string what);
-
 // True when `stream` is a live stream (or the default stream).
 bool stream_valid(cudaStream_t stream);
 

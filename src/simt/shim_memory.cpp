@@ -51,7 +51,7 @@ struct Memory {
   std::map<uintptr_t, size_t> pinned;
   std::map<int, size_t> used;  // requested bytes live, per device
   uint64_t next_id = 1;
-  std::vector<std::string> guard_reports;  // found by cudaFree, not yet thrown
+  std::vector<std::string> guard_reports;                  // found by cudaFree, not yet thrown
   std::vector<std::pair<uint64_t, DeviceBlock>> deferred;  // freed while work was queued, with
                                                            // the submission count then
 };
@@ -508,8 +508,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     simt::shim::submit_and_wait(stream, std::move(copy), "cudaMemcpyAsync into pageable memory",
                                 std::move(accesses));
   } else {
-    simt::shim::submit_checked(stream, std::move(copy), std::move(accesses),
-                               fmt::format("cudaMemcpyAsync of {} bytes", bytes));
+    simt::stream_submit(stream, std::move(copy), std::move(accesses),
+                        fmt::format("cudaMemcpyAsync of {} bytes", bytes));
   }
   return cudaSuccess;
 }
@@ -530,7 +530,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   }
   if (!simt::shim::stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
-  simt::shim::submit_checked(
+  simt::stream_submit(
       stream, [=] { std::memset(ptr, value, bytes); }, {{ptr, bytes, true}},
       fmt::format("cudaMemsetAsync of {} bytes", bytes));
   return cudaSuccess;

@@ -508,11 +508,6 @@ size_t pending_work(cudaStream_t handle) {
 
 namespace shim {
 
-void submit_checked(cudaStream_t stream, std::function<void()> work, std::vector<Access> accesses,
-                    std::string what) {
-  stream_submit(stream, std::move(work), std::move(accesses), std::move(what));
-}
-
 bool stream_valid(cudaStream_t handle) {
   Streams& s = streams();
   std::lock_guard lock(s.mutex);
