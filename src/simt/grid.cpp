@@ -1,6 +1,7 @@
 // Runs a grid: blocks are handed out one at a time to the launching thread and
 // to a pool of helper OS threads. With one worker thread the blocks run in
-// order on the launching thread, so runs are deterministic.
+// order on the launching thread, so runs are deterministic. Under
+// ThreadSanitizer each block runs on a fresh OS thread instead (see below).
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include "ember/core/error.hpp"
 #include "ember/simt/runtime.hpp"
 #include "scheduler.hpp"
+#include "tsan.hpp"
 
 namespace ember::simt {
 namespace {
@@ -44,27 +46,58 @@ struct GridJob {
   std::exception_ptr error;
 };
 
+// Runs block number `linear` of `job`; a failure stops the grid and keeps the lowest block's.
+void run_block_at(GridJob& job, uint64_t linear, std::byte* dynamic) {
+  const LaunchConfig& c = *job.config;
+  const uint3 idx{static_cast<unsigned>(linear % c.grid.x),
+                  static_cast<unsigned>(linear / c.grid.x % c.grid.y),
+                  static_cast<unsigned>(linear / (uint64_t{c.grid.x} * c.grid.y))};
+  try {
+    run_block(c, *job.body, idx, dynamic);
+  } catch (...) {
+    std::lock_guard lock(job.mutex);
+    if (linear < job.error_block) {
+      job.error_block = linear;
+      job.error = std::current_exception();
+    }
+    job.stop.store(true);
+  }
+}
+
 // Runs blocks of `job` until none are left.
 void work_on(GridJob& job) {
-  const LaunchConfig& c = *job.config;
-  std::vector<std::byte> dynamic(std::max<size_t>(c.shared_bytes, 1));
+  std::vector<std::byte> dynamic(std::max<size_t>(job.config->shared_bytes, 1));
   for (;;) {
     const uint64_t linear = job.next.fetch_add(1);
     if (linear >= job.blocks || job.stop.load()) return;
-    const uint3 idx{static_cast<unsigned>(linear % c.grid.x),
-                    static_cast<unsigned>(linear / c.grid.x % c.grid.y),
-                    static_cast<unsigned>(linear / (uint64_t{c.grid.x} * c.grid.y))};
-    try {
-      run_block(c, *job.body, idx, dynamic.data());
-    } catch (...) {
-      std::lock_guard lock(job.mutex);
-      if (linear < job.error_block) {
-        job.error_block = linear;
-        job.error = std::current_exception();
-      }
-      job.stop.store(true);
-    }
+    run_block_at(job, linear, dynamic.data());
   }
+}
+
+// Under ThreadSanitizer every block runs on a fresh OS thread, in waves of worker_threads()
+// blocks, and the launching thread joins them without synchronizing. TSan then sees the
+// blocks of a grid as unordered, as a GPU runs them: a race between two blocks on global
+// memory is reported even with one worker. A fiber pool reused across blocks would order
+// them, and static __shared__ storage (thread_local) starts with clean shadow on a new
+// thread, so its reuse by the next block is no false race. The grid's end orders every
+// block before the host, as a kernel boundary does.
+[[maybe_unused]] void run_blocks_on_fresh_threads(GridJob& job) {
+  char grid_end = 0;  // each block releases it when done; the launcher acquires at the end
+  const uint64_t wave = worker_threads();
+  for (uint64_t first = 0; first < job.blocks && !job.stop.load(); first += wave) {
+    std::vector<std::thread> threads;
+    for (uint64_t linear = first; linear < std::min(job.blocks, first + wave); ++linear) {
+      threads.emplace_back([&job, &grid_end, linear] {
+        std::vector<std::byte> dynamic(std::max<size_t>(job.config->shared_bytes, 1));
+        run_block_at(job, linear, dynamic.data());
+        tsan::release(&grid_end);
+      });
+    }
+    tsan::ignore_sync_begin();
+    for (auto& thread : threads) thread.join();
+    tsan::ignore_sync_end();
+  }
+  tsan::acquire(&grid_end);
 }
 
 class Pool {
@@ -125,7 +158,7 @@ class Pool {
   bool quit_ = false;
 };
 
-Pool& pool() {
+[[maybe_unused]] Pool& pool() {
   static Pool instance;
   return instance;
 }
@@ -231,12 +264,16 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& thread_bo
   job.config = &config;
   job.body = &thread_body;
   job.blocks = uint64_t{config.grid.x} * config.grid.y * config.grid.z;
+#if defined(EMBER_SIMT_TSAN)
+  run_blocks_on_fresh_threads(job);
+#else
   const unsigned helpers =
       static_cast<unsigned>(std::min<uint64_t>(worker_threads(), job.blocks)) - 1;
   if (helpers == 0)
     work_on(job);
   else
     pool().run(job, helpers);
+#endif
   if (job.error) std::rethrow_exception(job.error);
 }
 

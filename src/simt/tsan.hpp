@@ -7,6 +7,8 @@
 #define EMBER_SIMT_TSAN 1
 extern "C" void AnnotateBenignRaceSized(const char* file, int line, const volatile void* address,
                                         long size, const char* description);
+extern "C" void AnnotateIgnoreSyncBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreSyncEnd(const char* file, int line);
 #endif
 
 namespace ember::simt::tsan {
@@ -33,6 +35,13 @@ inline void release(void* sync) {
 inline void acquire(void* sync) {
   __tsan_acquire(sync);
 }
+// Between these, the calling thread's synchronizations (a join, a lock) order nothing.
+inline void ignore_sync_begin() {
+  AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+}
+inline void ignore_sync_end() {
+  AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+}
 // The fiber handles are handed between a fiber and its scheduler inside the
 // switch itself, where TSan already sees the other side running.
 inline void switch_handle(const void* address, long size) {
@@ -51,5 +60,7 @@ inline void switch_to(void*) {}
 inline void switch_to_synchronizing(void*) {}
 inline void release(void*) {}
 inline void acquire(void*) {}
+inline void ignore_sync_begin() {}
+inline void ignore_sync_end() {}
 #endif
 }  // namespace ember::simt::tsan

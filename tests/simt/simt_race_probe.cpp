@@ -1,7 +1,8 @@
-// simt_race_probe racy|fixed|static_shared_oob: a kernel that reads a neighbour's shared-memory
-// slot without (racy) or with (fixed) __syncthreads, or writes a static __shared__ array out of
-// bounds. Built with -fsanitize=thread (TSan reports the race between the two emulated threads)
-// and -fsanitize=bounds (the race-checking build checks shared-memory bounds too).
+// simt_race_probe racy|fixed|cross_block|static_shared_oob: a kernel that reads a neighbour's
+// shared-memory slot without (racy) or with (fixed) __syncthreads, a block that reads what
+// another block writes, with one worker thread (cross_block), or writes a static __shared__
+// array out of bounds. Built with -fsanitize=thread (TSan reports the race between the two emulated
+// threads) and -fsanitize=bounds (the race-checking build checks shared-memory bounds too).
 #include "ember/simt/prelude.hpp"
 // clang-format off
 #include "kernels/faults.cuh"
@@ -19,6 +20,13 @@ int main(int argc, char** argv) {
     ember::simt::set_worker_threads(1);
     int result = 0;
     ember::launch(static_shared_oob_kernel, dim3(1), dim3(8, 4), 0, nullptr, &result, 1);
+    std::printf("finished\n");
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "cross_block") == 0) {
+    ember::simt::set_worker_threads(1);  // blocks run one after the other, yet unordered
+    std::vector<int> out(2);
+    ember::launch(cross_block_kernel, dim3(2), dim3(32), 0, nullptr, out.data());
     std::printf("finished\n");
     return 0;
   }

@@ -45,6 +45,13 @@ __global__ void neighbour_kernel(int* out, bool with_barrier) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
 }
 
+// Block 1 reads what block 0 writes, with nothing ordering the two blocks: an inter-block race.
+__global__ void cross_block_kernel(int* out) {
+  if (threadIdx.x != 0) return;
+  if (blockIdx.x == 0) out[0] = 1;
+  if (blockIdx.x == 1) out[1] = out[0] + 1;
+}
+
 // Block 0 spins until block 1 raises the flag: a hang when block 1 cannot run meanwhile.
 __global__ void spin_on_other_block_kernel(int* flag) {
   if (blockIdx.x == 1) {
