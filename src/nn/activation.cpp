@@ -37,6 +37,7 @@ Tensor apply_backward(Context& ctx, const Tensor& dy, Tensor& saved, const char*
 }  // namespace
 
 Tensor ReLU::forward(Context& ctx, const Tensor& x) {
+  if (ctx.training) check_nothing_saved("ReLU::forward");
   return apply_forward(ctx, x, input_, ops::relu_forward);
 }
 
@@ -45,6 +46,7 @@ Tensor ReLU::backward(Context& ctx, const Tensor& dy) {
 }
 
 Tensor GELU::forward(Context& ctx, const Tensor& x) {
+  if (ctx.training) check_nothing_saved("GELU::forward");
   return apply_forward(ctx, x, input_, ops::gelu_forward);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ember/nn/seed.hpp"
 #include "ember/ops/matmul.hpp"
 
 namespace ember::nn {
@@ -14,18 +15,25 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
   const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
   // Weight and bias draw from distinct counter streams of the same seed.
   constexpr uint64_t kBiasStream = 0x9E3779B97F4A7C15ull;
+  const uint64_t seed = options.seed ? *options.seed : next_default_seed();
   Tensor w = Tensor::empty({out_features, in_features}, DType::f32, Device::cpu());
-  w.uniform_(options.seed, -bound, bound);
+  w.uniform_(seed, -bound, bound);
   weight_ = make_parameter("weight", w.to(options.device));
   if (has_bias_) {
     Tensor b = Tensor::empty({out_features}, DType::f32, Device::cpu());
-    b.uniform_(options.seed ^ kBiasStream, -bound, bound);
+    b.uniform_(seed ^ kBiasStream, -bound, bound);
     bias_ = make_parameter("bias", b.to(options.device));
   }
 }
 
 std::string Linear::name() const {
   return fmt::format("Linear(in={}, out={}, bias={})", in_, out_, has_bias_);
+}
+
+void Linear::set_path(std::string path) {
+  Module::set_path(std::move(path));
+  weight_.name = qualified("weight");
+  if (has_bias_) bias_.name = qualified("bias");
 }
 
 Parameter& Linear::bias() {
@@ -43,6 +51,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
               in_, x.view().describe());
   EMBER_CHECK(x.dtype() == weight_.value.dtype(), "{}: input is {} but the weights are {}", name(),
               x.view().describe(), dtype_name(weight_.value.dtype()));
+  if (ctx.training) check_nothing_saved("Linear::forward");
   Tensor y = Tensor::empty({x.shape()[0], out_}, x.dtype(), ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;

@@ -14,7 +14,10 @@ std::shared_ptr<Sequential> make_mlp(const MlpOptions& o) {
   int64_t width = o.inputs;
   uint64_t layer = 0;
   // Each layer gets its own seed so that layers of the same shape differ.
-  auto seed_of = [&](uint64_t i) { return o.seed * 1000003ull + i; };
+  auto seed_of = [&](uint64_t i) -> std::optional<uint64_t> {
+    if (!o.seed) return std::nullopt;
+    return *o.seed * 1000003ull + i;
+  };
   for (int64_t i = 0; i < o.depth; ++i) {
     mlp->emplace<Linear>(width, o.hidden,
                          LinearOptions{.seed = seed_of(layer++), .device = o.device});
@@ -26,7 +29,6 @@ std::shared_ptr<Sequential> make_mlp(const MlpOptions& o) {
     width = o.hidden;
   }
   mlp->emplace<Linear>(width, o.outputs, LinearOptions{.seed = seed_of(layer), .device = o.device});
-  mlp->parameters();  // assigns the "<index>.<name>" parameter names
   return mlp;
 }
 

@@ -2,13 +2,47 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ember::nn {
 
 Sequential& Sequential::add(std::shared_ptr<Module> module) {
-  EMBER_CHECK(module != nullptr, "Sequential::add: the module is null");
+  return add(fmt::format("{}", modules_.size()), std::move(module));
+}
+
+Sequential& Sequential::add(std::string name, std::shared_ptr<Module> module) {
+  EMBER_CHECK(module != nullptr, "Sequential::add('{}'): the module is null", name);
+  EMBER_CHECK(!name.empty() && name.find('.') == std::string::npos,
+              "Sequential::add('{}'): a child's name must be non-empty and contain no '.'", name);
+  EMBER_CHECK(std::find(names_.begin(), names_.end(), name) == names_.end(),
+              "Sequential::add('{}'): this Sequential already has a child named '{}'", name, name);
+  EMBER_CHECK(module->parent() == nullptr,
+              "Sequential::add('{}'): {} is already registered (as '{}'); a module appears once "
+              "in a model: its saved activations and gradients belong to one use. Build "
+              "another module for a second use",
+              name, module->name(), module->path());
+  for (const Module* m = this; m != nullptr; m = m->parent()) {
+    EMBER_CHECK(m != module.get(), "Sequential::add('{}'): the module contains this Sequential",
+                name);
+  }
   if (callback_) module->set_grad_ready_callback(callback_);
+  module->set_parent(this);
+  module->set_path(qualified(name));
   modules_.push_back(std::move(module));
+  names_.push_back(std::move(name));
   return *this;
+}
+
+void Sequential::set_path(std::string path) {
+  Module::set_path(std::move(path));
+  for (size_t i = 0; i < modules_.size(); ++i) modules_[i]->set_path(qualified(names_[i]));
+}
+
+Module& Sequential::child(const std::string& name) {
+  const auto it = std::find(names_.begin(), names_.end(), name);
+  EMBER_CHECK(it != names_.end(), "Sequential::child('{}'): no such child (children: {})", name,
+              fmt::join(names_, ", "));
+  return *modules_[static_cast<size_t>(it - names_.begin())];
 }
 
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {
@@ -25,13 +59,8 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
 
 std::vector<Parameter*> Sequential::parameters() {
   std::vector<Parameter*> all;
-  for (size_t i = 0; i < modules_.size(); ++i) {
-    for (Parameter* p : modules_[i]->parameters()) {
-      // Prefix once: a parameter already named "<i>.<name>" by an earlier call keeps its name.
-      const std::string prefix = fmt::format("{}.", i);
-      if (!p->name.starts_with(prefix)) p->name = prefix + p->name;
-      all.push_back(p);
-    }
+  for (auto& m : modules_) {
+    for (Parameter* p : m->parameters()) all.push_back(p);
   }
   return all;
 }

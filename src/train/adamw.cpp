@@ -1,5 +1,7 @@
 #include "ember/train/adamw.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #if EMBER_WITH_CUDA
@@ -10,11 +12,16 @@ namespace ember::train {
 namespace {
 
 void validate(const AdamWOptions& o) {
+  // Written so that NaN fails every check.
   EMBER_CHECK(std::isfinite(o.lr) && o.lr >= 0, "AdamW: lr must be finite and >= 0, not {}", o.lr);
-  EMBER_CHECK(o.eps >= 0, "AdamW: eps must be >= 0, not {}", o.eps);
+  EMBER_CHECK(std::isfinite(o.eps) && o.eps >= 0, "AdamW: eps must be finite and >= 0, not {}",
+              o.eps);
   EMBER_CHECK(o.beta1 >= 0 && o.beta1 < 1, "AdamW: beta1 must be in [0, 1), not {}", o.beta1);
   EMBER_CHECK(o.beta2 >= 0 && o.beta2 < 1, "AdamW: beta2 must be in [0, 1), not {}", o.beta2);
-  EMBER_CHECK(o.weight_decay >= 0, "AdamW: weight_decay must be >= 0, not {}", o.weight_decay);
+  EMBER_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+              "AdamW: weight_decay must be finite and >= 0, not {}", o.weight_decay);
+  EMBER_CHECK(std::isfinite(o.lr * o.weight_decay), "AdamW: lr * weight_decay overflows ({} * {})",
+              o.lr, o.weight_decay);
 }
 
 template <bool kAmsgrad>
@@ -56,6 +63,17 @@ const Tensor& AdamW::exp_avg_sq(size_t i) const {
 }
 const Tensor& AdamW::max_exp_avg_sq(size_t i) const {
   return max_exp_avg_sq_.at(i);
+}
+
+StateDict AdamW::state_tensors(int64_t) {
+  StateDict state;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    state.insert(fmt::format("state.{}.exp_avg", i), exp_avg_[i]);
+    state.insert(fmt::format("state.{}.exp_avg_sq", i), exp_avg_sq_[i]);
+    if (options_.amsgrad)
+      state.insert(fmt::format("state.{}.max_exp_avg_sq", i), max_exp_avg_sq_[i]);
+  }
+  return state;
 }
 
 void AdamW::prepare_step() {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "ember/train/adamw.hpp"
@@ -201,13 +203,150 @@ TEST(Optimizer, RejectsBadSettings) {
   expect_error([&] { train::SGD({&p}, {.lr = 0.1f, .nesterov = true}); },
                "nesterov needs momentum > 0 and dampening == 0");
   expect_error([&] { train::AdamW({&p}, {.beta1 = 1.0f}); }, "beta1 must be in [0, 1)");
-  expect_error([&] { train::AdamW({&p}, {.eps = -1.0f}); }, "eps must be >= 0");
-  expect_error([&] { train::AdamW({&p}, {.weight_decay = -0.1f}); }, "weight_decay must be >= 0");
+  expect_error([&] { train::AdamW({&p}, {.eps = -1.0f}); }, "eps must be finite and >= 0");
+  expect_error([&] { train::AdamW({&p}, {.weight_decay = -0.1f}); },
+               "weight_decay must be finite and >= 0");
   expect_error([&] { train::AdamW({nullptr}); }, "parameter 0 is null");
   nn::Parameter half = nn::make_parameter("h", Tensor::zeros({2}, ember::DType::f16));
   expect_error([&] { train::AdamW({&half}); }, "must be f32");
   train::AdamW ok({&p});
   expect_error([&] { ok.set_lr(std::nanf("")); }, "lr must be finite");
+}
+
+TEST(Optimizer, RejectsInfAndNanInEveryOption) {
+  nn::Parameter p = param({1});
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (float bad : {inf, -inf, nan}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { train::SGD({&p}, {.lr = bad}); }, "SGD: lr must be finite");
+    expect_error([&] { train::SGD({&p}, {.momentum = bad}); }, "SGD: momentum must be finite");
+    expect_error([&] { train::SGD({&p}, {.dampening = bad}); }, "SGD: dampening must be finite");
+    expect_error([&] { train::SGD({&p}, {.weight_decay = bad}); },
+                 "SGD: weight_decay must be finite");
+    expect_error([&] { train::AdamW({&p}, {.lr = bad}); }, "AdamW: lr must be finite");
+    expect_error([&] { train::AdamW({&p}, {.beta1 = bad}); }, "AdamW: beta1 must be in");
+    expect_error([&] { train::AdamW({&p}, {.beta2 = bad}); }, "AdamW: beta2 must be in");
+    expect_error([&] { train::AdamW({&p}, {.eps = bad}); }, "AdamW: eps must be finite");
+    expect_error([&] { train::AdamW({&p}, {.weight_decay = bad}); },
+                 "AdamW: weight_decay must be finite");
+  }
+  expect_error([&] { train::AdamW({&p}, {.lr = 1e30f, .weight_decay = 1e30f}); },
+               "lr * weight_decay overflows");
+}
+
+TEST(Optimizer, TheSameParameterTwiceIsAnError) {
+  nn::Parameter a = param({1, 2}), b = param({3});
+  expect_error(
+      [&] {
+        train::SGD({&a, &b, &a});
+      },
+      {"parameter 2 ('p') is given twice (also as parameter 0)"});
+  nn::Parameter alias{"alias", a.value, a.grad};  // another Parameter over the same tensor
+  expect_error([&] { train::AdamW({&a, &alias}); }, "given twice");
+}
+
+TEST(Optimizer, AParameterThatChangedShapeIsAnErrorAtStep) {
+  nn::Parameter a = param({1, 2}), b = param({3});
+  train::AdamW opt({&a, &b});
+  b.value = Tensor::zeros({4});
+  b.grad = Tensor::zeros({4});
+  expect_error([&] { opt.step(); },
+               {"AdamW::step: parameter 1 ('p') was [1] f32", "now its value is", "[4]"});
+  b.value = Tensor::zeros({1});
+  b.grad = Tensor::zeros({2});
+  expect_error([&] { opt.step(); }, "gradient");
+  b.grad = Tensor();
+  expect_error([&] { opt.step(); }, "parameter 1");
+  EXPECT_EQ(opt.steps(), 0);  // nothing ran
+}
+
+// Runs `steps` AdamW or SGD steps with the test gradient, starting at `first_step`.
+template <class Opt>
+void run(Opt& opt, nn::Parameter& p, int64_t first_step, int64_t steps) {
+  for (int64_t s = first_step; s < first_step + steps; ++s) {
+    std::vector<float> g(static_cast<size_t>(p.value.numel()));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = grad_at(s, i);
+    p.grad.copy_(Tensor::from_vector(g, p.value.shape()));
+    opt.step();
+  }
+}
+
+template <class Opt, class Options>
+void expect_resume_matches_an_unbroken_run(const Options& options) {
+  nn::Parameter whole = param({0.5f, -1.0f, 2.0f, 0.0f});
+  Opt unbroken({&whole}, options);
+  run(unbroken, whole, 0, 6);
+
+  nn::Parameter first = param({0.5f, -1.0f, 2.0f, 0.0f});
+  Opt before({&first}, options);
+  run(before, first, 0, 3);
+  const ember::StateDict saved = before.state_dict();
+  EXPECT_EQ(saved.at("step").item(), 3.0);
+  nn::Parameter second{"p", first.value.clone(), Tensor::zeros(first.value.shape())};
+  Opt after({&second}, options);
+  after.load_state_dict(saved);
+  EXPECT_EQ(after.steps(), 3);
+  run(after, second, 3, 3);
+  EXPECT_EQ(second.value.to_vector<float>(), whole.value.to_vector<float>());  // bit for bit
+}
+
+TEST(OptimizerState, ResumingFromAStateDictMatchesAnUnbrokenRun) {
+  expect_resume_matches_an_unbroken_run<train::AdamW>(train::AdamWOptions{.lr = 0.1f});
+  expect_resume_matches_an_unbroken_run<train::AdamW>(
+      train::AdamWOptions{.lr = 0.1f, .amsgrad = true});
+  expect_resume_matches_an_unbroken_run<train::SGD>(
+      train::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  expect_resume_matches_an_unbroken_run<train::SGD>(train::SGDOptions{.lr = 0.1f});
+}
+
+TEST(OptimizerState, KeysAndMismatches) {
+  nn::Parameter a = param({1, 2}), b = param({3});
+  train::AdamW adam({&a, &b});
+  const ember::StateDict state = adam.state_dict();
+  std::vector<std::string> keys;
+  for (const auto& [key, t] : state) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"step", "state.0.exp_avg", "state.0.exp_avg_sq",
+                                            "state.1.exp_avg", "state.1.exp_avg_sq"}));
+  EXPECT_EQ(state.at("step").dtype(), ember::DType::i64);
+
+  train::AdamW amsgrad({&a, &b}, {.amsgrad = true});
+  expect_error([&] { amsgrad.load_state_dict(state); },
+               {"AdamW.load_state_dict", "missing (2): state.0.max_exp_avg_sq"});
+  nn::Parameter c = param({1, 2, 3});
+  train::AdamW other_shape({&c, &b});
+  expect_error([&] { other_shape.load_state_dict(state); },
+               "state.0.exp_avg (expected [3] f32, got [2] f32)");
+  train::SGD sgd({&a, &b}, {.momentum = 0.5f});
+  expect_error([&] { sgd.load_state_dict(state); }, "unexpected (4)");
+  ember::StateDict no_step;
+  expect_error([&] { sgd.load_state_dict(no_step); }, "'step'");
+  ember::StateDict bad_step;
+  bad_step.insert("step", Tensor::full({}, -2, ember::DType::i64));
+  expect_error([&] { sgd.load_state_dict(bad_step); }, "'step' is -2");
+
+  // A failed load changes nothing: steps and state stay.
+  a.grad.fill_(1);
+  b.grad.fill_(1);
+  adam.step();
+  const std::vector<float> m = adam.exp_avg(0).to_vector<float>();
+  expect_error([&] { adam.load_state_dict(amsgrad.state_dict()); }, "unexpected");
+  EXPECT_EQ(adam.steps(), 1);
+  EXPECT_EQ(adam.exp_avg(0).to_vector<float>(), m);
+}
+
+TEST(OptimizerState, SgdMomentumBuffersAppearAfterTheFirstStep) {
+  nn::Parameter a = param({1, 2});
+  train::SGD sgd({&a}, {.lr = 0.1f, .momentum = 0.5f});
+  EXPECT_EQ(sgd.state_dict().size(), 1u);  // just the step
+  a.grad.fill_(2);
+  sgd.step();
+  EXPECT_EQ(sgd.state_dict().at("state.0.momentum_buffer").to_vector<float>(),
+            (std::vector<float>{2, 2}));
+  // Loading step 0 into a stepped optimizer restarts its buffers.
+  train::SGD fresh({&a}, {.lr = 0.1f, .momentum = 0.5f});
+  sgd.load_state_dict(fresh.state_dict());
+  EXPECT_EQ(sgd.steps(), 0);
+  EXPECT_FALSE(sgd.momentum_buffer(0).defined());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "ember/nn/module.hpp"
 
@@ -9,7 +10,9 @@ namespace ember::nn {
 
 struct LinearOptions {
   bool bias = true;
-  uint64_t seed = 0;  // initialization seed (counter-based: thread-count independent)
+  // Initialization seed (counter-based: thread-count independent); without one, the next
+  // default seed (nn/seed.hpp), so that layers differ.
+  std::optional<uint64_t> seed;
   Device device;
 };
 
@@ -24,6 +27,7 @@ class Linear final : public Module {
   void drop_saved() override { input_ = Tensor(); }
   bool has_saved() const override { return input_.defined(); }
   std::string name() const override;
+  void set_path(std::string path) override;
 
   Parameter& weight() { return weight_; }
   Parameter& bias();  // throws when the layer has no bias

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "ember/nn/sequential.hpp"
 
@@ -16,7 +17,8 @@ struct MlpOptions {
   int64_t depth = 4;     // number of hidden layers
   int64_t outputs = 10;
   ActivationKind activation = ActivationKind::relu;
-  uint64_t seed = 0;
+  // Layer i is seeded from (seed, i); without a seed each layer takes the next default seed.
+  std::optional<uint64_t> seed;
   Device device;
 };
 

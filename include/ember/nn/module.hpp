@@ -5,13 +5,20 @@
 // accumulation over micro-batches needs nothing more; it calls the grad-ready
 // callback for each parameter as soon as that parameter's gradient is final.
 // drop_saved() releases the saved activations (activation checkpointing uses it
-// and runs forward again before backward).
+// and runs forward again before backward). A second forward in training mode while
+// activations are saved (forward twice before backward, or one module used twice in a
+// graph) is an Error: the second would overwrite what the first's backward needs.
+//
+// Parameters are named by their path in the module tree, e.g. "0.weight" or "encoder.1.bias"
+// (Sequential::add(name, module) gives the path); a module appears in one tree at most.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ember/core/state_dict.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/nn/parameter.hpp"
@@ -32,7 +39,17 @@ class Module {
   virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
   virtual Tensor backward(Context& ctx, const Tensor& dy) = 0;
 
+  // This module's parameters and its children's, in a fixed order; calling it changes nothing.
   virtual std::vector<Parameter*> parameters() { return {}; }
+  // The same, with their full names (Parameter::name).
+  std::vector<std::pair<std::string, Parameter*>> named_parameters();
+  // Every parameter's value under its name; the tensors are the live ones.
+  StateDict state_dict();
+  // Copies every entry of `state` into the parameter of that name (any device; same shape
+  // and dtype). Missing, unexpected or mis-shaped entries are an Error listing them all,
+  // and then nothing is written.
+  void load_state_dict(const StateDict& state);
+
   virtual void drop_saved() = 0;
   virtual bool has_saved() const = 0;
   virtual std::string name() const = 0;
@@ -42,13 +59,29 @@ class Module {
     grad_ready_ = std::move(callback);
   }
 
+  // The module's path in its tree ("" for a root): parameters are named "<path>.<name>".
+  const std::string& path() const { return path_; }
+  // Called by a container that registers this module (Sequential::add).
+  virtual void set_path(std::string path) { path_ = std::move(path); }
+  Module* parent() const { return parent_; }
+  void set_parent(Module* parent) { parent_ = parent; }
+
  protected:
+  // "<path>.<local>", or `local` at the root.
+  std::string qualified(const std::string& local) const {
+    return path_.empty() ? local : path_ + "." + local;
+  }
+  // Throws when activations from an earlier forward are still saved (see the header).
+  void check_nothing_saved(const char* what) const;
+
   void grad_ready(Parameter& p) const {
     if (grad_ready_) grad_ready_(p);
   }
 
  private:
   GradReadyCallback grad_ready_;
+  std::string path_;
+  Module* parent_ = nullptr;
 };
 
 }  // namespace ember::nn

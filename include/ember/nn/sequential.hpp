@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ember/nn/module.hpp"
@@ -12,7 +13,11 @@ class Sequential final : public Module {
  public:
   Sequential() = default;
 
-  // Appends a module; returns *this for chaining.
+  // Appends a module under `name` (its parameters become "<name>.weight", nested Sequentials
+  // "<name>.<child>.weight"); returns *this for chaining. The name must be non-empty, free of
+  // '.', and unique here; a module can be added once, to one container.
+  Sequential& add(std::string name, std::shared_ptr<Module> module);
+  // Appends under its index as name ("0", "1", ...).
   Sequential& add(std::shared_ptr<Module> module);
   template <class M, class... Args>
   Sequential& emplace(Args&&... args) {
@@ -21,8 +26,9 @@ class Sequential final : public Module {
 
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
-  // Parameters of every child, named "<index>.<name>" (e.g. "0.weight").
+  // Parameters of every child, in order, named "<child name>.<name>" (e.g. "0.weight").
   std::vector<Parameter*> parameters() override;
+  void set_path(std::string path) override;
   void drop_saved() override;
   bool has_saved() const override;
   std::string name() const override;
@@ -30,9 +36,12 @@ class Sequential final : public Module {
 
   size_t size() const { return modules_.size(); }
   Module& operator[](size_t i) { return *modules_.at(i); }
+  Module& child(const std::string& name);  // an Error naming the children when absent
+  const std::vector<std::string>& child_names() const { return names_; }
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;
+  std::vector<std::string> names_;
   GradReadyCallback callback_;
 };
 

@@ -35,6 +35,8 @@ class AdamW final : public Optimizer {
   void prepare_step() override;
   void update_cpu(const DeviceGroup& group) override;
   void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+  StateDict state_tensors(int64_t steps) override;
+  const char* kind() const override { return "AdamW"; }
 
   AdamWOptions options_;
   rules::AdamWScalars scalars_{};

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ember/core/state_dict.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/nn/parameter.hpp"
 
@@ -15,7 +16,9 @@ namespace ember::train {
 
 class Optimizer {
  public:
-  // Parameters must be f32 (they are the master weights) and outlive the optimizer.
+  // Parameters must be f32 (they are the master weights), distinct, and outlive the optimizer.
+  // Their shapes and devices are fixed from here on: a parameter or gradient that changed
+  // is an Error at step().
   explicit Optimizer(std::vector<nn::Parameter*> parameters);
   virtual ~Optimizer() = default;
 
@@ -28,6 +31,15 @@ class Optimizer {
   void zero_grad();  // sets every gradient to zero, queued on each gradient's stream
   int64_t steps() const { return steps_; }
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
+
+  // "step" (an i64 scalar on the CPU) and the state of parameter i as "state.<i>.<name>"
+  // (e.g. "state.0.exp_avg"), the live tensors on their devices. Parameters are numbered in
+  // the order given to the constructor.
+  StateDict state_dict();
+  // Restores the step count and every state tensor (copied, any device). A dict that does not
+  // match (missing, unexpected, mis-shaped entries; another optimizer's or other options'
+  // state) is an Error listing every problem, and nothing is changed.
+  void load_state_dict(const StateDict& state);
 
  protected:
   struct DeviceGroup {
@@ -43,6 +55,15 @@ class Optimizer {
   // Enqueues the update of a CUDA group on `cuda_stream` (a cudaStream_t); the group's device
   // is current.
   virtual void update_cuda(const DeviceGroup& group, void* cuda_stream) = 0;
+  // The state tensors ("state.<i>.<name>") the optimizer holds after `steps` steps: the live
+  // ones, or, where it has none yet (state created at the first step), new tensors that
+  // adopt_state() then keeps.
+  virtual StateDict state_tensors(int64_t steps) = 0;
+  virtual void adopt_state(const StateDict& state, int64_t steps) {
+    (void)state;
+    (void)steps;
+  }
+  virtual const char* kind() const = 0;  // "SGD", "AdamW": for messages
 
   std::vector<nn::Parameter*> parameters_;
   std::vector<DeviceGroup> groups_;  // one per device, in order of first appearance
@@ -50,6 +71,9 @@ class Optimizer {
 
  private:
   void run_step(Stream* stream);
+  void check_parameters_unchanged() const;
+
+  std::vector<Shape> shapes_;  // each parameter's shape at construction
 };
 
 }  // namespace ember::train

@@ -33,6 +33,9 @@ class SGD final : public Optimizer {
   void prepare_step() override;
   void update_cpu(const DeviceGroup& group) override;
   void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+  StateDict state_tensors(int64_t steps) override;
+  void adopt_state(const StateDict& state, int64_t steps) override;
+  const char* kind() const override { return "SGD"; }
 
   SGDOptions options_;
   rules::SGDScalars scalars_{};
