@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # Debian packages ember builds with. The CUDA toolkit is optional (EMBER_CUDA=AUTO).
-packages=(cmake ninja-build g++ ccache pkg-config libfmt-dev libgtest-dev libgmock-dev
-          libbenchmark-dev libboost-context-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
+packages=(cmake ninja-build g++ ccache pkg-config libfmt-dev zlib1g-dev libgtest-dev libgmock-dev
+          libbenchmark-dev libboost-context-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin python3)
 
 install_missing() {
   local missing=()

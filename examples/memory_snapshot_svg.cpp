@@ -14,6 +14,8 @@
 // The JSON reader below reads general JSON but the tool only accepts the
 // snapshot schema: {"segments":[{"address","size","stream","pool","expandable",
 // "blocks":[{"address","size","requested","state"}]}]}.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -323,10 +325,42 @@ std::string hex(uint64_t value) {
   return out;
 }
 
+// The code point of the UTF-8 sequence at text[i] and its length, or length 0 when the bytes
+// are not one valid, shortest-form sequence.
+std::pair<uint32_t, size_t> decode_utf8(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return {lead, 1};
+  const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 0;
+  if (length == 0 || i + length > text.size()) return {0, 0};
+  uint32_t cp = lead & (0x7F >> length);
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return {0, 0};
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kShortest[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kShortest[length] || cp > 0x10FFFF) return {0, 0};
+  return {cp, length};
+}
+
+// Whether XML 1.0 allows the character at all (even as a reference).
+bool xml_char(uint32_t cp) {
+  return cp == 0x9 || cp == 0xA || cp == 0xD || (cp >= 0x20 && cp <= 0xD7FF) ||
+         (cp >= 0xE000 && cp <= 0xFFFD) || (cp >= 0x10000 && cp <= 0x10FFFF);
+}
+
+// Text for XML content and attributes: markup characters escaped; control characters and
+// bytes that are not UTF-8 (both invalid in XML) become U+FFFD.
 std::string escape(std::string_view text) {
   std::string out;
-  for (char c : text) {
-    switch (c) {
+  for (size_t i = 0; i < text.size();) {
+    const auto [cp, length] = decode_utf8(text, i);
+    if (length == 0 || !xml_char(cp)) {
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+      i += length == 0 ? 1 : length;
+      continue;
+    }
+    switch (cp) {
       case '<':
         out += "&lt;";
         break;
@@ -340,8 +374,9 @@ std::string escape(std::string_view text) {
         out += "&quot;";
         break;
       default:
-        out += c;
+        out.append(text.substr(i, length));
     }
+    i += length;
   }
   return out;
 }
@@ -503,6 +538,14 @@ int main(int argc, char** argv) {
   }
   if (title.empty()) title = input.substr(input.find_last_of('/') + 1);
 
+  struct stat info {};
+  if (::stat(input.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    std::fprintf(stderr,
+                 "memory_snapshot_svg: '%s' is not a regular file (a directory, FIFO or "
+                 "device); expected a snapshot JSON file\n",
+                 input.c_str());
+    return 1;
+  }
   std::ifstream in(input, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "memory_snapshot_svg: cannot open '%s'; check the path\n", input.c_str());

@@ -1,6 +1,8 @@
 #include "ember/memory/trace.hpp"
 
-#include <sys/wait.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -18,46 +20,40 @@ bool ends_with_gz(const std::string& path) {
   return path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
 }
 
-// Single-quotes `path` for /bin/sh.
-std::string shell_quote(const std::string& path) {
-  std::string quoted = "'";
-  for (char c : path) {
-    if (c == '\'')
-      quoted += "'\\''";
-    else
-      quoted += c;
-  }
-  return quoted + "'";
-}
-
-// The whole file, decompressed through `gzip -dc` when it ends in ".gz".
+// The whole file, decompressed with zlib when it ends in ".gz". Only regular files: a FIFO
+// or a device (/dev/zero) would block or never end.
 std::string read_file_text(const std::string& path) {
-  std::ifstream probe(path, std::ios::binary);
-  EMBER_CHECK(probe.good(), "cannot open allocation trace '{}': {}; check the path", path,
-              std::strerror(errno));
+  struct stat info {};
+  EMBER_CHECK(::stat(path.c_str(), &info) == 0,
+              "cannot open allocation trace '{}': {}; check the path", path, std::strerror(errno));
+  EMBER_CHECK(S_ISREG(info.st_mode),
+              "allocation trace '{}' is not a regular file (a directory, FIFO or device); "
+              "expected a trace file",
+              path);
   if (!ends_with_gz(path)) {
+    std::ifstream in(path, std::ios::binary);
+    EMBER_CHECK(in.good(), "cannot open allocation trace '{}': {}; check the path", path,
+                std::strerror(errno));
     std::ostringstream text;
-    text << probe.rdbuf();
+    text << in.rdbuf();
     return std::move(text).str();
   }
-  probe.close();
-  // No zlib dependency: gzip does the decompression.
-  const std::string command = "gzip -dc -- " + shell_quote(path) + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  EMBER_CHECK(pipe != nullptr, "cannot run '{}' to read '{}': {}; is gzip installed?", command,
-              path, std::strerror(errno));
+  gzFile gz = ::gzopen(path.c_str(), "rb");
+  EMBER_CHECK(gz != nullptr, "cannot open allocation trace '{}': {}; check the path", path,
+              std::strerror(errno));
   std::string text;
   char buffer[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) text.append(buffer, got);
-  const int status = ::pclose(pipe);
-  if (status != 0) {
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    EMBER_THROW(
-        "'{}' failed (exit code {}) reading allocation trace '{}': {}; expected a gzip "
-        "file, or name the file without '.gz' if it is plain text",
-        command, code, path, text.substr(0, 200));
-  }
+  int got = 0;
+  while ((got = ::gzread(gz, buffer, sizeof buffer)) > 0)
+    text.append(buffer, static_cast<size_t>(got));
+  // A truncated stream ends with 0 and Z_BUF_ERROR ("unexpected end of file").
+  int code = Z_OK;
+  const std::string reason = ::gzerror(gz, &code);
+  ::gzclose(gz);
+  EMBER_CHECK(got == 0 && (code == Z_OK || code == Z_STREAM_END),
+              "cannot decompress allocation trace '{}': {}; expected a whole gzip file, or name "
+              "the file without '.gz' if it is plain text",
+              path, reason);
   return text;
 }
 
@@ -168,12 +164,12 @@ std::vector<TraceEvent> read_trace(const std::string& path) {
 
 TraceWriter::TraceWriter(const std::string& path, std::string_view comment) : path_(path) {
   if (ends_with_gz(path)) {
-    const std::string command = "gzip -c > " + shell_quote(path);
     errno = 0;
-    file_ = ::popen(command.c_str(), "w");
-    piped_ = true;
-    EMBER_CHECK(file_ != nullptr, "cannot run '{}' to write allocation trace '{}': {}", command,
-                path, std::strerror(errno));
+    gz_ = ::gzopen(path.c_str(), "wb");
+    EMBER_CHECK(gz_ != nullptr,
+                "cannot create allocation trace '{}': {}; check that the directory exists "
+                "and is writable",
+                path, errno != 0 ? std::strerror(errno) : "zlib could not open it");
   } else {
     file_ = std::fopen(path.c_str(), "w");
     EMBER_CHECK(file_ != nullptr,
@@ -181,28 +177,47 @@ TraceWriter::TraceWriter(const std::string& path, std::string_view comment) : pa
                 "and is writable",
                 path, std::strerror(errno));
   }
-  std::fprintf(file_, "%.*s\n", static_cast<int>(kTraceHeader.size()), kTraceHeader.data());
+  std::string head = std::string(kTraceHeader) + "\n";
   while (!comment.empty()) {
     size_t end = comment.find('\n');
     if (end == std::string_view::npos) end = comment.size();
-    const std::string_view line = comment.substr(0, end);
-    std::fprintf(file_, "# %.*s\n", static_cast<int>(line.size()), line.data());
+    head += "# ";
+    head += comment.substr(0, end);
+    head += '\n';
     comment.remove_prefix(std::min(comment.size(), end + 1));
   }
+  std::lock_guard lock(mutex_);
+  put_bytes(head.data(), head.size());
 }
 
 TraceWriter::~TraceWriter() {
-  if (file_ == nullptr) return;
-  std::fflush(file_);
-  if (piped_)
-    ::pclose(file_);
-  else
-    std::fclose(file_);
+  std::lock_guard lock(mutex_);
+  if (file_ != nullptr && (std::fclose(file_) != 0) && error_.empty())
+    error_ = std::strerror(errno);
+  if (gz_ != nullptr && ::gzclose(gz_) != Z_OK && error_.empty())
+    error_ = "zlib could not finish the file";
+  // A destructor cannot throw: the failure is reported, not lost.
+  if (!error_.empty()) {
+    std::fprintf(stderr, "ember: allocation trace '%s' is incomplete: %s\n", path_.c_str(),
+                 error_.c_str());
+  }
+}
+
+void TraceWriter::put_bytes(const char* bytes, size_t length) {
+  if (!error_.empty()) return;  // the first failure is kept; later lines would be garbage
+  const bool ok = gz_ != nullptr ? ::gzwrite(gz_, bytes, static_cast<unsigned>(length)) ==
+                                       static_cast<int>(length)
+                                 : std::fwrite(bytes, 1, length, file_) == length;
+  if (!ok) {
+    int code = Z_OK;
+    error_ = gz_ != nullptr ? std::string(::gzerror(gz_, &code)) : std::strerror(errno);
+    if (error_.empty()) error_ = "write failed";
+  }
 }
 
 void TraceWriter::put_line(const char* line, int length) {
   std::lock_guard lock(mutex_);
-  std::fwrite(line, 1, static_cast<size_t>(length), file_);
+  put_bytes(line, static_cast<size_t>(length));
   ++events_;
 }
 
@@ -239,7 +254,12 @@ void TraceWriter::write(const TraceEvent& event) {
 
 void TraceWriter::flush() {
   std::lock_guard lock(mutex_);
-  std::fflush(file_);
+  if (error_.empty()) {
+    const bool ok = gz_ != nullptr ? ::gzflush(gz_, Z_SYNC_FLUSH) == Z_OK : std::fflush(file_) == 0;
+    if (!ok) error_ = gz_ != nullptr ? "zlib could not flush" : std::strerror(errno);
+  }
+  EMBER_CHECK(error_.empty(), "allocation trace '{}': writing failed: {}; the trace is incomplete",
+              path_, error_);
 }
 
 uint64_t TraceWriter::events_written() const {

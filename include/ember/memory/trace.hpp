@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+struct gzFile_s;  // zlib's
+
 namespace ember::memory {
 
 struct TraceEvent {
@@ -32,9 +34,8 @@ struct TraceEvent {
 // The first line of every version-1 trace.
 inline constexpr std::string_view kTraceHeader = "# ember-alloc-trace v1";
 
-// Reads a trace. Files whose name ends in ".gz" are decompressed by running
-// `gzip -dc` through popen: ember has no zlib dependency, and gzip is on every
-// machine that has these traces. Throws ember::Error naming file:line for a
+// Reads a trace (a regular file). Files whose name ends in ".gz" are decompressed
+// with zlib. Throws ember::Error naming file:line for a
 // missing or wrong header, an unknown event, a wrong field count, a malformed
 // number, a zero-byte allocation, a free or record_stream of an ID that is not
 // live, and an allocate of an ID that is still live.
@@ -44,8 +45,10 @@ std::vector<TraceEvent> read_trace(const std::string& path);
 std::vector<TraceEvent> parse_trace(std::string_view text, const std::string& name = "<trace>");
 
 // Writes a version-1 trace. Thread-safe: each event is one line, written whole.
-// A path ending in ".gz" is compressed through `gzip -c` (popen). The file is
-// flushed and closed on destruction. The writer does not validate IDs: the
+// A path ending in ".gz" is compressed with zlib. The file is created at once (a
+// missing directory is an Error here, not later), flushed and closed on
+// destruction. A write that fails (disk full) stops the trace: flush() throws it,
+// and the destructor prints it to stderr. The writer does not validate IDs: the
 // recording adaptors (trace_recording_adaptor.hpp) assign them.
 class TraceWriter {
  public:
@@ -66,10 +69,12 @@ class TraceWriter {
 
  private:
   void put_line(const char* line, int length);
+  void put_bytes(const char* bytes, size_t length);  // mutex_ held
 
   std::string path_;
-  std::FILE* file_ = nullptr;
-  bool piped_ = false;  // file_ came from popen
+  std::FILE* file_ = nullptr;  // plain text
+  gzFile_s* gz_ = nullptr;     // ".gz" (zlib's gzFile)
+  std::string error_;          // the first write failure
   mutable std::mutex mutex_;
   uint64_t events_ = 0;
 };
