@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -194,10 +195,17 @@ int run_trace(const std::string& path, const Options& options) {
     pytorch.expandable_segments = true;
     columns.push_back({"pytorch+expand.", pytorch, {}, {}, 0, 0, {}, {}});
   }
+  bool all_completed = true;
   for (Column& c : columns) {
     c.unlimited = replay(events, c.config, 0, options.physical);
     if (options.capacity != 0)
       c.limited = replay(events, c.config, options.capacity, options.physical);
+    // A trace that does not complete even without a limit keeps the figures of the events
+    // that did run; the timing and the capacity search need the whole trace.
+    if (!c.unlimited.completed) {
+      all_completed = false;
+      continue;
+    }
     c.ns_per_pair = replay_ns_per_pair(events, c.config, options.repetitions);
     if (options.smallest) {
       c.smallest = smallest_capacity(events, c.config, &c.search, options.physical);
@@ -250,24 +258,31 @@ int run_trace(const std::string& path, const Options& options) {
             [](const Column& c) { return std::to_string(c.unlimited.upstream_calls()); });
   print_row("retries", columns,
             [](const Column& c) { return std::to_string(c.unlimited.retries); });
-  print_row("ns per malloc+free (median)", columns,
-            [](const Column& c) { return fmt_double(c.ns_per_pair, "%.1f"); });
+  const auto unless_incomplete = [](const Column& c, const std::string& text) {
+    return c.unlimited.completed ? text : std::string("n/a");
+  };
+  print_row("ns per malloc+free (median)", columns, [&](const Column& c) {
+    return unless_incomplete(c, fmt_double(c.ns_per_pair, "%.1f"));
+  });
   if (options.smallest) {
     print_row("smallest capacity (2 MiB steps)", columns,
-              [&](const Column& c) { return bytes(c.smallest); });
-    print_row("smallest capacity / peak requested", columns, [](const Column& c) {
-      return fmt_double(static_cast<double>(c.smallest) /
-                        static_cast<double>(c.unlimited.peak_requested));
+              [&](const Column& c) { return unless_incomplete(c, bytes(c.smallest)); });
+    print_row("smallest capacity / peak requested", columns, [&](const Column& c) {
+      return unless_incomplete(c, fmt_double(static_cast<double>(c.smallest) /
+                                             static_cast<double>(c.unlimited.peak_requested)));
     });
-    print_row("  seg allocs + maps within it", columns, [](const Column& c) {
-      return std::to_string(c.at_smallest.upstream_acquisitions());
+    print_row("  seg allocs + maps within it", columns, [&](const Column& c) {
+      return unless_incomplete(c, std::to_string(c.at_smallest.upstream_acquisitions()));
     });
-    print_row("  unmaps within it (calls)", columns,
-              [](const Column& c) { return std::to_string(c.at_smallest.page_unmaps); });
-    print_row("  physical allocations within it", columns,
-              [](const Column& c) { return std::to_string(c.at_smallest.physical_allocations); });
-    print_row("  peak physical within it", columns,
-              [&](const Column& c) { return bytes(c.at_smallest.peak_backed); });
+    print_row("  unmaps within it (calls)", columns, [&](const Column& c) {
+      return unless_incomplete(c, std::to_string(c.at_smallest.page_unmaps));
+    });
+    print_row("  physical allocations within it", columns, [&](const Column& c) {
+      return unless_incomplete(c, std::to_string(c.at_smallest.physical_allocations));
+    });
+    print_row("  peak physical within it", columns, [&](const Column& c) {
+      return unless_incomplete(c, bytes(c.at_smallest.peak_backed));
+    });
     print_row("  replays in the search", columns, [](const Column& c) {
       return std::to_string(c.search.replays) + (c.search.non_monotonic ? " (non-monotonic)" : "");
     });
@@ -282,7 +297,7 @@ int run_trace(const std::string& path, const Options& options) {
     print_row("  retries within capacity", columns,
               [](const Column& c) { return std::to_string(c.limited.retries); });
   }
-  if (columns.size() == 3) {
+  if (columns.size() == 3 && all_completed) {
     std::printf(
         "  ember / pytorch: reserved %.3f, smallest capacity %.3f, upstream calls %.3f\n",
         static_cast<double>(columns[0].unlimited.peak_reserved) /
@@ -302,7 +317,15 @@ int run_trace(const std::string& path, const Options& options) {
     std::printf("  ember ran out of memory within %s: %s\n", mib(options.capacity).c_str(),
                 columns[0].limited.failure.c_str());
   }
-  return 0;
+  for (const Column& c : columns) {
+    if (c.unlimited.completed) continue;
+    std::printf(
+        "  %s: the trace does not complete even without a capacity limit (%zu of %zu "
+        "events ran; the figures above cover those): %s\n",
+        c.name.c_str(), static_cast<size_t>(c.unlimited.events_applied), events.size(),
+        c.unlimited.failure.c_str());
+  }
+  return all_completed ? 0 : 1;
 }
 
 void usage(std::FILE* out) {
@@ -354,6 +377,8 @@ size_t parse_bytes(std::string_view text) {
   if (ec != std::errc() || unit == 0 || value == 0)
     bad_arguments("--capacity needs a positive byte count such as 17179869184 or 16GiB, not '" +
                   std::string(text) + "'");
+  if (value > std::numeric_limits<uint64_t>::max() / unit)
+    bad_arguments("--capacity '" + std::string(text) + "' is more than 2^64 bytes");
   return value * unit;
 }
 
@@ -459,11 +484,14 @@ int main(int argc, char** argv) {
   }
   if (options.traces.empty()) bad_arguments("expected --trace FILE, --all [DIR] or --micro");
 
-  try {
-    for (const std::string& path : options.traces) run_trace(path, options);
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "bench_allocator: %s\n", e.message().c_str());
-    return 1;
+  int status = 0;
+  for (const std::string& path : options.traces) {
+    try {
+      status = std::max(status, run_trace(path, options));
+    } catch (const ember::Error& e) {  // this trace fails; the others still run
+      std::fprintf(stderr, "bench_allocator: %s\n", e.message().c_str());
+      status = 1;
+    }
   }
-  return 0;
+  return status;
 }

@@ -87,7 +87,8 @@ CachingAllocator::Impl::~Impl() {
 }
 
 namespace {
-constexpr size_t kMaxSpare = 64;  // recycled Blocks / map nodes kept at most
+constexpr size_t kMaxSpare = 64;                     // recycled Blocks / map nodes kept at most
+constexpr size_t kLargestRequest = size_t{1} << 62;  // bytes; rounding stays exact below
 }  // namespace
 
 Block* CachingAllocator::Impl::new_block() {
@@ -295,7 +296,13 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
     if (span == 0) span = device_info().total;
     if (span == 0) span = size_t{1} << 40;
     span = detail::round_up(std::max(span, size), page);
-    void* base = virtual_upstream->reserve(span);
+    void* base = nullptr;
+    try {
+      base = virtual_upstream->reserve(span);
+    } catch (const OutOfMemory& e) {
+      grow_failure = e.message();  // named in the OOM message if nothing else helps
+      return nullptr;
+    }
     if (base == nullptr) return nullptr;
     auto owned = std::make_unique<Segment>();
     seg = owned.get();
@@ -405,8 +412,19 @@ size_t CachingAllocator::Impl::largest_free() const {
   n.reserved_unallocated = static_cast<size_t>(stats.reserved.current - stats.allocated.current);
   n.largest_free_block = largest_free();
   const size_t l = limit();
+  // What growing would have reserved: a whole segment (fixed segments) or the request
+  // rounded to the growth step (expandable).
+  const size_t rounded = detail::round_size(bytes, config);
+  const size_t grows_by = expandable ? rounded : detail::segment_size(rounded, config);
   std::string advice;
-  if (l != 0 && static_cast<size_t>(stats.reserved.current) + bytes > l) {
+  if (l != 0 && grows_by > l) {
+    advice = fmt::format(
+        "The per-process budget of {} is smaller than the one segment of {} this request "
+        "needs: raise set_memory_fraction / set_max_reserved (or memory_fraction / "
+        "max_reserved_mb in EMBER_ALLOC_CONF) to at least {}{}.",
+        human(l), human(grows_by), human(grows_by),
+        expandable ? "" : ", or set expandable_segments:true, which grows in smaller steps");
+  } else if (l != 0 && static_cast<size_t>(stats.reserved.current) + grows_by > l) {
     advice = fmt::format(
         "The per-process budget of {} stops it: raise set_memory_fraction / set_max_reserved (or "
         "memory_fraction / max_reserved_mb in EMBER_ALLOC_CONF) if the device has room.",
@@ -421,6 +439,8 @@ size_t CachingAllocator::Impl::largest_free() const {
         "Reduce the batch size or the model, free tensors you no longer need, or share the "
         "device with fewer jobs.";
   }
+  if (!grow_failure.empty()) advice += " The last attempt to grow failed: " + grow_failure;
+  grow_failure.clear();
   const std::string where = expandable ? virtual_upstream->name() : upstream->name();
   throw OutOfMemory(
       fmt::format("out of memory: tried to allocate {} on stream {} from {}. The device has {} "
@@ -433,6 +453,17 @@ size_t CachingAllocator::Impl::largest_free() const {
 }
 
 void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
+  // Rounding a request this large would wrap around; no device holds it anyway.
+  if (bytes > kLargestRequest) {
+    ++stats.ooms;
+    OutOfMemory::Numbers n;
+    n.requested = bytes;
+    throw OutOfMemory(fmt::format("out of memory: tried to allocate {} bytes on stream {}, more "
+                                  "than any device holds (the limit is 2^62 bytes); the size "
+                                  "is probably a miscomputed one",
+                                  bytes, stream),
+                      n);
+  }
   process_events();
   const size_t size = detail::round_size(bytes, config);
   const bool small = detail::is_small(size, config);
@@ -596,7 +627,8 @@ size_t CachingAllocator::largest_free_block() const {
   return impl_->largest_free();
 }
 
-const AllocatorConfig& CachingAllocator::config() const {
+AllocatorConfig CachingAllocator::config() const {
+  std::lock_guard lock(impl_->mutex);
   return impl_->config;
 }
 

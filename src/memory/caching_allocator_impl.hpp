@@ -68,6 +68,7 @@ struct CachingAllocator::Impl {
   bool expandable = false;
   size_t page = 0;
   size_t max_map = 0;  // expandable: the most bytes one map call maps (a multiple of page)
+  std::string grow_failure;  // why the last reservation failed (named by throw_oom)
   uint64_t next_serial = 0;
   AllocatorStats stats;
   detail::BlockPool small_pool, large_pool;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,15 @@ uint64_t parse_uint(std::string_view key, std::string_view value, std::string_vi
   if (ec != std::errc() || end != value.data() + value.size() || value.empty())
     bad_value(key, value, want);
   return out;
+}
+
+// A whole number of MiB, in bytes; a count whose bytes do not fit in 64 bits is an Error.
+uint64_t parse_mib(std::string_view key, std::string_view value, std::string_view want) {
+  const uint64_t mib = parse_uint(key, value, want);
+  if (mib > std::numeric_limits<uint64_t>::max() / kMiB) {
+    EMBER_THROW("EMBER_ALLOC_CONF: {}:{} is more than 2^64 bytes; expected {}", key, value, want);
+  }
+  return mib * kMiB;
 }
 
 double parse_double(std::string_view key, std::string_view value, std::string_view want) {
@@ -109,7 +119,7 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
   for (auto [key, value] : items) {
     if (key == "policy") continue;
     if (key == "max_split_size_mb") {
-      c.max_split_size = parse_uint(key, value, "a whole number of MiB (0: no limit)") * kMiB;
+      c.max_split_size = parse_mib(key, value, "a whole number of MiB (0: no limit)");
     } else if (key == "roundup_power2_divisions") {
       const uint64_t n = parse_uint(key, value, "0 or a power of two from 1 to 64");
       if (n > 64 || (n & (n - 1)) != 0) bad_value(key, value, "0 or a power of two from 1 to 64");
@@ -123,12 +133,11 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
     } else if (key == "debug_guard") {
       c.debug_guard = parse_bool(key, value);
     } else if (key == "max_reserved_mb") {
-      c.max_reserved = parse_uint(key, value, "a whole number of MiB (0: no limit)") * kMiB;
+      c.max_reserved = parse_mib(key, value, "a whole number of MiB (0: no limit)");
     } else if (key == "max_map_mb") {
-      c.max_map_size = parse_uint(key, value, "a whole number of MiB (0: no cap)") * kMiB;
+      c.max_map_size = parse_mib(key, value, "a whole number of MiB (0: no cap)");
     } else if (key == "growth_granularity_mb") {
-      c.growth_granularity =
-          parse_uint(key, value, "a whole number of MiB (0: the page size)") * kMiB;
+      c.growth_granularity = parse_mib(key, value, "a whole number of MiB (0: the page size)");
     } else if (key == "memory_fraction") {
       const double f = parse_double(key, value, "a number with 0 < f <= 1 (0: no limit)");
       if (!(f >= 0.0 && f <= 1.0)) bad_value(key, value, "a number with 0 < f <= 1 (0: no limit)");

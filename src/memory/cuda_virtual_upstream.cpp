@@ -1,4 +1,5 @@
 #include "ember/memory/cuda_virtual_upstream.hpp"
+#include "ember/memory/out_of_memory.hpp"
 
 #include <fmt/format.h>
 
@@ -161,6 +162,11 @@ void* CudaVirtualUpstream::reserve(size_t bytes) {
               format_bytes(page_size_), bytes);
   CUdeviceptr base = 0;
   const CUresult status = driver().cuMemAddressReserve(&base, bytes, page_size_, 0, 0);
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    throw OutOfMemory(fmt::format("{}: cuMemAddressReserve of {} failed: {}", name(),
+                                  format_bytes(bytes), describe(status)),
+                      {.requested = bytes});
+  }
   EMBER_CHECK(status == CUDA_SUCCESS, "{}: cuMemAddressReserve of {} failed: {}", name(),
               format_bytes(bytes), describe(status));
   std::lock_guard lock(mutex_);

@@ -12,6 +12,7 @@
 
 #include "address_space.hpp"
 #include "ember/core/error.hpp"
+#include "ember/memory/out_of_memory.hpp"
 
 namespace ember::memory {
 
@@ -67,9 +68,12 @@ void* HostVirtualUpstream::reserve(size_t bytes) {
               "round the size up to page_size()",
               name(), page_size_, bytes);
   void* base = detail::reserve_address_space(bytes, page_size_);
-  EMBER_CHECK(base != nullptr,
-              "{}: reserving {} of address space failed: {}; reserve less (or raise ulimit -v)",
-              name(), format_bytes(bytes), std::strerror(errno));
+  if (base == nullptr) {
+    throw OutOfMemory(fmt::format("{}: reserving {} of address space failed: {}; reserve less "
+                                  "(or raise ulimit -v)",
+                                  name(), format_bytes(bytes), std::strerror(errno)),
+                      {.requested = bytes});
+  }
   std::lock_guard lock(mutex_);
   Reservation& reservation = reservations_[reinterpret_cast<uintptr_t>(base)];
   reservation.bytes = bytes;

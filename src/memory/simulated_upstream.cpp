@@ -7,6 +7,7 @@
 
 #include "address_space.hpp"
 #include "ember/core/error.hpp"
+#include "ember/memory/out_of_memory.hpp"
 
 namespace ember::memory {
 
@@ -127,10 +128,12 @@ void* SimulatedVirtualUpstream::reserve(size_t bytes) {
               "round the size up to page_size()",
               name(), page_size_, bytes);
   void* base = detail::reserve_address_space(bytes, page_size_);
-  EMBER_CHECK(base != nullptr,
-              "{}: reserving {} of address space failed (the process is out of virtual address "
-              "space); reserve less",
-              name(), format_bytes(bytes));
+  if (base == nullptr) {
+    throw OutOfMemory(fmt::format("{}: reserving {} of address space failed (the process is out "
+                                  "of virtual address space); reserve less",
+                                  name(), format_bytes(bytes)),
+                      {.requested = bytes});
+  }
   std::lock_guard lock(mutex_);
   reservations_.emplace(reinterpret_cast<uintptr_t>(base), bytes);
   ++counters_.reserve_calls;

@@ -3,6 +3,7 @@
 
 #include "ember/core/error.hpp"
 #include "ember/memory/config.hpp"
+#include "test_support.hpp"
 
 namespace ember::memory {
 namespace {
@@ -38,6 +39,18 @@ TEST(AllocatorConfig, ParsesEveryKey) {
   EXPECT_EQ(round_trip.debug_guard, c.debug_guard);
   EXPECT_FALSE(parse_allocator_config("").debug_guard);
   EXPECT_THROW(parse_allocator_config("debug_guard:maybe"), ember::Error);
+}
+
+TEST(AllocatorConfig, MegabyteCountsThatWrapAreErrors) {
+  // 2^44 MiB is 2^64 bytes: one more than fits.
+  for (const char* key :
+       {"max_split_size_mb", "max_reserved_mb", "max_map_mb", "growth_granularity_mb"}) {
+    ember::testing::expect_error(
+        [&] { parse_allocator_config(std::string(key) + ":17592186044416"); },
+        {key, "more than 2^64 bytes"});
+  }
+  EXPECT_EQ(parse_allocator_config("max_reserved_mb:17592186044415").max_reserved,
+            size_t{17592186044415} << 20);
 }
 
 TEST(AllocatorConfig, EmptyIsDefault) {

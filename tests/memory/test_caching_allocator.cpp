@@ -293,6 +293,59 @@ TEST(CachingAllocatorBudget, MaxReservedAndFraction) {
   EXPECT_LE(a.stats().reserved.peak, static_cast<int64_t>(60 * kMiB));
 }
 
+void testing_expect_oom(CachingAllocator& a, size_t bytes,
+                        std::initializer_list<std::string> parts) {
+  try {
+    a.allocate(bytes);
+    ADD_FAILURE() << "expected OutOfMemory for " << bytes << " bytes";
+  } catch (const OutOfMemory& e) {
+    for (const std::string& part : parts)
+      EXPECT_NE(e.message().find(part), std::string::npos)
+          << part << " missing from: " << e.message();
+  }
+}
+
+TEST(CachingAllocatorBudget, TheMessageBlamesTheBudgetThatRefusedASegment) {
+  auto up = std::make_shared<SimulatedUpstream>(100 * kMiB);
+  CachingAllocator a(up, nullptr, fixed());
+  // 1 MiB fits a 5 MiB budget, but the small pool's segment is 2 MiB: three fit, not four.
+  a.set_max_reserved(5 * kMiB);
+  std::vector<void*> kept;
+  for (int i = 0; i < 4; ++i) kept.push_back(a.allocate(kMiB));
+  try {
+    for (int i = 0; i < 3; ++i) kept.push_back(a.allocate(kMiB));
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(e.message().find("per-process budget of 5.00 MiB stops it"), std::string::npos)
+        << e.message();
+    EXPECT_EQ(e.message().find("batch size"), std::string::npos) << e.message();
+  }
+  // A budget smaller than one segment says so.
+  CachingAllocator b(up, nullptr, fixed());
+  b.set_max_reserved(kMiB);
+  testing_expect_oom(b, 600 * 1024,
+                     {"budget of 1.00 MiB is smaller than the one segment of 2.00 MiB",
+                      "to at least 2.00 MiB", "expandable_segments:true"});
+  for (void* p : kept) a.free(p);
+}
+
+TEST(CachingAllocatorOom, RequestsNear2To64AreOutOfMemoryNotWrapped) {
+  CachingAllocator a(std::make_shared<SimulatedUpstream>(64 * kMiB), nullptr, fixed());
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - 511, (size_t{1} << 62) + 1}) {
+    testing_expect_oom(a, bytes, {"more than any device holds", std::to_string(bytes)});
+  }
+  EXPECT_EQ(a.stats().ooms, 3);
+  EXPECT_EQ(a.stats().allocated.current, 0);
+}
+
+TEST(CachingAllocatorConfig, ConfigIsACopyTakenUnderTheLock) {
+  CachingAllocator a(std::make_shared<SimulatedUpstream>(64 * kMiB), nullptr, fixed());
+  const AllocatorConfig before = a.config();
+  a.set_max_reserved(8 * kMiB);
+  EXPECT_EQ(before.max_reserved, 0u);
+  EXPECT_EQ(a.config().max_reserved, 8 * kMiB);
+}
+
 TEST(CachingAllocatorGc, ThresholdReleasesCachedSegments) {
   auto up = std::make_shared<SimulatedUpstream>(100 * kMiB);
   AllocatorConfig c = fixed();

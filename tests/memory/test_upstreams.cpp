@@ -18,6 +18,7 @@
 #include "ember/memory/host_upstream.hpp"
 #include "ember/memory/host_virtual_upstream.hpp"
 #include "ember/memory/limiting_adaptor.hpp"
+#include "ember/memory/out_of_memory.hpp"
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/memory/simulated_upstream.hpp"
 #include "ember/memory/statistics_adaptor.hpp"
@@ -185,6 +186,21 @@ TEST(HostVirtualUpstream, MapPastCapacityReturnsFalse) {
   vm.unmap(base, kPage);
   EXPECT_TRUE(vm.map(bytes_at(base, 2 * kPage), kPage));  // room again
   vm.release(base, 4 * kPage);
+}
+
+TEST(VirtualUpstreams, AddressSpaceExhaustionIsOutOfMemory) {
+  // 2^60 bytes: more than x86-64's 128 TiB of user address space.
+  const size_t huge = size_t{1} << 60;
+  HostVirtualUpstream host;
+  EXPECT_THROW(host.reserve(huge), ember::memory::OutOfMemory);
+  ember::memory::SimulatedVirtualUpstream simulated(kPage, huge);
+  try {
+    simulated.reserve(huge);
+    FAIL() << "expected OutOfMemory";
+  } catch (const ember::memory::OutOfMemory& e) {
+    EXPECT_EQ(e.requested(), huge);
+    EXPECT_NE(e.message().find("out of virtual address space"), std::string::npos) << e.message();
+  }
 }
 
 TEST(HostVirtualUpstream, RejectsMisalignedAndOverlappingRequests) {

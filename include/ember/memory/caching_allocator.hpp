@@ -11,37 +11,12 @@
 #include "ember/core/error.hpp"
 #include "ember/memory/config.hpp"
 #include "ember/memory/detail/verify.hpp"
+#include "ember/memory/out_of_memory.hpp"
 #include "ember/memory/stats.hpp"
 #include "ember/memory/stream_events.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
-
-// Thrown when a request cannot be met even after freeing the cache. The message
-// states every number below and names the setting to try.
-class OutOfMemory : public ember::Error {
- public:
-  struct Numbers {
-    size_t requested = 0;             // bytes asked for
-    size_t device_total = 0;          // upstream info().total (0: unknown)
-    size_t device_free = 0;           // upstream info().free (0: unknown)
-    size_t allocated = 0;             // bytes allocated by this allocator
-    size_t reserved_unallocated = 0;  // reserved by this allocator but not allocated
-    size_t largest_free_block = 0;    // largest cached free block
-  };
-  OutOfMemory(const std::string& message, const Numbers& numbers,
-              std::source_location where = std::source_location::current());
-
-  size_t requested() const noexcept { return numbers_.requested; }
-  size_t device_total() const noexcept { return numbers_.device_total; }
-  size_t device_free() const noexcept { return numbers_.device_free; }
-  size_t allocated() const noexcept { return numbers_.allocated; }
-  size_t reserved_unallocated() const noexcept { return numbers_.reserved_unallocated; }
-  size_t largest_free_block() const noexcept { return numbers_.largest_free_block; }
-
- private:
-  Numbers numbers_;
-};
 
 class CachingAllocator final : public ember::Allocator {
  public:
@@ -80,7 +55,7 @@ class CachingAllocator final : public ember::Allocator {
   // ("inactive": freed, waiting for stream events; "unmapped": a hole in an
   // expandable segment whose pages went back to the upstream).
   std::string snapshot() const;
-  const AllocatorConfig& config() const;
+  AllocatorConfig config() const;  // a copy: set_max_reserved may change it meanwhile
 
   struct Impl;
 
