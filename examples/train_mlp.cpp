@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -72,11 +73,14 @@ int64_t parse_int(std::string_view flag, const std::string& text, int64_t min) {
   return v;
 }
 
+// A finite number >= 0 that is also finite as a float (the optimizer's precision).
 double parse_double(std::string_view flag, const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
-    throw UsageError{fmt::format("{} needs a finite number >= 0, not '{}'", flag, text)};
+  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0 ||
+      !std::isfinite(static_cast<float>(v))) {
+    throw UsageError{fmt::format("{} needs a finite number >= 0 (at most {:g}), not '{}'", flag,
+                                 std::numeric_limits<float>::max(), text)};
   }
   return v;
 }
@@ -97,7 +101,11 @@ Config parse_args(int argc, char** argv) {
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
       {"--seed",
        [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
-      {"--data", [&](const std::string& v) { c.data_dir = v; }},
+      {"--data",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--data needs a directory, not ''"};
+         c.data_dir = v;
+       }},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto") ember::Device::parse(v);  // rejects bad names here, with exit code 2
@@ -167,6 +175,11 @@ double accuracy(ember::nn::Module& model, const ember::data::Dataset& data, embe
   return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
 }
 
+// "12.34%", or "n/a" without validation samples (no accuracy to report, not 0%).
+std::string percent_or_none(double fraction, int64_t samples) {
+  return samples == 0 ? std::string("    n/a") : fmt::format("{:6.2f}%", 100 * fraction);
+}
+
 int run(const Config& c) {
   using namespace ember;
   using Clock = std::chrono::steady_clock;
@@ -190,6 +203,13 @@ int run(const Config& c) {
     fmt::print("data: MNIST from {}, {} train / {} test samples\n", c.data_dir, train.size(),
                validation.size());
   }
+  // Checked before training, not at the first validation.
+  EMBER_CHECK(validation.size() == 0 || (validation.inputs.shape()[1] == train.inputs.shape()[1] &&
+                                         validation.num_classes <= train.num_classes),
+              "the validation set ({} features, {} classes) does not match the training set ({} "
+              "features, {} classes)",
+              validation.inputs.shape()[1], validation.num_classes, train.inputs.shape()[1],
+              train.num_classes);
   const int64_t features = train.inputs.shape()[1];
   const int64_t batch = std::min(c.batch, train.size());
 
@@ -243,6 +263,10 @@ int run(const Config& c) {
     optimizer.step(stream);
     last_loss = loss.item();  // synchronizes with the device
     if (step == 1) first_loss = last_loss;
+    EMBER_CHECK(std::isfinite(last_loss),
+                "the loss is {} at step {}: training diverged. Lower --lr (now {:g}) or "
+                "--weight-decay (now {:g})",
+                last_loss, step, c.lr, c.weight_decay);
 
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
@@ -250,8 +274,8 @@ int run(const Config& c) {
     interval_samples += batch;
     if (step % c.log_every == 0 || step == c.steps) {
       val_acc = accuracy(*model, validation, stream, 1024);
-      fmt::print("step {:6d} | loss {:.4f} | val acc {:6.2f}% | {:9.0f} samples/s\n", step,
-                 last_loss, 100 * val_acc, interval_samples / interval_seconds);
+      fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s\n", step, last_loss,
+                 percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds);
       std::fflush(stdout);
       interval_seconds = 0;
       interval_samples = 0;
@@ -259,9 +283,9 @@ int run(const Config& c) {
   }
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} samples/s), loss {:.4f} -> {:.4f}, validation accuracy "
-      "{:.2f}% (chance {:.2f}%)\n",
-      c.steps, total_seconds, c.steps * batch / total_seconds, first_loss, last_loss, 100 * val_acc,
-      100.0 / static_cast<double>(train.num_classes));
+      "{} (chance {:.2f}%)\n",
+      c.steps, total_seconds, c.steps * batch / total_seconds, first_loss, last_loss,
+      percent_or_none(val_acc, validation.size()), 100.0 / static_cast<double>(train.num_classes));
   return 0;
 }
 
