@@ -9,6 +9,10 @@
 // new one only when a batch's tensor list or block table is full.
 //
 // Slot 1 (the gradient) is read-only: the kernel writes back every other slot.
+//
+// The op (ember/train/step_op.hpp's StepOp) has begin() -> a Block of per-launch values that
+// every thread derives at its block's start (Block::skip: do nothing), publish(block), called
+// once by the first thread of the first block, and op(block, x) per element.
 #pragma once
 
 #include <cstdint>
@@ -88,12 +92,15 @@ struct alignas(16) Float4 {
   float v[4];
 };
 
-// Block b updates chunk block_chunk[b] of tensor block_tensor[b]: op(x) on the kDepth values
+// Block b updates chunk block_chunk[b] of tensor block_tensor[b]: op(block, x) on the kDepth values
 // x[0..kDepth) of each element. 128-bit loads and stores when every operand of the tensor is
 // 16-byte aligned (chunks start at multiples of 4 elements, so they stay aligned), else scalar.
 template <class Op, int kDepth>
 __global__ void __launch_bounds__(kMultiTensorThreads)
     multi_tensor_kernel(MultiTensorBatch<kDepth> batch, int64_t chunk, Op op) {
+  const auto block = op.begin();
+  if (blockIdx.x == 0 && threadIdx.x == 0) op.publish(block);
+  if (block.skip) return;
   const int t = batch.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(batch.block_chunk[blockIdx.x]) * chunk;
   const int64_t left = batch.numel[t] - begin;
@@ -116,7 +123,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
       float x[kDepth];
       EMBER_PRAGMA_UNROLL_HOST(4)
       for (int d = 0; d < kDepth; ++d) x[d] = v[d].v[e];
-      op(x);
+      op(block, x);
       EMBER_PRAGMA_UNROLL_HOST(4)
       for (int d = 0; d < kDepth; ++d) v[d].v[e] = x[d];
     }
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
     float x[kDepth];
     EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) x[d] = ptr[d][i];
-    op(x);
+    op(block, x);
     EMBER_PRAGMA_UNROLL_HOST(4)
     for (int d = 0; d < kDepth; ++d) {
       if (d != 1) ptr[d][i] = x[d];

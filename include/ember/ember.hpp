@@ -64,6 +64,7 @@
 #include "ember/train/adamw.hpp"
 #include "ember/train/optimizer.hpp"
 #include "ember/train/sgd.hpp"
+#include "ember/train/step_op.hpp"
 #include "ember/train/update_rules.hpp"
 
 #if EMBER_WITH_CUDA

@@ -4,9 +4,7 @@
 
 #include <cmath>
 
-#if EMBER_WITH_CUDA
-#include "cuda/optimizer_cuda.hpp"
-#endif
+#include "apply_rule.hpp"
 
 namespace ember::train {
 namespace {
@@ -22,16 +20,6 @@ void validate(const AdamWOptions& o) {
               "AdamW: weight_decay must be finite and >= 0, not {}", o.weight_decay);
   EMBER_CHECK(std::isfinite(o.lr * o.weight_decay), "AdamW: lr * weight_decay overflows ({} * {})",
               o.lr, o.weight_decay);
-}
-
-template <bool kAmsgrad>
-void update_elements(const rules::AdamWScalars& s, float* param, const float* grad, float* m,
-                     float* v, float* vmax, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    float unused = 0.0f;
-    rules::adamw_update<kAmsgrad>(s, param[i], grad[i], m[i], v[i], kAmsgrad ? vmax[i] : unused);
-  }
 }
 
 }  // namespace
@@ -76,52 +64,23 @@ StateDict AdamW::state_tensors(int64_t) {
   return state;
 }
 
-void AdamW::prepare_step() {
-  const AdamWOptions& o = options_;
-  // Bias corrections in double, as PyTorch computes them on the host.
-  const double correction1 = 1.0 - std::pow(static_cast<double>(o.beta1), steps_);
-  const double correction2 = 1.0 - std::pow(static_cast<double>(o.beta2), steps_);
-  scalars_.decay = 1.0f - o.lr * o.weight_decay;
-  scalars_.one_minus_beta1 = 1.0f - o.beta1;
-  scalars_.beta2 = o.beta2;
-  scalars_.one_minus_beta2 = 1.0f - o.beta2;
-  scalars_.eps = o.eps;
-  scalars_.step_size = static_cast<float>(o.lr / correction1);
-  scalars_.sqrt_correction2 = static_cast<float>(std::sqrt(correction2));
+rules::StepCounters AdamW::counters_after(int64_t applied) const {
+  rules::StepCounters c;
+  for (int64_t i = 0; i < applied; ++i) c = rule<false>().advance(c);
+  return c;
 }
 
-void AdamW::update_cpu(const DeviceGroup& group) {
-  for (size_t t : group.parameters) {
-    float* param = parameters_[t]->value.data<float>();
-    const float* grad = parameters_[t]->grad.data<float>();
-    float* m = exp_avg_[t].data<float>();
-    float* v = exp_avg_sq_[t].data<float>();
-    const int64_t n = parameters_[t]->value.numel();
-    if (options_.amsgrad) {
-      update_elements<true>(scalars_, param, grad, m, v, max_exp_avg_sq_[t].data<float>(), n);
-    } else {
-      update_elements<false>(scalars_, param, grad, m, v, nullptr, n);
-    }
+void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
+  if (options_.amsgrad) {
+    apply_rule(
+        rule<true>(), inputs,
+        gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_}),
+        cuda_stream);
+  } else {
+    apply_rule(rule<false>(), inputs,
+               gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_}),
+               cuda_stream);
   }
-}
-
-void AdamW::update_cuda(const DeviceGroup& group, void* cuda_stream) {
-#if EMBER_WITH_CUDA
-  std::vector<cuda::TensorOperands> tensors;
-  tensors.reserve(group.parameters.size());
-  for (size_t t : group.parameters) {
-    cuda::TensorOperands& op = tensors.emplace_back();
-    op.data = {parameters_[t]->value.data<float>(), parameters_[t]->grad.data<float>(),
-               exp_avg_[t].data<float>(), exp_avg_sq_[t].data<float>(),
-               options_.amsgrad ? max_exp_avg_sq_[t].data<float>() : nullptr};
-    op.numel = parameters_[t]->value.numel();
-  }
-  cuda::adamw_update(scalars_, options_.amsgrad, tensors, static_cast<cudaStream_t>(cuda_stream));
-#else
-  (void)group;
-  (void)cuda_stream;
-  EMBER_THROW("AdamW: CUDA parameters need a build with CUDA");
-#endif
 }
 
 }  // namespace ember::train

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #if EMBER_WITH_CUDA
@@ -12,6 +13,9 @@
 #endif
 
 namespace ember::train {
+namespace {
+constexpr int64_t kCounterBytes = sizeof(rules::StepCounters);
+}  // namespace
 
 Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::move(parameters)) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -37,18 +41,58 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::
     auto group = std::find_if(groups_.begin(), groups_.end(),
                               [&](const DeviceGroup& g) { return g.device == p->value.device(); });
     if (group == groups_.end()) {
-      group = groups_.insert(groups_.end(), {p->value.device(), {}, Stream()});
+      group = groups_.insert(groups_.end(), {p->value.device(), {}, Stream(), Tensor()});
+      group->counters = Tensor::empty({2 * kCounterBytes}, DType::u8, p->value.stream());
     }
     group->parameters.push_back(i);
   }
+  write_counters(rules::StepCounters{});
+}
+
+void Optimizer::write_counters(const rules::StepCounters& counters) {
+  std::vector<uint8_t> bytes(2 * kCounterBytes);
+  for (size_t slot = 0; slot < 2; ++slot) {
+    std::memcpy(bytes.data() + slot * kCounterBytes, &counters, kCounterBytes);
+  }
+  for (DeviceGroup& group : groups_) {
+    group.counters.copy_(Tensor::from_vector(bytes, {2 * kCounterBytes}, Device::cpu()));
+  }
+}
+
+int64_t Optimizer::applied_steps() const {
+  if (groups_.empty()) return steps_;
+  const std::vector<uint8_t> bytes = groups_.front().counters.to_vector<uint8_t>();
+  rules::StepCounters c;
+  std::memcpy(&c, bytes.data() + static_cast<size_t>(steps_ % 2) * kCounterBytes, kCounterBytes);
+  return static_cast<int64_t>(c.applied);
 }
 
 void Optimizer::step() {
-  run_step(nullptr);
+  run_step(nullptr, nullptr, nullptr);
 }
 
 void Optimizer::step(Stream& stream) {
-  run_step(&stream);
+  run_step(&stream, nullptr, nullptr);
+}
+
+void Optimizer::step(Stream& stream, const Tensor& found_inf, const Tensor& inv_scale) {
+  check_amp_input(found_inf, "found_inf");
+  check_amp_input(inv_scale, "inv_scale");
+  run_step(&stream, found_inf.defined() ? &found_inf : nullptr,
+           inv_scale.defined() ? &inv_scale : nullptr);
+}
+
+void Optimizer::check_amp_input(const Tensor& t, const char* what) const {
+  if (!t.defined()) return;
+  EMBER_CHECK(t.dtype() == DType::f32 && t.numel() == 1,
+              "{}::step: {} must be a one-element f32 tensor, not {}", kind(), what,
+              t.view().describe());
+  for (const DeviceGroup& group : groups_) {
+    EMBER_CHECK(group.device == t.device(),
+                "{}::step: {} is on {} but parameters live on {}; AMP's step needs every "
+                "parameter and its flags on one device",
+                kind(), what, t.device().to_string(), group.device.to_string());
+  }
 }
 
 void Optimizer::check_parameters_unchanged() const {
@@ -78,8 +122,9 @@ void Optimizer::check_parameters_unchanged() const {
 
 StateDict Optimizer::state_dict() {
   StateDict state;
-  state.insert("step", Tensor::full({}, static_cast<double>(steps_), DType::i64, Device::cpu()));
-  for (auto& [key, tensor] : state_tensors(steps_)) state.insert(key, tensor);
+  const int64_t applied = applied_steps();
+  state.insert("step", Tensor::full({}, static_cast<double>(applied), DType::i64, Device::cpu()));
+  for (auto& [key, tensor] : state_tensors(applied)) state.insert(key, tensor);
   return state;
 }
 
@@ -97,15 +142,22 @@ void Optimizer::load_state_dict(const StateDict& given) {
   load_state_into(expected, given, fmt::format("{}.load_state_dict", kind()));
   adopt_state(state, steps);
   steps_ = steps;
+  write_counters(counters_after(steps));
 }
 
-void Optimizer::run_step(Stream* stream) {
+void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale) {
   check_parameters_unchanged();
-  ++steps_;
   prepare_step();
+  const size_t slot = static_cast<size_t>(steps_ % 2);
   for (DeviceGroup& group : groups_) {
+    auto* counters = reinterpret_cast<rules::StepCounters*>(group.counters.data());
+    StepInputs inputs;
+    inputs.found_inf = found_inf != nullptr ? found_inf->data<float>() : nullptr;
+    inputs.inv_scale = inv_scale != nullptr ? inv_scale->data<float>() : nullptr;
+    inputs.counters_in = counters + slot;
+    inputs.counters_out = counters + (1 - slot);
     if (group.device.is_cpu()) {
-      update_cpu(group);
+      update(group, inputs, nullptr);
       continue;
     }
 #if EMBER_WITH_CUDA
@@ -116,16 +168,21 @@ void Optimizer::run_step(Stream* stream) {
                          ? *stream
                          : current_stream(group.device);
     std::vector<Stream> waited{s};
+    auto wait_for = [&](const Tensor& t) {
+      if (std::find(waited.begin(), waited.end(), t.stream()) != waited.end()) return;
+      s.wait(t.stream());
+      waited.push_back(t.stream());
+    };
     for (size_t i : group.parameters) {
-      for (const Tensor* t : {&parameters_[i]->value, &parameters_[i]->grad}) {
-        if (std::find(waited.begin(), waited.end(), t->stream()) != waited.end()) continue;
-        s.wait(t->stream());
-        waited.push_back(t->stream());
-      }
+      wait_for(parameters_[i]->value);
+      wait_for(parameters_[i]->grad);
     }
+    wait_for(group.counters);
+    if (found_inf != nullptr) wait_for(*found_inf);
+    if (inv_scale != nullptr) wait_for(*inv_scale);
     group.last_step = s;
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
-    update_cuda(group, s.native());
+    update(group, inputs, s.native());
     // Later work on the tensors' own streams (a copy, a read) sees the update.
     for (size_t w = 1; w < waited.size(); ++w) waited[w].wait(s);
 #else
@@ -133,6 +190,7 @@ void Optimizer::run_step(Stream* stream) {
     EMBER_THROW("Optimizer: parameters on {} need a build with CUDA", group.device.to_string());
 #endif
   }
+  ++steps_;
 }
 
 void Optimizer::zero_grad() {

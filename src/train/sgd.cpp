@@ -4,9 +4,7 @@
 
 #include <cmath>
 
-#if EMBER_WITH_CUDA
-#include "cuda/optimizer_cuda.hpp"
-#endif
+#include "apply_rule.hpp"
 
 namespace ember::train {
 namespace {
@@ -23,16 +21,6 @@ void validate(const SGDOptions& o) {
               "SGD: nesterov needs momentum > 0 and dampening == 0 (got momentum={}, "
               "dampening={})",
               o.momentum, o.dampening);
-}
-
-template <bool kMomentum>
-void update_elements(const rules::SGDScalars& s, float* param, const float* grad, float* buf,
-                     int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    float unused = 0.0f;
-    rules::sgd_update<kMomentum>(s, param[i], grad[i], kMomentum ? buf[i] : unused);
-  }
 }
 
 }  // namespace
@@ -72,51 +60,28 @@ void SGD::adopt_state(const StateDict& state, int64_t) {
 }
 
 void SGD::prepare_step() {
-  const SGDOptions& o = options_;
-  const bool momentum = o.momentum != 0;
-  scalars_ = {.lr = o.lr,
-              .momentum = o.momentum,
-              .one_minus_dampening = 1.0f - o.dampening,
-              .weight_decay = o.weight_decay,
-              .first = momentum && momentum_.empty(),
-              .nesterov = o.nesterov};
-  if (scalars_.first) {  // the first step writes each buffer before reading it
-    for (nn::Parameter* p : parameters_) {
-      momentum_.push_back(Tensor::empty(p->value.shape(), DType::f32, p->value.stream()));
-    }
+  // Momentum buffers exist from the first step call; the first applied step writes each before
+  // reading it (rules::SGDScalars::first).
+  if (options_.momentum == 0 || !momentum_.empty()) return;
+  for (nn::Parameter* p : parameters_) {
+    momentum_.push_back(Tensor::empty(p->value.shape(), DType::f32, p->value.stream()));
   }
 }
 
-void SGD::update_cpu(const DeviceGroup& group) {
-  for (size_t t : group.parameters) {
-    float* param = parameters_[t]->value.data<float>();
-    const float* grad = parameters_[t]->grad.data<float>();
-    const int64_t n = parameters_[t]->value.numel();
-    if (options_.momentum != 0) {
-      update_elements<true>(scalars_, param, grad, momentum_[t].data<float>(), n);
-    } else {
-      update_elements<false>(scalars_, param, grad, nullptr, n);
-    }
-  }
+rules::StepCounters SGD::counters_after(int64_t applied) const {
+  rules::StepCounters c;
+  c.applied = static_cast<double>(applied);
+  return c;
 }
 
-void SGD::update_cuda(const DeviceGroup& group, void* cuda_stream) {
-#if EMBER_WITH_CUDA
-  const bool momentum = options_.momentum != 0;
-  std::vector<cuda::TensorOperands> tensors;
-  tensors.reserve(group.parameters.size());
-  for (size_t t : group.parameters) {
-    cuda::TensorOperands& op = tensors.emplace_back();
-    op.data = {parameters_[t]->value.data<float>(), parameters_[t]->grad.data<float>(),
-               momentum ? momentum_[t].data<float>() : nullptr};
-    op.numel = parameters_[t]->value.numel();
+void SGD::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
+  if (options_.momentum != 0) {
+    apply_rule(rule<true>(), inputs, gather_operands(parameters_, group.parameters, {&momentum_}),
+               cuda_stream);
+  } else {
+    apply_rule(rule<false>(), inputs, gather_operands(parameters_, group.parameters, {}),
+               cuda_stream);
   }
-  cuda::sgd_update(scalars_, momentum, tensors, static_cast<cudaStream_t>(cuda_stream));
-#else
-  (void)group;
-  (void)cuda_stream;
-  EMBER_THROW("SGD: CUDA parameters need a build with CUDA");
-#endif
 }
 
 }  // namespace ember::train

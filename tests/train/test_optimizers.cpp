@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -347,6 +349,92 @@ TEST(OptimizerState, SgdMomentumBuffersAppearAfterTheFirstStep) {
   sgd.load_state_dict(fresh.state_dict());
   EXPECT_EQ(sgd.steps(), 0);
   EXPECT_FALSE(sgd.momentum_buffer(0).defined());
+}
+
+// ---- the AMP step: found_inf and inv_scale read on the parameters' device ----
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+  std::vector<uint32_t> out;
+  for (float f : t.to_vector<float>()) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    out.push_back(u);
+  }
+  return out;
+}
+
+template <class Opt, class Options>
+void expect_skipped_steps_change_nothing(const Options& options) {
+  // Run A: g1, g2. Run B: g1, (4 * g_bad with found_inf), 4 * g2 with inv_scale 1/4.
+  nn::Parameter a = param({0.5f, -1.0f, 2.0f, 0.0f}), b = param({0.5f, -1.0f, 2.0f, 0.0f});
+  Opt plain({&a}, options), amp({&b}, options);
+  ember::Stream cpu;
+  const Tensor no = Tensor::full({1}, 0.0), yes = Tensor::full({1}, 1.0);
+  const Tensor quarter = Tensor::full({1}, 0.25), one = Tensor::full({1}, 1.0);
+  const std::vector<float> g1 = {0.1f, -0.2f, 0.3f, 0.0f}, g2 = {-1.5f, 0.25f, 2.0f, 1.0f};
+  a.grad.copy_(Tensor::from_vector(g1, {4}));
+  plain.step();
+  a.grad.copy_(Tensor::from_vector(g2, {4}));
+  plain.step();
+
+  b.grad.copy_(Tensor::from_vector(g1, {4}));
+  amp.step(cpu, no, one);
+  const std::vector<uint32_t> after_first = bits_of(b.value);
+  std::map<std::string, std::vector<uint32_t>> state_after_first;  // copies: the dict is live
+  for (const auto& [key, t] : amp.state_dict()) {
+    if (key != "step") state_after_first[key] = bits_of(t);
+  }
+  b.grad.copy_(Tensor::from_vector(std::vector<float>{INFINITY, 1e30f, NAN, 3.0f}, {4}));
+  amp.step(cpu, yes, quarter);  // skipped: nothing moves
+  EXPECT_EQ(bits_of(b.value), after_first);
+  EXPECT_EQ(amp.steps(), 2);
+  EXPECT_EQ(amp.applied_steps(), 1);
+  for (const auto& [key, t] : amp.state_dict()) {
+    if (key != "step") {
+      EXPECT_EQ(bits_of(t), state_after_first.at(key)) << key;
+    }
+  }
+  std::vector<float> g2x4 = g2;
+  for (float& g : g2x4) g *= 4;
+  b.grad.copy_(Tensor::from_vector(g2x4, {4}));
+  amp.step(cpu, no, quarter);
+  EXPECT_EQ(bits_of(b.value), bits_of(a.value));  // bit for bit: scaling by 4 and 1/4 is exact
+  EXPECT_EQ(amp.applied_steps(), 2);
+  EXPECT_EQ(amp.state_dict().at("step").item(), 2.0);
+}
+
+TEST(OptimizerAmp, AStepWithFoundInfChangesNothingAndInvScaleUnscales) {
+  expect_skipped_steps_change_nothing<train::AdamW>(train::AdamWOptions{.lr = 0.1f});
+  expect_skipped_steps_change_nothing<train::AdamW>(
+      train::AdamWOptions{.lr = 0.1f, .amsgrad = true});
+  expect_skipped_steps_change_nothing<train::SGD>(
+      train::SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
+  expect_skipped_steps_change_nothing<train::SGD>(train::SGDOptions{.lr = 0.1f});
+}
+
+TEST(OptimizerAmp, AFirstStepSkippedLeavesTheMomentumBufferToTheFirstApplied) {
+  nn::Parameter a = param({1, 2}), b = param({1, 2});
+  train::SGD plain({&a}, {.lr = 0.1f, .momentum = 0.5f}), amp({&b}, {.lr = 0.1f, .momentum = 0.5f});
+  ember::Stream cpu;
+  b.grad.fill_(1e30);
+  amp.step(cpu, Tensor::full({1}, 1.0), Tensor());
+  a.grad.fill_(2);
+  b.grad.fill_(2);
+  plain.step();
+  amp.step(cpu, Tensor::full({1}, 0.0), Tensor());
+  EXPECT_EQ(b.value.to_vector<float>(), a.value.to_vector<float>());
+  EXPECT_EQ(amp.momentum_buffer(0).to_vector<float>(), (std::vector<float>{2, 2}));
+}
+
+TEST(OptimizerAmp, BadFlagsAreErrors) {
+  nn::Parameter a = param({1, 2});
+  train::AdamW opt({&a});
+  ember::Stream cpu;
+  expect_error([&] { opt.step(cpu, Tensor::zeros({2}), Tensor()); },
+               "found_inf must be a one-element f32 tensor");
+  expect_error([&] { opt.step(cpu, Tensor(), Tensor::zeros({1}, ember::DType::f16)); },
+               "inv_scale must be a one-element f32 tensor");
+  EXPECT_EQ(opt.steps(), 0);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
 //   (amsgrad: vmax = max(vmax, v), used in place of v below)
 //   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// The arithmetic is ember::train::rules::adamw_update, the same on the CPU and on CUDA.
+// The rule is ember::train::rules::AdamWRule, the same arithmetic on the CPU and on CUDA;
+// beta^t is kept as a running product (one multiply per applied step).
 #pragma once
 
 #include "ember/train/optimizer.hpp"
@@ -32,14 +33,16 @@ class AdamW final : public Optimizer {
   const Tensor& max_exp_avg_sq(size_t i) const;
 
  private:
-  void prepare_step() override;
-  void update_cpu(const DeviceGroup& group) override;
-  void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+  void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
   StateDict state_tensors(int64_t steps) override;
+  rules::StepCounters counters_after(int64_t applied) const override;
   const char* kind() const override { return "AdamW"; }
+  template <bool kAmsgrad>
+  rules::AdamWRule<kAmsgrad> rule() const {
+    return {options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
+  }
 
   AdamWOptions options_;
-  rules::AdamWScalars scalars_{};
   std::vector<Tensor> exp_avg_, exp_avg_sq_, max_exp_avg_sq_;
 };
 

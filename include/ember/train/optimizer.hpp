@@ -1,8 +1,9 @@
 // Optimizer: updates a fixed list of parameters from their gradients, on whatever devices the
-// parameters live. Parameters are grouped by device at construction: CPU parameters are
-// updated by an OpenMP loop, the parameters of each CUDA device by one fused multi-tensor
-// kernel launch (kernels/multi_tensor.cuh; more launches only past a few dozen tensors or
-// ~10M elements per launch). Optimizer state lives on each parameter's device.
+// parameters live. An optimizer is an element rule (update_rules.hpp) plus its state tensors;
+// one generic multi-tensor step (step_op.hpp) applies the rule: on the CPU an OpenMP loop, on
+// each CUDA device one fused kernel launch (kernels/multi_tensor.cuh; more launches only past
+// a few dozen tensors or ~10M elements). State lives on each parameter's device, and so do the
+// step counters, so that AMP can skip a step on the device without a host read.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "ember/core/state_dict.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/nn/parameter.hpp"
+#include "ember/train/step_op.hpp"
 
 namespace ember::train {
 
@@ -23,18 +25,28 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // One update from the current gradients. Nothing waits on the host: on a CUDA device the
-  // update is queued on `stream` (step(stream), for parameters on its device) or on the
-  // device's current stream, after the backward pass queued there; the streams the
-  // parameters, gradients and state were created on are waited for on the device.
+  // update is queued on `stream` (for parameters on its device) or on the device's current
+  // stream, after the backward pass queued there; the streams the parameters, gradients and
+  // state were created on are waited for on the device.
   void step();
   void step(Stream& stream);
+  // The step AMP needs (ember::amp): `found_inf` and `inv_scale` are one-element f32 tensors
+  // on the parameters' device (all parameters on one device), written by earlier work on
+  // their streams. The update reads them on the device: gradients are multiplied by
+  // inv_scale, and a nonzero found_inf skips the step entirely (parameters, state and the
+  // applied-step count stay). Either may be an undefined Tensor (not used).
+  void step(Stream& stream, const Tensor& found_inf, const Tensor& inv_scale);
   void zero_grad();  // sets every gradient to zero, queued on each gradient's stream
+
+  // step() calls made (each may have been skipped on the device by found_inf).
   int64_t steps() const { return steps_; }
+  // Steps applied (not skipped): read from the device, so it waits for the last step.
+  int64_t applied_steps() const;
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
 
-  // "step" (an i64 scalar on the CPU) and the state of parameter i as "state.<i>.<name>"
-  // (e.g. "state.0.exp_avg"), the live tensors on their devices. Parameters are numbered in
-  // the order given to the constructor.
+  // "step" (the applied steps, an i64 scalar on the CPU) and the state of parameter i as
+  // "state.<i>.<name>" (e.g. "state.0.exp_avg"), the live tensors on their devices.
+  // Parameters are numbered in the order given to the constructor. Waits for the last step.
   StateDict state_dict();
   // Restores the step count and every state tensor (copied, any device). A dict that does not
   // match (missing, unexpected, mis-shaped entries; another optimizer's or other options'
@@ -46,23 +58,24 @@ class Optimizer {
     Device device;
     std::vector<size_t> parameters;  // indices into parameters_
     Stream last_step;                // where the last update ran (a CPU stream before any)
+    Tensor counters;  // two rules::StepCounters (double-buffered, step_op.hpp) as bytes
   };
 
-  // Called once per step, after steps_ is incremented and before any update: per-step
-  // scalars, state created lazily.
+  // Called once per step, before any update: state created lazily.
   virtual void prepare_step() {}
-  virtual void update_cpu(const DeviceGroup& group) = 0;
-  // Enqueues the update of a CUDA group on `cuda_stream` (a cudaStream_t); the group's device
-  // is current.
-  virtual void update_cuda(const DeviceGroup& group, void* cuda_stream) = 0;
-  // The state tensors ("state.<i>.<name>") the optimizer holds after `steps` steps: the live
-  // ones, or, where it has none yet (state created at the first step), new tensors that
+  // Applies the rule to a group: apply_rule (src/train/apply_rule.hpp) with this optimizer's
+  // rule and state. `cuda_stream` is the cudaStream_t of a CUDA group, its device current.
+  virtual void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) = 0;
+  // The state tensors ("state.<i>.<name>") the optimizer holds after `steps` applied steps: the
+  // live ones, or, where it has none yet (state created at the first step), new tensors that
   // adopt_state() then keeps.
   virtual StateDict state_tensors(int64_t steps) = 0;
   virtual void adopt_state(const StateDict& state, int64_t steps) {
     (void)state;
     (void)steps;
   }
+  // The counters after `applied` steps (the rule's advance, repeated).
+  virtual rules::StepCounters counters_after(int64_t applied) const = 0;
   virtual const char* kind() const = 0;  // "SGD", "AdamW": for messages
 
   std::vector<nn::Parameter*> parameters_;
@@ -70,8 +83,10 @@ class Optimizer {
   int64_t steps_ = 0;
 
  private:
-  void run_step(Stream* stream);
+  void run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale);
   void check_parameters_unchanged() const;
+  void check_amp_input(const Tensor& t, const char* what) const;
+  void write_counters(const rules::StepCounters& counters);  // into every group's slot steps_ % 2
 
   std::vector<Shape> shapes_;  // each parameter's shape at construction
 };

@@ -4,7 +4,7 @@
 //   b = g on the first step, else momentum * b + (1 - dampening) * g
 //   g = nesterov ? g + momentum * b : b        (when momentum != 0)
 //   p -= lr * g
-// The arithmetic is ember::train::rules::sgd_update, the same on the CPU and on CUDA.
+// The rule is ember::train::rules::SGDRule, the same arithmetic on the CPU and on CUDA.
 #pragma once
 
 #include "ember/train/optimizer.hpp"
@@ -31,14 +31,18 @@ class SGD final : public Optimizer {
 
  private:
   void prepare_step() override;
-  void update_cpu(const DeviceGroup& group) override;
-  void update_cuda(const DeviceGroup& group, void* cuda_stream) override;
+  void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
   StateDict state_tensors(int64_t steps) override;
   void adopt_state(const StateDict& state, int64_t steps) override;
+  rules::StepCounters counters_after(int64_t applied) const override;
   const char* kind() const override { return "SGD"; }
+  template <bool kMomentum>
+  rules::SGDRule<kMomentum> rule() const {
+    return {options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
+            options_.nesterov};
+  }
 
   SGDOptions options_;
-  rules::SGDScalars scalars_{};
   std::vector<Tensor> momentum_;  // one buffer per parameter, created on the first step
 };
 

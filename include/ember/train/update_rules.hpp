@@ -52,7 +52,47 @@ EMBER_HOST_DEVICE EMBER_INLINE float sqrt(float a) {
 #endif
 }
 
-// AdamW's per-step scalars, computed once on the host (see AdamW::step).
+// Double precision, for the per-step scalars (bias corrections): each operation rounded once.
+EMBER_HOST_DEVICE EMBER_INLINE double dmul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+EMBER_HOST_DEVICE EMBER_INLINE double dsub(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+EMBER_HOST_DEVICE EMBER_INLINE double ddiv(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+EMBER_HOST_DEVICE EMBER_INLINE double dsqrt(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// The steps an optimizer has applied, kept beside its parameters (on their device) so that a
+// step skipped on the device (AMP's found-inf) does not advance them, with no host read:
+// `power1` and `power2` are beta1^t and beta2^t for AdamW (1 for SGD), multiplied once per
+// applied step (the same IEEE operations on the host and the device).
+struct StepCounters {
+  double applied = 0;
+  double power1 = 1;
+  double power2 = 1;
+};
+
+// AdamW's per-step scalars, derived from the counters of the step being applied.
 struct AdamWScalars {
   float decay;             // 1 - lr * weight_decay
   float one_minus_beta1;   // 1 - beta1
@@ -80,13 +120,47 @@ EMBER_HOST_DEVICE EMBER_INLINE void adamw_update(const AdamWScalars& s, float& p
   p = sub(p, div(mul(s.step_size, m), denom));
 }
 
+// AdamW as an optimizer rule (train/step_op.hpp): options, counters -> scalars, one element.
+// State slots: exp_avg, exp_avg_sq (, max_exp_avg_sq).
+template <bool kAmsgrad>
+struct AdamWRule {
+  static constexpr int kState = kAmsgrad ? 3 : 2;
+  using Scalars = AdamWScalars;
+  float lr, beta1, beta2, eps, weight_decay;
+
+  EMBER_HOST_DEVICE StepCounters advance(StepCounters c) const {
+    c.applied = c.applied + 1;
+    c.power1 = dmul(c.power1, static_cast<double>(beta1));
+    c.power2 = dmul(c.power2, static_cast<double>(beta2));
+    return c;
+  }
+  // Bias corrections in double, as PyTorch computes them on the host.
+  EMBER_HOST_DEVICE Scalars scalars(const StepCounters& c) const {
+    Scalars s;
+    s.decay = sub(1.0f, mul(lr, weight_decay));
+    s.one_minus_beta1 = sub(1.0f, beta1);
+    s.beta2 = beta2;
+    s.one_minus_beta2 = sub(1.0f, beta2);
+    s.eps = eps;
+    s.step_size = static_cast<float>(ddiv(static_cast<double>(lr), dsub(1.0, c.power1)));
+    s.sqrt_correction2 = static_cast<float>(dsqrt(dsub(1.0, c.power2)));
+    return s;
+  }
+  template <int kDepth>
+  EMBER_HOST_DEVICE void update(const Scalars& s, float g, float (&x)[kDepth]) const {
+    static_assert(kDepth == 2 + kState);
+    float unused = 0.0f;
+    adamw_update<kAmsgrad>(s, x[0], g, x[2], x[3], kAmsgrad ? x[kDepth - 1] : unused);
+  }
+};
+
 // SGD's per-step scalars.
 struct SGDScalars {
   float lr;
   float momentum;
   float one_minus_dampening;  // 1 - dampening
   float weight_decay;
-  bool first;  // the first step with momentum: the buffer starts as the gradient
+  bool first;  // the first applied step with momentum: the buffer starts as the gradient
   bool nesterov;
 };
 
@@ -102,5 +176,28 @@ EMBER_HOST_DEVICE EMBER_INLINE void sgd_update(const SGDScalars& s, float& p, fl
   }
   p = sub(p, mul(s.lr, g));
 }
+
+// SGD as an optimizer rule. State slot: momentum_buffer (with momentum).
+template <bool kMomentum>
+struct SGDRule {
+  static constexpr int kState = kMomentum ? 1 : 0;
+  using Scalars = SGDScalars;
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov;
+
+  EMBER_HOST_DEVICE StepCounters advance(StepCounters c) const {
+    c.applied = c.applied + 1;
+    return c;
+  }
+  EMBER_HOST_DEVICE Scalars scalars(const StepCounters& c) const {
+    return {lr, momentum, sub(1.0f, dampening), weight_decay, c.applied == 1.0, nesterov};
+  }
+  template <int kDepth>
+  EMBER_HOST_DEVICE void update(const Scalars& s, float g, float (&x)[kDepth]) const {
+    static_assert(kDepth == 2 + kState);
+    float unused = 0.0f;
+    sgd_update<kMomentum>(s, x[0], g, kMomentum ? x[kDepth - 1] : unused);
+  }
+};
 
 }  // namespace ember::train::rules

@@ -24,6 +24,7 @@
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/sgd.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -266,6 +267,43 @@ TEST(EmulatedOptimizers, TensorLargerThanOneLaunchContinuesInTheNext) {
   stream.synchronize();
   EXPECT_EQ(bits(gpu_params.params[0].value), bits(cpu_params.params[0].value));
   EXPECT_EQ(bits(gpu_params.params[1].value), bits(cpu_params.params[1].value));
+}
+
+// The AMP step on the device: flags written by a kernel on another stream, read by the update
+// in its one launch (no host read), a skipped step changing nothing, and the same bits as the
+// CPU given the same flags.
+TEST(EmulatedOptimizers, AmpStepReadsItsFlagsOnTheDevice) {
+  ParameterSet gpu_params(kSizes, kGpu, true), cpu_params(kSizes, kCpu, true);
+  const train::AdamWOptions o{.lr = 0.05f, .weight_decay = 0.1f};
+  train::AdamW gpu(gpu_params.pointers(), o), cpu(cpu_params.pointers(), o);
+  ember::Stream stream = ember::current_stream(kGpu);
+  ember::Stream flags_stream(kGpu);  // the flags are written elsewhere, then waited for
+  const std::vector<float> found = {0, 1, 0, 0}, inv = {1, 0.5f, 0.25f, 1};
+  for (int step = 0; step < 4; ++step) {
+    gpu_params.set_gradients(step + 1);
+    cpu_params.set_gradients(step + 1);
+    Tensor found_inf = Tensor::full({1}, found[step], DType::f32, flags_stream);
+    Tensor inv_scale = Tensor::full({1}, inv[step], DType::f32, flags_stream);
+    ember::Stream cpu_stream;
+    cpu.step(cpu_stream, Tensor::full({1}, found[step]), Tensor::full({1}, inv[step]));
+    stream.synchronize();
+    auto handle = static_cast<cudaStream_t>(stream.native());
+    ember::simt::hold_stream(handle);
+    const auto syncs_before = ember::simt::sync_counts();
+    gpu.step(stream, found_inf, inv_scale);
+    EXPECT_GE(ember::simt::pending_work(handle), 2u) << "the wait for the flags and the launch";
+    EXPECT_EQ(ember::simt::sync_counts().total(), syncs_before.total()) << "no host wait";
+    ember::simt::release_stream(handle);
+    for (size_t i = 0; i < gpu_params.params.size(); ++i) {
+      const std::string what = fmt::format("step {} parameter {}", step, i);
+      expect_bitwise_equal(gpu_params.params[i].value, cpu_params.params[i].value, what);
+      expect_bitwise_equal(gpu.exp_avg(i), cpu.exp_avg(i), what + " exp_avg");
+    }
+  }
+  EXPECT_EQ(gpu.applied_steps(), 3);
+  EXPECT_EQ(gpu.steps(), 4);
+  ember::testing::expect_error([&] { gpu.step(stream, Tensor::full({1}, 0.0), Tensor()); },
+                               "found_inf is on cpu but parameters live on cuda:0");
 }
 
 // The packing itself, with small capacities: every (tensor, chunk) exactly once, in order, no

@@ -1,0 +1,28 @@
+// The optimizers' fused multi-tensor steps: StepOp<Rule> in kernels/multi_tensor.cuh, one
+// instantiation per rule.
+#include "../tensor_operands.hpp"
+#include "multi_tensor.cuh"
+#include "optimizer_cuda.hpp"
+
+namespace ember::train::cuda {
+
+template <class Rule>
+int apply_rule_cuda(const Rule& rule, const StepInputs& inputs,
+                    const std::vector<TensorOperands>& tensors, cudaStream_t stream) {
+  using Op = StepOp<Rule>;
+  return kernels::launch_multi_tensor<Op::kDepth>(
+      static_cast<int64_t>(tensors.size()),
+      [&](int64_t t) -> const std::array<float*, 5>& { return tensors[t].data; },
+      [&](int64_t t) { return tensors[t].numel; }, Op{rule, inputs}, stream);
+}
+
+template int apply_rule_cuda(const rules::AdamWRule<false>&, const StepInputs&,
+                             const std::vector<TensorOperands>&, cudaStream_t);
+template int apply_rule_cuda(const rules::AdamWRule<true>&, const StepInputs&,
+                             const std::vector<TensorOperands>&, cudaStream_t);
+template int apply_rule_cuda(const rules::SGDRule<false>&, const StepInputs&,
+                             const std::vector<TensorOperands>&, cudaStream_t);
+template int apply_rule_cuda(const rules::SGDRule<true>&, const StepInputs&,
+                             const std::vector<TensorOperands>&, cudaStream_t);
+
+}  // namespace ember::train::cuda
