@@ -10,7 +10,6 @@ install(TARGETS ember EXPORT emberTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/ember)
-install(DIRECTORY kernels/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember/kernels FILES_MATCHING PATTERN "*.cuh")
 install(EXPORT emberTargets NAMESPACE ember:: DESTINATION ${EMBER_CMAKE_INSTALL_DIR})
 configure_package_config_file(cmake/emberConfig.cmake.in
                               "${PROJECT_BINARY_DIR}/emberConfig.cmake"

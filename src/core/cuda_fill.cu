@@ -1,4 +1,4 @@
-// Launcher for kernels/fill.cuh, used by Tensor::fill_ on cuda devices: queued on the
+// Launcher for src/core/fill.cuh, used by Tensor::fill_ on cuda devices: queued on the
 // tensor's stream, no wait.
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // The cuBLASLt backend's mapping of a row-major MatmulProblem onto cuBLASLt's column-major
-// matmul (src/ops/cuda/matmul_cublaslt.hpp), checked on the CPU: the fields it produces, and
+// matmul (src/ops/matmul/matmul_cublaslt.hpp), checked on the CPU: the fields it produces, and
 // the values a host model of cuBLASLt's documented semantics computes from them against
-// ember's own definition (kernels/matmul_problem.cuh). No GPU and no cuBLASLt call involved.
+// ember's own definition (ember/kernels/matmul_problem.cuh). No GPU and no cuBLASLt call involved.
 #include <gtest/gtest.h>
 
 #if EMBER_WITH_CUDA
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/ops/cuda/matmul_cublaslt.hpp"
+#include "ops/matmul/matmul_cublaslt.hpp"
 
 namespace {
 

@@ -1,9 +1,9 @@
-// Compile check for kernels/intrinsics.cuh under nvcc: one kernel that uses every wrapper, so
+// Compile check for ember/kernels/intrinsics.cuh under nvcc: one kernel that uses every wrapper, so
 // that `nvcc -arch=sm_80` / `sm_90` type-checks and assembles all the inline PTX, and
 // `cuobjdump -sass` of the object shows LDSM, HMMA and LDGSTS. Not run (no GPU needed).
 #include <cstdint>
 
-#include "intrinsics.cuh"
+#include "ember/kernels/intrinsics.cuh"
 
 namespace ember::tests {
 

@@ -1,4 +1,4 @@
-// The tensor-core and async-copy wrappers (kernels/intrinsics.cuh) under the SIMT emulator.
+// The tensor-core and async-copy wrappers (ember/kernels/intrinsics.cuh) under the SIMT emulator.
 //
 // Each test runs a kernel in which every lane records its registers, and checks every lane's
 // fragment against the layout tables of the PTX ISA, written out again here (lane -> row and

@@ -20,7 +20,7 @@
 // throw ember::Error, as do shape, dtype and device mismatches.
 //
 // CPU streams run an OpenMP loop over fixed blocks that vectorizes f (results independent of the
-// thread count). CUDA streams launch kernels/map.cuh's kernel, instantiated in the calling
+// thread count). CUDA streams launch ember/kernels/map.cuh's kernel, instantiated in the calling
 // translation unit, which must then be compiled by nvcc (a .cu file; f a functor or an
 // `__host__ __device__` lambda, which needs nvcc's --extended-lambda) or by the SIMT emulator;
 // anywhere else a CUDA stream throws. ember's own pointwise ops (elementwise.hpp) come
@@ -30,7 +30,7 @@
 // of f over all elements (f returns one float; the shape comes from the tensor inputs, of which
 // there must be at least one). r is ops::Sum, ops::Max, ops::Min or any struct with `static
 // float identity()` and `float operator()(float, float)`, associative up to rounding. The
-// combine order is fixed (see map_cpu.hpp and kernels/map_reduce.cuh): reruns give the same
+// combine order is fixed (see map_cpu.hpp and ember/kernels/map_reduce.cuh): reruns give the same
 // bits; CPU and CUDA differ by the rounding of their different orders. For map, the
 // expression layer (ember/ops/expr.hpp) builds the functor from `gelu(x * s + row(b))`;
 // map_reduce takes a functor.
@@ -56,8 +56,8 @@
 #define EMBER_MAP_KERNELS 1
 #include <cuda_runtime.h>
 
-#include "map.cuh"
-#include "map_reduce.cuh"
+#include "ember/kernels/map.cuh"
+#include "ember/kernels/map_reduce.cuh"
 #else
 #define EMBER_MAP_KERNELS 0
 #endif
@@ -76,7 +76,7 @@ struct MapInputSpec {
   const TensorView* view;  // null for scalars
 };
 
-// Argument checks (src/ops/map.cpp); each throws ember::Error naming `op`. Returns the row
+// Argument checks (src/ops/map/map.cpp); each throws ember::Error naming `op`. Returns the row
 // length used for broadcasting (the last dimension of `shape`, 1 for a scalar shape).
 int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
                   const TensorView* outs, size_t n_outs, const MapInputSpec* ins, size_t n_ins);
@@ -92,7 +92,7 @@ void map_store_scalar(const TensorView& out, float value);
 
 [[noreturn]] void map_needs_kernel_compiler(std::string_view op);
 
-// CUDA helpers (src/ops/cuda/map_cuda.cpp; CUDA and emulated builds): makes the stream's device
+// CUDA helpers (src/ops/map/map_cuda.cpp; CUDA and emulated builds): makes the stream's device
 // current and returns the most blocks worth launching (the grid-stride loops do the rest).
 int64_t map_prepare_launch(const Stream& stream);
 

@@ -50,7 +50,7 @@ namespace detail {
 inline constexpr int64_t kMapBlock = 1024;  // elements per block (4 KiB per buffer)
 inline constexpr int64_t kMapParallelMin = int64_t{1} << 15;  // smaller maps run on one thread
 
-// Block converters (src/ops/cpu/map_cpu.cpp): the f32 values of elements [begin, begin + count)
+// Block converters (src/ops/map/map_cpu.cpp): the f32 values of elements [begin, begin + count)
 // of a tensor of any map dtype (the tensor's own memory for f32, else `buffer`), and the
 // rounding store of f32 values into a tensor (nothing to do for f32, computed in place).
 const float* map_load_f32(const void* data, DType dtype, int64_t begin, int64_t count,

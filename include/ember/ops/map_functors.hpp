@@ -8,26 +8,13 @@
 
 #include "ember/core/macros.hpp"
 #include "ember/core/philox.hpp"
+#include "ember/kernels/activation_math.cuh"
 #include "ember/ops/map_types.hpp"
 
 namespace ember::ops::fn {
 
-// cond ? a : b. On the host through bit masks: GCC may turn a ?: on floats into a branch, which
-// stops the loop from vectorizing.
-EMBER_HOST_DEVICE EMBER_INLINE float select(bool cond, float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return cond ? a : b;
-#else
-  uint32_t ua, ub;
-  std::memcpy(&ua, &a, 4);
-  std::memcpy(&ub, &b, 4);
-  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
-  const uint32_t r = (ua & mask) | (ub & ~mask);
-  float out;
-  std::memcpy(&out, &r, 4);
-  return out;
-#endif
-}
+// cond ? a : b, branch-free on the host (ember/kernels/activation_math.cuh).
+using kernels::math::select;
 
 // a * b rounded on its own: never contracted with a following add into an fma (nvcc contracts
 // by default; g++ in ISO mode does not), so CPU and GPU round alike.

@@ -1,4 +1,4 @@
-// Emulation of the tensor-core and async-copy instructions behind kernels/intrinsics.cuh:
+// Emulation of the tensor-core and async-copy instructions behind ember/kernels/intrinsics.cuh:
 // ldmatrix, mma.sync m16n8k16 (f16/bf16 -> f32) and cp.async with commit/wait groups.
 //
 // Every warp-level instruction is a rendezvous of the whole warp (warp_exchange, full mask),

@@ -1,5 +1,5 @@
 // The prelude a kernel translation unit includes (under EMBER_SIMT) before
-// kernels/*.cuh, so that g++ compiles CUDA C++ for the SIMT emulator.
+// the kernels (ember/kernels/*.cuh, src/ops/*/*.cuh), so that g++ compiles CUDA C++ for the SIMT emulator.
 #pragma once
 
 #ifndef EMBER_SIMT

@@ -1,7 +1,7 @@
 // Optimizer: updates a fixed list of parameters from their gradients, on whatever devices the
 // parameters live. An optimizer is an element rule (update_rules.hpp) plus its state tensors;
 // one generic multi-tensor step (step_op.hpp) applies the rule: on the CPU an OpenMP loop, on
-// each CUDA device one fused kernel launch (kernels/multi_tensor.cuh; more launches only past
+// each CUDA device one fused kernel launch (ember/kernels/multi_tensor.cuh; more launches only past
 // a few dozen tensors or ~10M elements). State lives on each parameter's device, and so do the
 // step counters, so that AMP can skip a step on the device without a host read.
 #pragma once

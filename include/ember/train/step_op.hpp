@@ -1,5 +1,5 @@
 // One optimizer step as a multi-tensor operation, the same on the CPU (src/train/apply_cpu.hpp)
-// and in one CUDA launch (kernels/multi_tensor.cuh): a rule (update_rules.hpp) plus what the
+// and in one CUDA launch (ember/kernels/multi_tensor.cuh): a rule (update_rules.hpp) plus what the
 // step reads besides the tensors.
 //
 // Operands per tensor: param, grad, then the rule's kState state slots. Every block (and the

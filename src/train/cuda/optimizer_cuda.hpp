@@ -1,5 +1,5 @@
 // The CUDA side of the generic optimizer step (../apply_rule.hpp): one multi-tensor launch
-// (kernels/multi_tensor.cuh) of StepOp<Rule> over every listed tensor on `stream` of the
+// (ember/kernels/multi_tensor.cuh) of StepOp<Rule> over every listed tensor on `stream` of the
 // current device, more only when the list overflows a launch's capacity. Returns the launches
 // made. Instantiated for each rule in optimizer_steps.cu.
 #pragma once

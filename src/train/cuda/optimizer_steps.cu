@@ -1,7 +1,7 @@
-// The optimizers' fused multi-tensor steps: StepOp<Rule> in kernels/multi_tensor.cuh, one
+// The optimizers' fused multi-tensor steps: StepOp<Rule> in ember/kernels/multi_tensor.cuh, one
 // instantiation per rule.
 #include "../tensor_operands.hpp"
-#include "multi_tensor.cuh"
+#include "ember/kernels/multi_tensor.cuh"
 #include "optimizer_cuda.hpp"
 
 namespace ember::train::cuda {

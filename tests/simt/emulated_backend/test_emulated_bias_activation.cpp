@@ -1,5 +1,5 @@
 // ops::bias_activation_forward / _backward on an (emulated) CUDA device (the precompiled map
-// kernels of src/ops/cuda/elementwise.cu): bitwise equal to the unfused CUDA ops, bitwise equal
+// kernels of src/ops/elementwise/elementwise_kernels.cu): bitwise equal to the unfused CUDA ops, bitwise equal
 // to the CPU backend for none and relu, GELU within a few ulps of it. Mixed dtypes, tails, rank
 // 3, the 128-bit and the scalar (misaligned) paths, the bias gradient with and without
 // accumulation.

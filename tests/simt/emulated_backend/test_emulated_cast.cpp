@@ -1,5 +1,5 @@
 // ops::cast on an (emulated) CUDA device against the CPU backend, bit for bit: every pair of
-// the six dtypes (kernels/cast.cuh whenever i32 or i64 is involved or the dtypes are equal,
+// the six dtypes (src/ops/elementwise/cast.cuh whenever i32 or i64 is involved or the dtypes are equal,
 // ops::map otherwise), edge values (nan, infinities, signed zeros, subnormals, integer limits
 // and their neighbours, rounding ties, values that double rounding would get wrong), every f16,
 // bf16 and u8 bit pattern, tail sizes, misaligned views, in-place casts where the element size
@@ -222,7 +222,7 @@ std::string hex(const uint8_t* p, size_t size) {
   return s;
 }
 
-// f16 -> f32 is ops::map's (kernels/map.cuh): its device decode (__half2float) quiets a
+// f16 -> f32 is ops::map's (ember/kernels/map.cuh): its device decode (__half2float) quiets a
 // signaling nan where the CPU keeps the bits (0x7c01 -> 0x7fc02000 against 0x7f802000), a
 // difference of map's, not of the cast kernel's. There both results need only be nan.
 bool quieted_nan(const Tensor& in, DType to, size_t i, const uint8_t* want, const uint8_t* got) {

@@ -1,6 +1,6 @@
 // ops::map, ops::map_reduce and the pointwise ops on an (emulated) CUDA device against the CPU
-// backend: the kernels of kernels/map.cuh instantiated in this file (the prelude makes it a
-// "CUDA" translation unit) and ember's precompiled ones (src/ops/cuda/elementwise.cu).
+// backend: the kernels of ember/kernels/map.cuh instantiated in this file (the prelude makes it a
+// "CUDA" translation unit) and ember's precompiled ones (src/ops/elementwise/elementwise_kernels.cu).
 // 128-bit and scalar paths, tails, misaligned views, broadcasting, mixed dtypes, several outputs.
 #include "ember/simt/prelude.hpp"  // first: this file instantiates map kernels itself
 

@@ -1,12 +1,12 @@
-// ember's FP32 SIMT matmul (kernels/matmul_simt.cuh via src/ops/cuda/matmul_simt.cu) and the
-// bias_grad row sums (kernels/row_sums.cuh), run on the SIMT emulator and checked against a
+// ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh via src/ops/matmul/matmul_simt.cu) and the
+// bias_grad row sums (src/ops/matmul/row_sums.cuh), run on the SIMT emulator and checked against a
 // double-precision reference of MatmulProblem's definition written here: shapes with edges and K
 // tails, all transposes, every epilogue, output types, batches, misaligned layouts, and each tile
 // configuration forced in turn.
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernels need the prelude first
-#include "matmul_simt.cuh"
-#include "row_sums.cuh"
+#include "ops/matmul/matmul_simt.cuh"
+#include "ops/matmul/row_sums.cuh"
 // clang-format on
 
 #include <cuda_runtime.h>
@@ -23,7 +23,7 @@
 #include "ember/core/dtype.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/simt/shim.hpp"
-#include "ops/cuda/matmul_launchers.hpp"
+#include "ops/matmul/matmul_launchers.hpp"
 #include "simt/emulated_backend/emulated_test_support.hpp"
 
 namespace {

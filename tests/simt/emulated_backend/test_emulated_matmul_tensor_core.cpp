@@ -1,9 +1,9 @@
-// ember's tensor-core matmul (kernels/matmul_tensor_core.cuh, src/ops/cuda/matmul_tensor_core.cu)
+// ember's tensor-core matmul (src/ops/matmul/matmul_tensor_core.cuh, src/ops/matmul/matmul_tensor_core.cu)
 // run on the SIMT emulator through its launcher, against a double-precision host reference of
-// MatmulProblem's definition (kernels/matmul_problem.cuh).
+// MatmulProblem's definition (ember/kernels/matmul_problem.cuh).
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernel header needs the prelude first (for the tile heuristic)
-#include "matmul_tensor_core.cuh"
+#include "ops/matmul/matmul_tensor_core.cuh"
 // clang-format on
 
 #include <cuda_runtime.h>
@@ -21,7 +21,7 @@
 #include "ember/core/tensor.hpp"
 #include "ember/simt/profile.hpp"
 #include "ember/simt/shim.hpp"
-#include "ops/cuda/matmul_launchers.hpp"
+#include "ops/matmul/matmul_launchers.hpp"
 #include "simt/emulated_backend/emulated_test_support.hpp"
 
 namespace {

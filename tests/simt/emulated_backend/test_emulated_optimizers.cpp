@@ -1,11 +1,11 @@
 // SGD and AdamW on an (emulated) CUDA device against the same optimizer on the CPU: the fused
-// multi-tensor kernels (kernels/multi_tensor.cuh) and the CPU loops share their per-element
+// multi-tensor kernels (ember/kernels/multi_tensor.cuh) and the CPU loops share their per-element
 // arithmetic (ember/train/update_rules.hpp) with every operation rounded once, so parameters
 // and state must be bitwise equal after every step, with no tolerance. Also: one launch per
 // step, the packing of many tensors into launches, mixed devices, misaligned operands.
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernels need the prelude first
-#include "multi_tensor.cuh"
+#include "ember/kernels/multi_tensor.cuh"
 // clang-format on
 
 #include <fmt/format.h>

@@ -4,7 +4,7 @@
 // cp.async lands early, while the real kernel is right in every order.
 #include "ember/simt/prelude.hpp"
 
-#include "matmul_tensor_core.cuh"
+#include "ops/matmul/matmul_tensor_core.cuh"
 #include "mutated/matmul_tensor_core_refill_before_barrier.cuh"
 
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Kernels that exercise kernels/intrinsics.cuh under the SIMT emulator. They only move data
+// Kernels that exercise ember/kernels/intrinsics.cuh under the SIMT emulator. They only move data
 // between memory and the wrappers; every fragment layout the tests check against is written
 // out in tests/simt/test_intrinsics.cpp, independently of the emulator.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 
 // Relative, so that the tests need no extra include directory for kernels/.
-#include "../../../kernels/intrinsics.cuh"
+#include "ember/kernels/intrinsics.cuh"
 
 namespace ember::tests {
 

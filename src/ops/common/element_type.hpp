@@ -1,0 +1,23 @@
+// Internal: the kernels' ElementType (ember/kernels/element_type.cuh) of a floating DType, for the
+// host code of the CUDA ops.
+#pragma once
+
+#include "ember/core/dtype.hpp"
+// By path, not by name: tests include headers of this folder without src/ on their path.
+#include "ember/kernels/element_type.cuh"
+
+namespace ember::ops::cuda {
+
+// f16 and bf16 keep their type; any other dtype (callers pass floating ones) is f32.
+inline kernels::ElementType element_type(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return kernels::ElementType::f16;
+    case DType::bf16:
+      return kernels::ElementType::bf16;
+    default:
+      return kernels::ElementType::f32;
+  }
+}
+
+}  // namespace ember::ops::cuda

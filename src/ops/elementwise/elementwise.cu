@@ -1,0 +1,324 @@
+// ember's pointwise ops, each defined once: argument checks, then one ops::map call, which runs
+// the CPU loop (ember/ops/map_cpu.hpp) on a CPU stream and the kernel (ember/kernels/map.cuh,
+// instantiated here) on a CUDA stream. The functors are shared (ember/ops/map_functors.hpp, GELU
+// from ember/kernels/activation_math.cuh), so the CPU and a GPU give the same bits for the exact
+// ops. Compiled by nvcc in CUDA builds, as C++ in CPU-only builds and under the SIMT emulator.
+#include <array>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "ember/kernels/activation_math.cuh"
+#include "ember/ops/check.hpp"
+#include "ember/ops/elementwise.hpp"
+#include "ember/ops/map.hpp"
+#include "ember/ops/map_functors.hpp"
+#include "ember/ops/reduce.hpp"
+
+#if EMBER_WITH_CUDA
+#include "ops/elementwise/cast_cuda.hpp"
+#endif
+
+namespace ember::ops {
+namespace {
+// out = f(x): same shape, float dtypes (they may differ), out exactly x or separate.
+void check_unary(std::string_view op, const Stream& stream, const TensorView& out,
+                 std::string_view out_name, const TensorView& x, std::string_view x_name) {
+  detail::check_devices(op, stream, {&out, &x});
+  detail::check_floating(op, out_name, out);
+  detail::check_floating(op, x_name, x);
+  detail::check_same_shape(op, out, x);
+  detail::check_overlap(op, out, x);
+}
+
+// out = f(a, b): all three of one shape, float dtypes, out exactly an input or separate.
+void check_binary(std::string_view op, const Stream& stream, const TensorView& out,
+                  std::string_view out_name, const TensorView& a, std::string_view a_name,
+                  const TensorView& b, std::string_view b_name) {
+  check_unary(op, stream, out, out_name, a, a_name);
+  detail::check_devices(op, stream, {&b});
+  detail::check_floating(op, b_name, b);
+  detail::check_same_shape(op, out, b);
+  detail::check_overlap(op, out, b);
+}
+
+// An optional tensor is absent when it is a default TensorView (no data, no shape).
+bool present(const TensorView& t) {
+  return t.data != nullptr || t.rank() > 0;
+}
+
+void check_bias(std::string_view op, const Stream& stream, const TensorView& bias,
+                const TensorView& x) {
+  detail::check_devices(op, stream, {&bias});
+  detail::check_floating(op, "bias", bias);
+  detail::check_rank(op, "bias", bias, 1);
+  EMBER_CHECK(x.rank() >= 1 && x.shape[-1] == bias.shape[0],
+              "{}: bias {} does not match the last dimension of x {}", op, bias.describe(),
+              x.describe());
+}
+
+struct Gelu {
+  EMBER_HOST_DEVICE float operator()(float x) const { return kernels::math::gelu(x); }
+};
+struct GeluGrad {
+  EMBER_HOST_DEVICE float operator()(float g, float x) const {
+    return g * kernels::math::gelu_derivative(x);
+  }
+};
+
+// act(x + b): the bias add rounds to f32 exactly as bias_add into an f32 tensor does.
+template <class Act>
+struct BiasAct {
+  Act act;
+  EMBER_HOST_DEVICE float operator()(float x, float b) const { return act(x + b); }
+};
+// The same, also returning x + b (the pre-activation saved for backward) as a second output.
+template <class Act>
+struct BiasActSaved {
+  Act act;
+  EMBER_HOST_DEVICE Values<2> operator()(float x, float b) const {
+    const float t = x + b;
+    return values(act(t), t);
+  }
+};
+
+// out = f(ins...) over out's shape, on the stream's device.
+template <class F, class... In>
+void run(std::string_view op, Stream& stream, const TensorView& out, const F& f, const In&... ins) {
+  detail::map_named(op, stream, std::array<TensorView, 1>{out}, f, ins...);
+}
+
+template <class Act>
+void bias_act(Stream& stream, const TensorView& y, const TensorView* pre, const TensorView& x,
+              const TensorView& bias, Act act) {
+  constexpr std::string_view kOp = "ops::bias_activation_forward";
+  if (pre != nullptr) {
+    detail::map_named(kOp, stream, std::array<TensorView, 2>{y, *pre}, BiasActSaved<Act>{act}, x,
+                      ops::row(bias));
+  } else if constexpr (std::is_same_v<Act, fn::Identity>) {
+    run(kOp, stream, y, fn::Add{}, x, ops::row(bias));  // bias_add's loop
+  } else {
+    run(kOp, stream, y, BiasAct<Act>{act}, x, ops::row(bias));
+  }
+}
+
+bool map_dtype(DType d) {
+  return is_floating(d) || d == DType::u8;
+}
+
+// Kept elements are scaled by 1 / (1 - p); with p == 1 nothing is kept and the scale is 0.
+float dropout_scale(std::string_view op, float p) {
+  EMBER_CHECK(p >= 0.0f && p <= 1.0f, "{}: the drop probability must be in [0, 1], not {}", op, p);
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+void check_mask(std::string_view op, const Stream& stream, const TensorView& mask,
+                const TensorView& like) {
+  detail::check_devices(op, stream, {&mask});
+  EMBER_CHECK(is_floating(mask.dtype) || mask.dtype == DType::u8,
+              "{}: mask {} must be u8 or a float dtype", op, mask.describe());
+  detail::check_same_shape(op, mask, like);
+}
+
+// Between dtypes outside map's (i32, i64) or of one dtype, on the host: convert_host, through a
+// copy when converting in place between dtypes of one size (f32 <-> i32, f16 <-> bf16), since
+// convert_host reads and writes through pointers of different types.
+void convert_on_host(const TensorView& out, const TensorView& in) {
+  const int64_t n = in.numel();
+  if (n == 0) return;
+  if (out.data == in.data && out.dtype != in.dtype) {
+    std::vector<unsigned char> copy(in.nbytes());
+    std::memcpy(copy.data(), in.data, in.nbytes());
+    convert_host(out.data, out.dtype, copy.data(), in.dtype, n);
+    return;
+  }
+  convert_host(out.data, out.dtype, in.data, in.dtype, n);
+}
+
+}  // namespace
+
+void add(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
+  constexpr std::string_view kOp = "ops::add";
+  check_binary(kOp, stream, out, "out", a, "a", b, "b");
+  run(kOp, stream, out, fn::Add{}, a, b);
+}
+
+void mul(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
+  constexpr std::string_view kOp = "ops::mul";
+  check_binary(kOp, stream, out, "out", a, "a", b, "b");
+  run(kOp, stream, out, fn::Mul{}, a, b);
+}
+
+void scale(Stream& stream, const TensorView& out, const TensorView& x, float alpha) {
+  constexpr std::string_view kOp = "ops::scale";
+  check_unary(kOp, stream, out, "out", x, "x");
+  run(kOp, stream, out, fn::Scale{alpha}, x);
+}
+
+void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias) {
+  constexpr std::string_view kOp = "ops::bias_add";
+  check_unary(kOp, stream, out, "out", x, "x");
+  check_bias(kOp, stream, bias, x);
+  detail::check_overlap(kOp, out, bias);
+  run(kOp, stream, out, fn::Add{}, x, ops::row(bias));
+}
+
+void relu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  constexpr std::string_view kOp = "ops::relu_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  run(kOp, stream, y, fn::Relu{}, x);
+}
+
+void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                   const TensorView& x) {
+  constexpr std::string_view kOp = "ops::relu_backward";
+  check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
+  run(kOp, stream, dx, fn::ReluGrad{}, dy, x);
+}
+
+void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  constexpr std::string_view kOp = "ops::gelu_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  run(kOp, stream, y, Gelu{}, x);
+}
+
+void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                   const TensorView& x) {
+  constexpr std::string_view kOp = "ops::gelu_backward";
+  check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
+  run(kOp, stream, dx, GeluGrad{}, dy, x);
+}
+
+void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView& x,
+                             const TensorView& bias, Activation act, const TensorView& pre) {
+  constexpr std::string_view kOp = "ops::bias_activation_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  check_bias(kOp, stream, bias, x);
+  detail::check_overlap(kOp, y, bias);
+  const TensorView* saved = nullptr;
+  if (present(pre)) {
+    check_unary(kOp, stream, pre, "pre", x, "x");
+    detail::check_overlap(kOp, pre, bias);
+    detail::check_disjoint(kOp, pre, y);  // two outputs: never the same memory
+    saved = &pre;
+  }
+  switch (act) {
+    case Activation::none:
+      return bias_act(stream, y, saved, x, bias, fn::Identity{});
+    case Activation::relu:
+      return bias_act(stream, y, saved, x, bias, fn::Relu{});
+    case Activation::gelu:
+      return bias_act(stream, y, saved, x, bias, Gelu{});
+  }
+}
+
+void bias_activation_backward(Stream& stream, const TensorView& dx, const TensorView& dbias,
+                              const TensorView& dy, const TensorView& pre, Activation act,
+                              const ReduceOptions& options) {
+  constexpr std::string_view kOp = "ops::bias_activation_backward";
+  check_unary(kOp, stream, dx, "dx", dy, "dy");
+  const bool has_pre = present(pre);
+  EMBER_CHECK(has_pre || act == Activation::none,
+              "{}: the activation's backward needs pre (the forward's pre-activation x + bias, "
+              "saved by bias_activation_forward), but it is absent",
+              kOp);
+  if (has_pre) {
+    detail::check_devices(kOp, stream, {&pre});
+    detail::check_floating(kOp, "pre", pre);
+    detail::check_same_shape(kOp, dx, pre);
+    detail::check_overlap(kOp, dx, pre);
+  }
+  // The whole check before any work, so that a bad dbias leaves dx untouched too.
+  const int64_t cols = dx.rank() >= 1 ? dx.shape[-1] : 1;
+  const bool has_dbias = present(dbias);
+  if (has_dbias) {
+    detail::check_devices(kOp, stream, {&dbias});
+    detail::check_dtype(kOp, "dbias", dbias, DType::f32);
+    EMBER_CHECK(dx.rank() >= 1 && dbias.rank() == 1 && dbias.shape[0] == cols,
+                "{}: dbias must be [{}] (one sum per column of dx {}), not {}", kOp, cols,
+                dx.describe(), dbias.describe());
+    detail::check_disjoint(kOp, dbias, dx);
+    detail::check_disjoint(kOp, dbias, dy);
+    if (has_pre) detail::check_disjoint(kOp, dbias, pre);
+  }
+  // The same functors as relu_backward, gelu_backward and cast: no new kernels.
+  switch (act) {
+    case Activation::none:
+      run(kOp, stream, dx, fn::Identity{}, dy);
+      break;
+    case Activation::relu:
+      run(kOp, stream, dx, fn::ReluGrad{}, dy, pre);
+      break;
+    case Activation::gelu:
+      run(kOp, stream, dx, GeluGrad{}, dy, pre);
+      break;
+  }
+  if (has_dbias) {
+    // column_sums sums over the first dimension only: view dx as [rows, N].
+    const int64_t rows = cols == 0 ? 0 : dx.numel() / cols;
+    column_sums(stream, dbias, dx.reshape(Shape{rows, cols}), options);
+  }
+}
+
+// Between two different dtypes of map's: exact in f32, rounded once, as convert_host. i32, i64
+// and same-dtype copies: convert_host on the CPU (bitwise memmove for one dtype), the cast
+// kernel (cast.cuh) on CUDA.
+void cast(Stream& stream, const TensorView& out, const TensorView& in) {
+  constexpr std::string_view kOp = "ops::cast";
+  detail::check_devices(kOp, stream, {&out, &in});
+  detail::check_same_shape(kOp, out, in);
+  detail::check_overlap(kOp, out, in);
+  if (out.dtype != in.dtype && map_dtype(out.dtype) && map_dtype(in.dtype)) {
+    run(kOp, stream, out, fn::Identity{}, in);
+    return;
+  }
+  if (stream.device().is_cpu()) {
+    convert_on_host(out, in);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::convert(stream, out, in);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale) {
+  constexpr std::string_view kOp = "ops::cast_scaled";
+  detail::check_devices(kOp, stream, {&out, &in});
+  EMBER_CHECK(map_dtype(out.dtype), "{}: out {} must be f32, f16, bf16 or u8", kOp, out.describe());
+  EMBER_CHECK(map_dtype(in.dtype), "{}: in {} must be f32, f16, bf16 or u8", kOp, in.describe());
+  detail::check_same_shape(kOp, out, in);
+  detail::check_overlap(kOp, out, in);
+  run(kOp, stream, out, fn::Scale{scale}, in);
+}
+
+void residual_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& y,
+                  float alpha) {
+  constexpr std::string_view kOp = "ops::residual_add";
+  check_binary(kOp, stream, out, "out", x, "x", y, "y");
+  run(kOp, stream, out, fn::Axpy{alpha}, x, y);
+}
+
+void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
+                     const TensorView& x, float p, uint64_t seed, uint64_t offset) {
+  constexpr std::string_view kOp = "ops::dropout_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  check_mask(kOp, stream, mask, x);
+  detail::check_disjoint(kOp, mask, x);
+  detail::check_disjoint(kOp, mask, y);
+  const fn::Dropout dropout{seed, offset, p, dropout_scale(kOp, p)};
+  detail::map_named(kOp, stream, std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
+}
+
+void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                      const TensorView& mask, float p) {
+  constexpr std::string_view kOp = "ops::dropout_backward";
+  check_unary(kOp, stream, dx, "dx", dy, "dy");
+  check_mask(kOp, stream, mask, dy);
+  detail::check_overlap(kOp, dx, mask);
+  run(kOp, stream, dx, fn::DropoutGrad{dropout_scale(kOp, p)}, dy, mask);
+}
+
+}  // namespace ember::ops

@@ -1,0 +1,143 @@
+// ops::matmul: argument checks, then the device's implementation.
+#include "ember/ops/matmul.hpp"
+
+#include "ops/matmul/matmul_cpu.hpp"
+#include "ember/ops/check.hpp"
+#include "ops/matmul/matmul_dims.hpp"
+#if EMBER_WITH_CUDA
+#include "ops/matmul/matmul_cuda.hpp"
+#endif
+
+namespace ember::ops {
+namespace {
+
+constexpr const char* kOp = "ops::matmul";
+
+// The [rows, cols] of one batch entry of A or B (the last two dimensions).
+int64_t rows_of(const TensorView& t) {
+  return t.shape[t.rank() - 2];
+}
+int64_t cols_of(const TensorView& t) {
+  return t.shape[t.rank() - 1];
+}
+
+detail::MatmulDims check_shapes(const TensorView& c, const TensorView& a, const TensorView& b,
+                                const MatmulOptions& options) {
+  EMBER_CHECK(c.rank() == 2 || c.rank() == 3, "{}: C must be [M, N] or [batch, M, N], not {}", kOp,
+              c.describe());
+  const bool batched = c.rank() == 3;
+  for (const auto& [name, t] : {std::pair{"A", &a}, std::pair{"B", &b}}) {
+    EMBER_CHECK(t->rank() == 2 || (batched && t->rank() == 3), "{}: {} must have rank 2{}, not {}",
+                kOp, name, batched ? " or 3" : "", t->describe());
+    EMBER_CHECK(t->rank() == 2 || t->shape[0] == c.shape[0],
+                "{}: {} has batch size {} but C {} has {}", kOp, name, t->shape[0], c.describe(),
+                c.shape[0]);
+  }
+  detail::MatmulDims d;
+  d.batch = batched ? c.shape[0] : 1;
+  d.a_batched = a.rank() == 3;
+  d.b_batched = b.rank() == 3;
+  d.m = options.transpose_a ? cols_of(a) : rows_of(a);
+  d.k = options.transpose_a ? rows_of(a) : cols_of(a);
+  const int64_t kb = options.transpose_b ? cols_of(b) : rows_of(b);
+  d.n = options.transpose_b ? rows_of(b) : cols_of(b);
+  EMBER_CHECK(d.k == kb,
+              "{}: inner dimensions differ: op(A) is [{}, {}] and op(B) is [{}, {}] "
+              "(A {}, B {}, transpose_a={}, transpose_b={})",
+              kOp, d.m, d.k, kb, d.n, a.describe(), b.describe(), options.transpose_a,
+              options.transpose_b);
+  EMBER_CHECK(rows_of(c) == d.m && cols_of(c) == d.n, "{}: C is {} but op(A) * op(B) is [{}, {}]",
+              kOp, c.describe(), d.m, d.n);
+  return d;
+}
+
+// An optional tensor is absent when it is a default TensorView (no data, no shape).
+bool present(const TensorView& t) {
+  return t.data != nullptr || t.rank() > 0;
+}
+
+// An optional epilogue tensor: absent, or a floating tensor of `shape` on the stream's device
+// that shares no memory with the product's inputs.
+bool check_optional(Stream& stream, std::string_view name, const TensorView& t, const Shape& shape,
+                    const TensorView& a, const TensorView& b) {
+  if (!present(t)) return false;
+  detail::check_devices(kOp, stream, {&t});
+  detail::check_floating(kOp, name, t);
+  EMBER_CHECK(t.shape == shape, "{}: {} must be {}, not {}", kOp, name, shape.to_string(),
+              t.describe());
+  detail::check_disjoint(kOp, t, a);
+  detail::check_disjoint(kOp, t, b);
+  return true;
+}
+
+}  // namespace
+
+const char* backend_name(MatmulBackend backend) {
+  switch (backend) {
+    case MatmulBackend::automatic:
+      return "automatic";
+    case MatmulBackend::tiled:
+      return "tiled";
+    case MatmulBackend::cublaslt:
+      return "cublaslt";
+    case MatmulBackend::cpu:
+      return "cpu";
+  }
+  return "?";
+}
+
+void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
+            const MatmulOptions& options) {
+  detail::check_devices(kOp, stream, {&c, &a, &b});
+  detail::check_floating(kOp, "A", a);
+  detail::check_floating(kOp, "B", b);
+  detail::check_floating(kOp, "C", c);
+  EMBER_CHECK(a.dtype == b.dtype, "{}: A and B must have the same dtype, not {} and {}", kOp,
+              a.describe(), b.describe());
+  const detail::MatmulDims dims = check_shapes(c, a, b, options);
+  detail::check_disjoint(kOp, c, a);
+  detail::check_disjoint(kOp, c, b);
+
+  if (present(options.bias)) {
+    detail::check_devices(kOp, stream, {&options.bias});
+    detail::check_floating(kOp, "bias", options.bias);
+    EMBER_CHECK(options.bias.rank() == 1 && options.bias.shape[0] == dims.n,
+                "{}: bias must be [{}] to match C {}, not {}", kOp, dims.n, c.describe(),
+                options.bias.describe());
+  }
+  if (check_optional(stream, "pre_activation", options.pre_activation, c.shape, a, b)) {
+    detail::check_disjoint(kOp, options.pre_activation, c);
+  }
+  const bool has_input =
+      check_optional(stream, "activation_input", options.activation_input, c.shape, a, b);
+  EMBER_CHECK(has_input == (options.activation_grad != Activation::none),
+              "{}: activation_grad and activation_input go together (activation_grad is {}, "
+              "activation_input is {})",
+              kOp, options.activation_grad == Activation::none ? "none" : "set",
+              has_input ? options.activation_input.describe() : std::string("absent"));
+  if (check_optional(stream, "residual", options.residual, c.shape, a, b)) {
+    detail::check_overlap(kOp, c, options.residual);  // residual may be C itself
+  }
+  if (present(options.bias_grad)) {
+    EMBER_CHECK(c.rank() == 2, "{}: bias_grad needs an unbatched product, but C is {}", kOp,
+                c.describe());
+    check_optional(stream, "bias_grad", options.bias_grad, Shape{dims.m}, a, b);
+    detail::check_disjoint(kOp, options.bias_grad, c);
+  }
+
+  if (stream.device().is_cpu()) {
+    EMBER_CHECK(
+        options.backend == MatmulBackend::automatic || options.backend == MatmulBackend::cpu,
+        "{}: backend '{}' needs a CUDA device, but the operands are on the cpu", kOp,
+        backend_name(options.backend));
+    cpu::matmul(c, a, b, dims, options);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::matmul(stream, c, a, b, dims, options);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+}  // namespace ember::ops

@@ -1,0 +1,162 @@
+// CPU matmul: 16-bit inputs are widened to f32, the product runs through
+// OpenBLAS's sgemm (f32 accumulation), then the epilogue adds the bias, saves
+// the pre-activation and applies the activation with the same code as the
+// standalone ops, so fused and unfused results are bitwise equal.
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ember/ops/elementwise.hpp"
+#include "ops/common/cpu_ops.hpp"
+#include "ops/matmul/matmul_cpu.hpp"
+
+namespace ember::ops::cpu {
+namespace {
+
+// f32 data for a view: the view's own memory when it is f32, else a widened
+// copy made block by block in parallel with the vectorized converters.
+const float* as_f32(const TensorView& t, std::vector<float>& scratch) {
+  if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
+  const int64_t n = t.numel();
+  scratch.resize(static_cast<size_t>(n));
+  float* out = scratch.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
+  }
+  return out;
+}
+
+// Writes f32 results into a float tensor (rounding into 16-bit ones in parallel blocks).
+void store_from_f32(const TensorView& t, const float* values) {
+  const int64_t n = t.numel();
+  if (t.dtype == DType::f32) {
+    std::copy(values, values + n, static_cast<float*>(t.data));
+    return;
+  }
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
+  }
+}
+
+// bias_grad[i] = sum_p op(A)[i, p], accumulated in f32 in order of p.
+void row_sums_of_op_a(const TensorView& out, float beta, const float* a, int64_t m, int64_t k,
+                      bool transpose_a) {
+  std::vector<float> sums(static_cast<size_t>(m), 0.0f);
+  if (transpose_a) {  // A is [k, m]: add its rows
+    for (int64_t p = 0; p < k; ++p) {
+      const float* row = a + p * m;
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) sums[i] += row[i];
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (m * k > 65536)
+    for (int64_t i = 0; i < m; ++i) {
+      float total = 0.0f;
+      for (int64_t p = 0; p < k; ++p) total += a[i * k + p];
+      sums[i] = total;
+    }
+  }
+  if (beta != 0.0f) {
+    std::vector<float> old;
+    const float* previous = as_f32(out, old);
+    for (int64_t i = 0; i < m; ++i) sums[i] += beta * previous[i];
+  }
+  store_from_f32(out, sums.data());
+}
+
+void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
+#pragma omp parallel for schedule(static) if (rows * n > 16384)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = values + i * n;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) r[j] += row[j];
+  }
+}
+
+}  // namespace
+
+void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
+            const detail::MatmulDims& dims, const MatmulOptions& options) {
+  const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
+  std::vector<float> a_scratch, b_scratch, c_scratch, scratch;
+  const float* a32 = as_f32(a, a_scratch);
+  if (options.bias_grad.data != nullptr && m > 0) {
+    row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a32, m, k, options.transpose_a);
+  }
+  if (m == 0 || n == 0 || batch == 0) return;
+  const float* b32 = as_f32(b, b_scratch);
+  const int64_t total = batch * m * n;
+  // A residual that is C itself must be read before the product overwrites C.
+  std::vector<float> residual_copy;
+  const float* residual32 = nullptr;
+  if (options.residual.data != nullptr) {
+    residual32 = as_f32(options.residual, residual_copy);
+    if (options.residual.data == c.data && residual32 == c.data) {
+      residual_copy.assign(residual32, residual32 + total);
+      residual32 = residual_copy.data();
+    }
+  }
+
+  // The product goes straight into C when C is f32; otherwise into an f32 buffer.
+  float* c32 = nullptr;
+  if (c.dtype == DType::f32) {
+    c32 = static_cast<float*>(c.data);
+  } else {
+    if (options.beta != 0.0f) {
+      as_f32(c, c_scratch);  // beta reads C
+    } else {
+      c_scratch.resize(static_cast<size_t>(total));
+    }
+    c32 = c_scratch.data();
+  }
+
+  if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
+#pragma omp parallel for schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i)
+      c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
+  } else {
+    const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[a.rank() - 1]));
+    const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[b.rank() - 1]));
+    for (int64_t e = 0; e < batch; ++e) {
+      cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
+                  options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), options.alpha,
+                  a32 + (dims.a_batched ? e * m * k : 0), lda,
+                  b32 + (dims.b_batched ? e * k * n : 0), ldb, options.beta, c32 + e * m * n,
+                  static_cast<blasint>(n));
+    }
+  }
+
+  // The epilogue, over all batch * m rows at once, with the standalone ops' kernels so that
+  // fused and unfused results are bitwise equal.
+  const TensorView result{c32, DType::f32, Shape{batch * m, n}, Device::cpu()};
+  Stream host;  // the CPU's: the pointwise ops run their loops at once
+  if (options.bias.data != nullptr) add_rows(c32, batch * m, n, as_f32(options.bias, scratch));
+  if (options.activation_grad != Activation::none) {
+    const TensorView x{const_cast<float*>(as_f32(options.activation_input, scratch)), DType::f32,
+                       result.shape, Device::cpu()};
+    if (options.activation_grad == Activation::relu) ops::relu_backward(host, result, result, x);
+    if (options.activation_grad == Activation::gelu) ops::gelu_backward(host, result, result, x);
+  }
+  if (options.pre_activation.data != nullptr) {
+    store_from_f32(options.pre_activation, c32);
+  }
+  if (options.activation == Activation::relu) ops::relu_forward(host, result, result);
+  if (options.activation == Activation::gelu) ops::gelu_forward(host, result, result);
+  if (options.output_scale != 1.0f) {
+    const float s = options.output_scale;
+#pragma omp parallel for simd schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i) c32[i] *= s;
+  }
+  if (residual32 != nullptr) {
+    const float* r = residual32;
+#pragma omp parallel for simd schedule(static) if (total > 65536)
+    for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
+  }
+  if (c.dtype != DType::f32) store_from_f32(c, c32);
+}
+
+}  // namespace ember::ops::cpu

@@ -1,0 +1,56 @@
+// Launchers for the reduction and softmax + cross-entropy kernels (src/ops/reduce/reduce.cuh,
+// softmax_cross_entropy.cuh, argmax.cuh), compiled in reduce_kernels.cu and
+// softmax_cross_entropy_kernels.cu. Pointers are device memory of the current device; the
+// scratch buffers come from the host code (reduce_cuda.cpp, softmax_cross_entropy_cuda.cpp),
+// sized by the *_scratch_bytes functions. Nothing here synchronizes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+// By path, not by name, like matmul_cublaslt.hpp.
+#include "ember/kernels/element_type.cuh"
+
+namespace ember::ops::cuda {
+
+// ---- reduce_kernels.cu -------------------------------------------------------------------------
+size_t sum_scratch_bytes(int64_t n);
+// *out = sum of x[0, n) (+ *out with accumulate); n >= 1.
+void launch_sum(const void* x, kernels::ElementType type, int64_t n, float* out, bool accumulate,
+                void* scratch, cudaStream_t stream);
+
+size_t max_scratch_bytes(int64_t n);
+// *out = the nan-propagating maximum of x[0, n), bitwise the CPU backend's; n >= 1.
+void launch_max(const void* x, kernels::ElementType type, int64_t n, float* out, void* scratch,
+                cudaStream_t stream);
+
+size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
+// out[j] = sum over rows of x[i, j] (+ out[j] with accumulate); rows, cols >= 1.
+void launch_column_sums(const void* x, kernels::ElementType type, int64_t rows, int64_t cols,
+                        float* out, bool accumulate, void* scratch, cudaStream_t stream);
+
+// ---- softmax_cross_entropy_kernels.cu ----------------------------------------------------------
+// verdict[0] = the smallest row whose label is outside [0, classes), verdict[1] = its label;
+// both all ones when there is none (verdict: two words of device memory; rows >= 1).
+void launch_check_labels(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
+                         unsigned long long* verdict, cudaStream_t stream);
+
+size_t softmax_xent_forward_scratch_bytes(int64_t rows);
+// rows, cols >= 1, labels already checked.
+void launch_softmax_xent_forward(const void* logits, kernels::ElementType type, const void* labels,
+                                 bool labels_i64, int64_t rows, int64_t cols, float* probs,
+                                 float* loss, void* scratch, cudaStream_t stream);
+
+void launch_softmax_xent_backward(void* dlogits, kernels::ElementType type, const float* probs,
+                                  const void* labels, bool labels_i64, int64_t rows, int64_t cols,
+                                  float scale, cudaStream_t stream);
+
+// Row argmax into out (i64 or i32; may be null), and/or the count of rows whose argmax equals
+// the label added to *correct (may be null; labels then unused).
+void launch_argmax(const void* x, kernels::ElementType type, int64_t rows, int64_t cols, void* out,
+                   bool out_i64, const void* labels, bool labels_i64, unsigned long long* correct,
+                   cudaStream_t stream);
+
+}  // namespace ember::ops::cuda

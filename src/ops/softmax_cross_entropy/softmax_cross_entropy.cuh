@@ -1,0 +1,147 @@
+// Fused softmax + cross-entropy, forward and backward, for logits of type T (f32, __half or
+// __nv_bfloat16), with the label check they share with argmax.cuh. The formulas are the CPU
+// backend's (src/ops/softmax_cross_entropy/softmax_cross_entropy_cpu.cpp), so the two agree to a few ulps:
+//   m = max_j x[j] (nan-propagating), s = sum_j e^(x[j] - m) in double,
+//   p[j] = f32(e^(x[j] - m) * (1 / s)) in double, loss_row = (m - x[label]) + log s in double,
+//   loss = f32(sum of loss_row / B), the rows added by a fixed tree (no atomics);
+//   dlogits[j] = (p[j] - [j == label]) * f32(dloss / B).
+// Every exponent is <= 0, so nothing overflows even for logits of 1e30, and -inf gets p = 0.
+//
+// A row belongs to a team of threads: one warp for C <= kWarpRowMaxCols (a lane then makes at
+// most 32 steps per pass over the row, and 8 rows share a block), else a block of 256 threads
+// (wide rows, of which there are usually few, still spread over a whole SM). The forward reads a
+// row three times (max, sum, write) and recomputes e^(x - m) instead of storing it: the row is in
+// L1/L2 by then, and the same expression gives the same bits both times.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/kernels/reduce_common.cuh"
+
+namespace ember::kernels {
+
+namespace softmax_detail {
+
+inline constexpr int kThreads = 256;
+inline constexpr int64_t kWarpRowMaxCols = 1024;
+inline constexpr int kWarpRowsPerBlock = kThreads / 32;
+
+// The larger of m and v, nan when either is (the CPU's max_nan).
+__device__ __forceinline__ float max_nan(float m, float v) {
+  return (v > m || v != v) ? v : m;
+}
+struct MaxNanOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
+};
+
+}  // namespace softmax_detail
+
+__device__ __forceinline__ int64_t load_label(const void* labels, bool labels_i64, int64_t row) {
+  return labels_i64 ? static_cast<const int64_t*>(labels)[row]
+                    : static_cast<const int32_t*>(labels)[row];
+}
+
+// *first_bad = min(*first_bad, every row whose label is outside [0, classes)). The host sets
+// *first_bad to all ones first, and reads it back once the stream has been synchronized.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    check_labels_kernel(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
+                        unsigned long long* first_bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; r < rows;
+       r += stride) {
+    const int64_t label = load_label(labels, labels_i64, r);
+    if (label < 0 || label >= classes) atomicMin(first_bad, static_cast<unsigned long long>(r));
+  }
+}
+
+// verdict[1] = the label of row verdict[0] when check_labels_kernel found a bad one (one thread).
+__global__ void bad_label_kernel(const void* labels, bool labels_i64, unsigned long long* verdict) {
+  if (verdict[0] != ~0ull) {
+    verdict[1] = static_cast<unsigned long long>(
+        load_label(labels, labels_i64, static_cast<int64_t>(verdict[0])));
+  }
+}
+
+// Forward, one row per team of kTeam threads along x (block (32, 8) for warp teams, (256, 1)
+// for block teams). probs may be exactly the logits (f32, in-place): thread 0 reads x[label]
+// before a team barrier, and each thread of the last pass reads x[j] before it writes p[j].
+template <int kTeam, class T>
+__global__ void __launch_bounds__(softmax_detail::kThreads)
+    softmax_xent_forward_kernel(const T* logits, const void* labels, bool labels_i64, int64_t rows,
+                                int64_t cols, float* probs, double* row_loss) {
+  const int64_t first = threadIdx.x;
+  // Rows are grid-strided; a team's row is uniform across it, so team reductions stay complete.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const T* x = logits + row * cols;
+    float* p = probs + row * cols;
+    // With in-place probs, x[label] must be read before the team writes p: the barrier orders it.
+    // A label out of range (reported by check_labels_kernel at the next synchronize) reads
+    // nothing and gives a nan loss.
+    float x_label = 0.0f;
+    if (threadIdx.x == 0) {
+      const int64_t label = load_label(labels, labels_i64, row);
+      x_label =
+          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
+    }
+    team_barrier<kTeam>();
+
+    float m = kMinusInf;
+    for (int64_t j = first; j < cols; j += kTeam) m = softmax_detail::max_nan(m, to_f32(x[j]));
+    // max_nan is commutative except for the sign of a zero maximum and which nan comes out, so
+    // lanes may disagree only where p and the loss come out the same.
+    m = team_reduce<kTeam>(m, softmax_detail::MaxNanOp{}, kMinusInf);
+
+    double s = 0.0;
+    for (int64_t j = first; j < cols; j += kTeam) s += static_cast<double>(expf(to_f32(x[j]) - m));
+    s = team_reduce<kTeam>(s, SumOp{}, 0.0);
+
+    const double inv_s = 1.0 / s;
+    for (int64_t j = first; j < cols; j += kTeam) {
+      p[j] = static_cast<float>(static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s);
+    }
+    if (threadIdx.x == 0) {
+      row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);
+    }
+  }
+}
+
+// *loss = f32(sum of row_loss[0, rows) / rows), one block: thread t adds rows t, t + kThreads,
+// ... in order, then a fixed tree.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_loss_kernel(const double* row_loss, int64_t rows, float* loss) {
+  double acc = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) acc += row_loss[r];
+  acc = block_reduce<kThreads>(acc, SumOp{}, 0.0);
+  if (threadIdx.x == 0) *loss = static_cast<float>(acc / static_cast<double>(rows));
+}
+
+// Backward over the rows * cols elements, grid-stride; dlogits may be exactly probs (each
+// element is read and written by one thread). The row and column advance by the stride's
+// quotient and remainder, so the loop has no 64-bit division.
+template <int kThreads, class T>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_backward_kernel(T* dlogits, const float* probs, const void* labels,
+                                 bool labels_i64, int64_t rows, int64_t cols, float scale) {
+  const int64_t n = rows * cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  int64_t row = i / cols, col = i % cols;
+  const int64_t step_rows = stride / cols, step_cols = stride % cols;
+  for (; i < n; i += stride) {
+    const float p = probs[i];
+    const float d = col == load_label(labels, labels_i64, row) ? (p - 1.0f) * scale : p * scale;
+    dlogits[i] = from_f32<T>(d);
+    row += step_rows;
+    col += step_cols;
+    if (col >= cols) {
+      col -= cols;
+      ++row;
+    }
+  }
+}
+
+}  // namespace ember::kernels
