@@ -59,6 +59,7 @@
 #include "ember/ops/map_functors.hpp"
 #include "ember/ops/map_types.hpp"
 #include "ember/ops/matmul.hpp"
+#include "ember/ops/mse_loss.hpp"
 #include "ember/ops/reduce.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 #include "ember/train/adamw.hpp"

@@ -54,4 +54,13 @@ Tensor GELU::backward(Context& ctx, const Tensor& dy) {
   return apply_backward(ctx, dy, input_, "GELU", ops::gelu_backward);
 }
 
+Tensor SiLU::forward(Context& ctx, const Tensor& x) {
+  if (ctx.training) check_nothing_saved("SiLU::forward");
+  return apply_forward(ctx, x, input_, ops::silu_forward);
+}
+
+Tensor SiLU::backward(Context& ctx, const Tensor& dy) {
+  return apply_backward(ctx, dy, input_, "SiLU", ops::silu_backward);
+}
+
 }  // namespace ember::nn

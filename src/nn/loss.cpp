@@ -1,5 +1,6 @@
 #include "ember/nn/loss.hpp"
 
+#include "ember/ops/mse_loss.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 
 namespace ember::nn {
@@ -29,6 +30,31 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, float dloss) {
 void SoftmaxCrossEntropy::drop_saved() {
   probs_ = Tensor();
   labels_ = Tensor();
+}
+
+Tensor MSELoss::forward(Context& ctx, const Tensor& pred, const Tensor& target) {
+  Tensor loss = Tensor::empty({1}, DType::f32, ctx.stream);
+  ops::mse_loss_forward(ctx.stream, loss, pred, target);
+  if (ctx.training) {
+    pred_ = pred;
+    target_ = target;
+  }
+  return loss;
+}
+
+Tensor MSELoss::backward(Context& ctx, float dloss) {
+  EMBER_CHECK(pred_.defined(),
+              "MSELoss: backward needs the prediction and target saved by forward (forward was "
+              "not run in training mode, or they were dropped)");
+  Tensor dpred = Tensor::empty(pred_.shape(), pred_.dtype(), ctx.stream);
+  ops::mse_loss_backward(ctx.stream, dpred, pred_, target_, dloss);
+  drop_saved();
+  return dpred;
+}
+
+void MSELoss::drop_saved() {
+  pred_ = Tensor();
+  target_ = Tensor();
 }
 
 }  // namespace ember::nn

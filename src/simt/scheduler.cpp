@@ -182,6 +182,12 @@ void retire_slots(Worker& worker) {
     tsan::switch_to(slot->tsan_fiber);
     enter(*slot);
   }
+#if defined(EMBER_SIMT_TSAN)
+  // Each slot's fiber handles are annotated as benign races (switch_handle), and TSan cannot
+  // take that back: freed, the memory would hide real races of whatever is allocated there
+  // next. Under TSan (where every block's thread retires its pool) the slots are kept.
+  for (auto& slot : worker.slots) static_cast<void>(slot.release());
+#endif
   worker.slots.clear();
 }
 

@@ -120,6 +120,31 @@ TEST(Gradcheck, GELU) {
   }
 }
 
+TEST(Gradcheck, SiLU) {
+  uint64_t seed = 250;
+  for (const Dims& d : kShapes) {
+    nn::SiLU silu;
+    check_module(silu, random({d.batch, d.in}, seed, -3, 3), {d.batch, d.in}, seed + 1);
+    seed += 2;
+  }
+}
+
+TEST(Gradcheck, MSELoss) {
+  ember::Stream stream;
+  nn::Context ctx{stream};
+  for (const Dims& d : kShapes) {
+    Tensor pred = random({d.batch, d.in}, 300 + d.in), target = random({d.batch, d.in}, 400);
+    nn::MSELoss mse;
+    mse.forward(ctx, pred, target);
+    const Tensor dpred = mse.backward(ctx, 0.5f);
+    auto loss = [&] {
+      nn::Context eval{stream, /*training=*/false};
+      return 0.5 * mse.forward(eval, pred, target).item();
+    };
+    check_gradient(pred, dpred.to_vector<float>(), loss, "mse");
+  }
+}
+
 TEST(Gradcheck, SequentialOfLinearAndGELU) {
   nn::Sequential net;
   net.emplace<nn::Linear>(6, 8, nn::LinearOptions{.seed = 1})

@@ -1,4 +1,5 @@
-// simt_race_probe racy|fixed|cross_block|static_shared_oob: a kernel that reads a neighbour's
+// simt_race_probe racy|fixed|cross_block|atomics|static_shared_oob: (atomics: threads that all
+// use atomics, which must not race) a kernel that reads a neighbour's
 // shared-memory slot without (racy) or with (fixed) __syncthreads, a block that reads what
 // another block writes, with one worker thread (cross_block), or writes a static __shared__
 // array out of bounds. Built with -fsanitize=thread (TSan reports the race between the two emulated
@@ -29,6 +30,13 @@ int main(int argc, char** argv) {
     ember::launch(cross_block_kernel, dim3(2), dim3(32), 0, nullptr, out.data());
     std::printf("finished\n");
     return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "atomics") == 0) {
+    ember::simt::set_worker_threads(2);
+    int count = 0;
+    ember::launch(atomic_count_kernel, dim3(4), dim3(64), 0, nullptr, &count);
+    std::printf("finished: %d\n", count);
+    return count == 256 ? 0 : 1;
   }
   ember::simt::set_worker_threads(2);
   std::vector<int> out(4 * 64);

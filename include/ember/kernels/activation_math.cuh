@@ -91,4 +91,19 @@ EMBER_HOST_DEVICE EMBER_INLINE float gelu_derivative(float x) {
   return select(saturated, s, s + x * dz * ((e * s) * s));
 }
 
+// SiLU (swish): x * s(x). -0 where s underflows (also SiLU(-inf), not -inf * 0 = nan).
+EMBER_HOST_DEVICE EMBER_INLINE float silu(float x) {
+  const float s = 1.0f / (1.0f + exp(-x));
+  return select(s == 0.0f, -0.0f, x * s);
+}
+
+// d/dx [x s(x)] = s + x s (1 - s), with s (1 - s) = e s^2 (e = e^-x). Saturated (e == 0: s = 1;
+// s == 0: e = inf) the second term is 0: then s alone.
+EMBER_HOST_DEVICE EMBER_INLINE float silu_derivative(float x) {
+  const float e = exp(-x);
+  const float s = 1.0f / (1.0f + e);
+  const bool saturated = (e == 0.0f) | (s == 0.0f);
+  return select(saturated, s, s + x * ((e * s) * s));
+}
+
 }  // namespace ember::kernels::math

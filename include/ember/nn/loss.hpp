@@ -1,4 +1,4 @@
-// SoftmaxCrossEntropy: the mean cross-entropy of softmax(logits) against class labels.
+// Losses. SoftmaxCrossEntropy: the mean cross-entropy of softmax(logits) against class labels.
 #pragma once
 
 #include "ember/nn/module.hpp"
@@ -18,6 +18,21 @@ class SoftmaxCrossEntropy {
  private:
   Tensor probs_, labels_;
   DType logits_dtype_ = DType::f32;
+};
+
+// MSELoss: the mean of (pred - target)^2 over every element.
+class MSELoss {
+ public:
+  // pred and target of one shape (float dtypes) -> loss, a one-element f32 tensor. Saves both
+  // for backward.
+  Tensor forward(Context& ctx, const Tensor& pred, const Tensor& target);
+  // d(loss * dloss) / d pred, with pred's shape and dtype.
+  Tensor backward(Context& ctx, float dloss = 1.0f);
+  void drop_saved();
+  bool has_saved() const { return pred_.defined(); }
+
+ private:
+  Tensor pred_, target_;
 };
 
 }  // namespace ember::nn

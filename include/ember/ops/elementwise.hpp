@@ -30,6 +30,10 @@ void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, c
 void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x);
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, const TensorView& x);
 
+// SiLU (swish): x / (1 + e^-x), and its exact derivative. SiLU(-inf) = -0, SiLU(inf) = inf.
+void silu_forward(Stream& stream, const TensorView& y, const TensorView& x);
+void silu_backward(Stream& stream, const TensorView& dx, const TensorView& dy, const TensorView& x);
+
 // Bias + activation in one pass: t = x + bias[j] (bias [N] over x's last dimension, as in
 // bias_add), pre = t when `pre` is given (x's shape, any float dtype: saved for backward), and
 // y = act(t), t kept in f32 between the add and the activation. The same bits as bias_add into

@@ -14,10 +14,12 @@ namespace ember::simt::detail {
 // block has made no progress for the watchdog's time it throws an Error naming the kernel and
 // block instead of hanging.
 void spin_check();
-inline thread_local unsigned t_atomics_since_check = 0;
+// Shared by the fibers (emulated threads) of the OS thread that runs them: relaxed atomics, so
+// that ThreadSanitizer sees no race between two emulated threads that both use atomics.
+inline thread_local std::atomic<unsigned> t_atomics_since_check{0};
 inline void atomic_poll() {
-  if (++t_atomics_since_check >= 1024) {
-    t_atomics_since_check = 0;
+  if (t_atomics_since_check.fetch_add(1, std::memory_order_relaxed) + 1 >= 1024) {
+    t_atomics_since_check.store(0, std::memory_order_relaxed);
     spin_check();
   }
 }

@@ -67,6 +67,15 @@ struct GeluGrad {
   }
 };
 
+struct Silu {
+  EMBER_HOST_DEVICE float operator()(float x) const { return kernels::math::silu(x); }
+};
+struct SiluGrad {
+  EMBER_HOST_DEVICE float operator()(float g, float x) const {
+    return g * kernels::math::silu_derivative(x);
+  }
+};
+
 // act(x + b): the bias add rounds to f32 exactly as bias_add into an f32 tensor does.
 template <class Act>
 struct BiasAct {
@@ -188,6 +197,19 @@ void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
   constexpr std::string_view kOp = "ops::gelu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
   run(kOp, stream, dx, GeluGrad{}, dy, x);
+}
+
+void silu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  constexpr std::string_view kOp = "ops::silu_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  run(kOp, stream, y, Silu{}, x);
+}
+
+void silu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
+                   const TensorView& x) {
+  constexpr std::string_view kOp = "ops::silu_backward";
+  check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
+  run(kOp, stream, dx, SiluGrad{}, dy, x);
 }
 
 void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView& x,

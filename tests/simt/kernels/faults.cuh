@@ -52,6 +52,11 @@ __global__ void cross_block_kernel(int* out) {
   if (blockIdx.x == 1) out[1] = out[0] + 1;
 }
 
+// Every thread of every block counts itself with an atomic: no race.
+__global__ void atomic_count_kernel(int* count) {
+  atomicAdd(count, 1);
+}
+
 // Block 0 spins until block 1 raises the flag: a hang when block 1 cannot run meanwhile.
 __global__ void spin_on_other_block_kernel(int* flag) {
   if (blockIdx.x == 1) {
