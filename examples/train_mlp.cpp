@@ -224,6 +224,7 @@ int run(const Config& c) {
   auto model = nn::make_mlp(mlp);
   train::AdamW optimizer(model->parameters(), {.lr = static_cast<float>(c.lr),
                                                .weight_decay = static_cast<float>(c.weight_decay)});
+  const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, 0, c.lr / 10);
   nn::SoftmaxCrossEntropy criterion;
   nn::Context ctx{stream};
   fmt::print("model: {} on {}, {} steps of batch {}\n", model->name(), device.to_string(), c.steps,
@@ -252,9 +253,7 @@ int run(const Config& c) {
     const Tensor x = x_host.to(stream);
     const Tensor y = y_host.to(stream);
 
-    // Cosine decay from lr to lr / 10 over the run.
-    const double progress = static_cast<double>(step - 1) / static_cast<double>(c.steps);
-    optimizer.set_lr(static_cast<float>(c.lr * (0.55 + 0.45 * std::cos(M_PI * progress))));
+    schedule.apply(optimizer);  // cosine decay from lr to lr / 10 over the run
 
     optimizer.zero_grad();
     const Tensor logits = model->forward(ctx, x);

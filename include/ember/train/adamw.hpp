@@ -26,7 +26,8 @@ class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options = {});
   const AdamWOptions& options() const { return options_; }
-  void set_lr(float lr);
+  void set_lr(float lr) override;
+  float lr() const override { return options_.lr; }
   // State of parameter i, f32 on its device (max_exp_avg_sq is undefined without amsgrad).
   const Tensor& exp_avg(size_t i) const;
   const Tensor& exp_avg_sq(size_t i) const;

@@ -43,6 +43,9 @@ class Optimizer {
   // Steps applied (not skipped): read from the device, so it waits for the last step.
   int64_t applied_steps() const;
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
+  // The learning rate of the next steps (checked as the options are: finite, >= 0).
+  virtual void set_lr(float lr) = 0;
+  virtual float lr() const = 0;
 
   // "step" (the applied steps, an i64 scalar on the CPU) and the state of parameter i as
   // "state.<i>.<name>" (e.g. "state.0.exp_avg"), the live tensors on their devices.

@@ -24,7 +24,8 @@ class SGD final : public Optimizer {
  public:
   SGD(std::vector<nn::Parameter*> parameters, const SGDOptions& options = {});
   const SGDOptions& options() const { return options_; }
-  void set_lr(float lr);
+  void set_lr(float lr) override;
+  float lr() const override { return options_.lr; }
   // The momentum buffer of parameter i (on its device); undefined before the first step or
   // without momentum.
   const Tensor& momentum_buffer(size_t i) const;

@@ -1,5 +1,6 @@
 // The per-element arithmetic of SGD and AdamW, shared by the CPU loops (src/train) and the
-// fused CUDA step (train/step_op.hpp in ember/kernels/multi_tensor.cuh) so that both round identically.
+// fused CUDA step (train/step_op.hpp in ember/kernels/multi_tensor.cuh) so that both round
+// identically.
 //
 // Every operation is one IEEE single-precision operation rounded to nearest even. On a GPU the
 // _rn intrinsics say so explicitly (nvcc never fuses them into FMAs, and they stay exact under
