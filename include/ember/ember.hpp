@@ -63,6 +63,7 @@
 #include "ember/ops/reduce.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 #include "ember/train/adamw.hpp"
+#include "ember/train/clip_grad.hpp"
 #include "ember/train/lr_schedule.hpp"
 #include "ember/train/optimizer.hpp"
 #include "ember/train/sgd.hpp"
