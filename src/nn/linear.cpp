@@ -3,12 +3,16 @@
 #include <cmath>
 
 #include "ember/nn/seed.hpp"
+#include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
 
 namespace ember::nn {
 
 Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& options)
-    : in_(in_features), out_(out_features), has_bias_(options.bias) {
+    : in_(in_features),
+      out_(out_features),
+      has_bias_(options.bias),
+      activation_(options.activation) {
   EMBER_CHECK(in_features > 0 && out_features > 0,
               "Linear: in_features ({}) and out_features ({}) must be positive", in_features,
               out_features);
@@ -27,7 +31,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& o
 }
 
 std::string Linear::name() const {
-  return fmt::format("Linear(in={}, out={}, bias={})", in_, out_, has_bias_);
+  constexpr const char* kNames[] = {"", ", relu", ", gelu"};
+  return fmt::format("Linear(in={}, out={}, bias={}{})", in_, out_, has_bias_,
+                     kNames[static_cast<int>(activation_)]);
 }
 
 void Linear::set_path(std::string path) {
@@ -56,8 +62,17 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   ops::MatmulOptions options;
   options.transpose_b = true;
   if (has_bias_) options.bias = bias_.value;
+  options.activation = activation_;
+  Tensor pre;
+  if (ctx.training && activation_ != ops::Activation::none) {
+    pre = Tensor::empty(y.shape(), x.dtype(), ctx.stream);
+    options.pre_activation = pre;
+  }
   ops::matmul(ctx.stream, y, x, weight_.value, options);
-  if (ctx.training) input_ = x;
+  if (ctx.training) {
+    input_ = x;
+    pre_ = pre;
+  }
   return y;
 }
 
@@ -69,21 +84,30 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   EMBER_CHECK(dy.shape() == Shape({input_.shape()[0], out_}),
               "{}: the output gradient must be [{}, {}], not {}", name(), input_.shape()[0], out_,
               dy.view().describe());
-  // dW += dy^T x and db += column sums of dy, in one matmul (the bias gradient is the row sums
-  // of op(A) = dy^T); both final here, so report them ready.
+  // With an activation: dpre = dy * act'(pre), and db += its column sums, in one pass.
+  Tensor grad = dy;
+  bool bias_done = false;
+  if (activation_ != ops::Activation::none) {
+    grad = Tensor::empty(dy.shape(), dy.dtype(), ctx.stream);
+    ops::bias_activation_backward(ctx.stream, grad, has_bias_ ? bias_.grad : Tensor(), dy, pre_,
+                                  activation_, {.accumulate = true});
+    bias_done = true;
+  }
+  // dW += grad^T x (and db += column sums of grad, in the same matmul, when not done above: the
+  // bias gradient is the row sums of op(A) = grad^T); both final here, so report them ready.
   ops::MatmulOptions dw;
   dw.transpose_a = true;
   dw.beta = 1.0f;
-  if (has_bias_) {
+  if (has_bias_ && !bias_done) {
     dw.bias_grad = bias_.grad;
     dw.bias_grad_beta = 1.0f;
   }
-  ops::matmul(ctx.stream, weight_.grad, dy, input_, dw);
+  ops::matmul(ctx.stream, weight_.grad, grad, input_, dw);
   grad_ready(weight_);
   if (has_bias_) grad_ready(bias_);
   Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), ctx.stream);
-  ops::matmul(ctx.stream, dx, dy, weight_.value);  // dx = dy W
-  input_ = Tensor();                               // backward consumed it
+  ops::matmul(ctx.stream, dx, grad, weight_.value);  // dx = grad W
+  drop_saved();                                      // backward consumed them
   return dx;
 }
 

@@ -1,6 +1,5 @@
 #include "ember/nn/mlp.hpp"
 
-#include "ember/nn/activation.hpp"
 #include "ember/nn/linear.hpp"
 
 namespace ember::nn {
@@ -18,14 +17,13 @@ std::shared_ptr<Sequential> make_mlp(const MlpOptions& o) {
     if (!o.seed) return std::nullopt;
     return *o.seed * 1000003ull + i;
   };
+  // Hidden layers apply their activation in the matmul's epilogue.
+  const ops::Activation act =
+      o.activation == ActivationKind::relu ? ops::Activation::relu : ops::Activation::gelu;
   for (int64_t i = 0; i < o.depth; ++i) {
-    mlp->emplace<Linear>(width, o.hidden,
-                         LinearOptions{.seed = seed_of(layer++), .device = o.device});
-    if (o.activation == ActivationKind::relu) {
-      mlp->emplace<ReLU>();
-    } else {
-      mlp->emplace<GELU>();
-    }
+    mlp->emplace<Linear>(
+        width, o.hidden,
+        LinearOptions{.seed = seed_of(layer++), .device = o.device, .activation = act});
     width = o.hidden;
   }
   mlp->emplace<Linear>(width, o.outputs, LinearOptions{.seed = seed_of(layer), .device = o.device});

@@ -1,10 +1,13 @@
-// Linear: y = x W^T + b, with W [out, in] and b [out], as in PyTorch.
+// Linear: y = act(x W^T + b), with W [out, in] and b [out], as in PyTorch, and an optional
+// activation fused into the matmul's epilogue (forward saves the pre-activation; backward
+// applies the activation's derivative and sums the bias gradient in one pass).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include "ember/nn/module.hpp"
+#include "ember/ops/activation.hpp"
 
 namespace ember::nn {
 
@@ -14,6 +17,7 @@ struct LinearOptions {
   // default seed (nn/seed.hpp), so that layers differ.
   std::optional<uint64_t> seed;
   Device device;
+  ops::Activation activation = ops::Activation::none;
 };
 
 class Linear final : public Module {
@@ -24,7 +28,10 @@ class Linear final : public Module {
   Tensor forward(Context& ctx, const Tensor& x) override;  // x [B, in] -> [B, out]
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::vector<Parameter*> parameters() override;
-  void drop_saved() override { input_ = Tensor(); }
+  void drop_saved() override {
+    input_ = Tensor();
+    pre_ = Tensor();
+  }
   bool has_saved() const override { return input_.defined(); }
   std::string name() const override;
   void set_path(std::string path) override;
@@ -33,12 +40,14 @@ class Linear final : public Module {
   Parameter& bias();  // throws when the layer has no bias
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  ops::Activation activation() const { return activation_; }
 
  private:
   int64_t in_, out_;
   bool has_bias_;
+  ops::Activation activation_;
   Parameter weight_, bias_;
-  Tensor input_;
+  Tensor input_, pre_;  // saved by forward: x, and x W^T + b when there is an activation
 };
 
 }  // namespace ember::nn

@@ -22,8 +22,9 @@ struct MlpOptions {
   Device device;
 };
 
-// Linear(inputs, hidden), act, [Linear(hidden, hidden), act] x (depth - 1), Linear(hidden,
-// outputs). depth 0 gives a single Linear(inputs, outputs).
+// Linear(inputs, hidden, act), [Linear(hidden, hidden, act)] x (depth - 1), Linear(hidden,
+// outputs): each hidden layer's activation fused into its matmul (nn::Linear). depth 0 gives a
+// single Linear(inputs, outputs).
 std::shared_ptr<Sequential> make_mlp(const MlpOptions& options);
 
 }  // namespace ember::nn
