@@ -10,6 +10,7 @@
 #include "ember/core/dynamic_shared.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/half.hpp"
+#include "ember/core/ieee_rn.hpp"
 #include "ember/core/launch.hpp"
 #include "ember/core/macros.hpp"
 #include "ember/core/philox.hpp"

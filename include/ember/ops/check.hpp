@@ -55,6 +55,12 @@ inline void check_overlap(std::string_view op, const TensorView& out, const Tens
               op, out.describe(), in.describe());
 }
 
+// Whether an optional operand was given: an absent one is a default TensorView (no data, no
+// shape); an empty tensor (some dimension 0) is present.
+inline bool present(const TensorView& t) {
+  return t.data != nullptr || t.rank() > 0;
+}
+
 // For operands of different roles (a loss and the logits, labels and probabilities): no shared
 // memory at all.
 inline void check_disjoint(std::string_view op, const TensorView& out, const TensorView& in) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ember/core/ieee_rn.hpp"
 #include "ember/core/macros.hpp"
 #include "ember/core/philox.hpp"
 #include "ember/kernels/activation_math.cuh"
@@ -16,14 +17,10 @@ namespace ember::ops::fn {
 // cond ? a : b, branch-free on the host (ember/kernels/activation_math.cuh).
 using kernels::math::select;
 
-// a * b rounded on its own: never contracted with a following add into an fma (nvcc contracts
-// by default; g++ in ISO mode does not), so CPU and GPU round alike.
+// a * b rounded on its own: never contracted with a following add into an fma, so CPU and GPU
+// round alike (ember/core/ieee_rn.hpp).
 EMBER_HOST_DEVICE EMBER_INLINE float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
+  return rn::mul(a, b);
 }
 
 struct Identity {

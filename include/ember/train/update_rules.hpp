@@ -9,79 +9,21 @@
 // The result: a real GPU, the SIMT emulator and the CPU give the same bits.
 #pragma once
 
+#include "ember/core/ieee_rn.hpp"
 #include "ember/core/macros.hpp"
-
-#if !defined(__CUDA_ARCH__)
-#include <cmath>
-#endif
 
 namespace ember::train::rules {
 
-EMBER_HOST_DEVICE EMBER_INLINE float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE float sqrt(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-
-// Double precision, for the per-step scalars (bias corrections): each operation rounded once.
-EMBER_HOST_DEVICE EMBER_INLINE double dmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE double dsub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE double ddiv(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-EMBER_HOST_DEVICE EMBER_INLINE double dsqrt(double a) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+// The IEEE-rounded operations (ember/core/ieee_rn.hpp).
+using rn::add;
+using rn::ddiv;
+using rn::div;
+using rn::dmul;
+using rn::dsqrt;
+using rn::dsub;
+using rn::mul;
+using rn::sqrt;
+using rn::sub;
 
 // The steps an optimizer has applied, kept beside its parameters (on their device) so that a
 // step skipped on the device (AMP's found-inf) does not advance them, with no host read:

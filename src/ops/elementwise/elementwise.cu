@@ -43,11 +43,6 @@ void check_binary(std::string_view op, const Stream& stream, const TensorView& o
   detail::check_overlap(op, out, b);
 }
 
-// An optional tensor is absent when it is a default TensorView (no data, no shape).
-bool present(const TensorView& t) {
-  return t.data != nullptr || t.rank() > 0;
-}
-
 void check_bias(std::string_view op, const Stream& stream, const TensorView& bias,
                 const TensorView& x) {
   detail::check_devices(op, stream, {&bias});
@@ -219,7 +214,7 @@ void bias_activation_forward(Stream& stream, const TensorView& y, const TensorVi
   check_bias(kOp, stream, bias, x);
   detail::check_overlap(kOp, y, bias);
   const TensorView* saved = nullptr;
-  if (present(pre)) {
+  if (detail::present(pre)) {
     check_unary(kOp, stream, pre, "pre", x, "x");
     detail::check_overlap(kOp, pre, bias);
     detail::check_disjoint(kOp, pre, y);  // two outputs: never the same memory
@@ -240,7 +235,7 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
                               const ReduceOptions& options) {
   constexpr std::string_view kOp = "ops::bias_activation_backward";
   check_unary(kOp, stream, dx, "dx", dy, "dy");
-  const bool has_pre = present(pre);
+  const bool has_pre = detail::present(pre);
   EMBER_CHECK(has_pre || act == Activation::none,
               "{}: the activation's backward needs pre (the forward's pre-activation x + bias, "
               "saved by bias_activation_forward), but it is absent",
@@ -253,7 +248,7 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
   }
   // The whole check before any work, so that a bad dbias leaves dx untouched too.
   const int64_t cols = dx.rank() >= 1 ? dx.shape[-1] : 1;
-  const bool has_dbias = present(dbias);
+  const bool has_dbias = detail::present(dbias);
   if (has_dbias) {
     detail::check_devices(kOp, stream, {&dbias});
     detail::check_dtype(kOp, "dbias", dbias, DType::f32);

@@ -7,6 +7,7 @@
 
 #include "ember/core/check_cuda.hpp"
 #include "ember/ops/map.hpp"
+#include "ops/common/cuda_device.hpp"
 
 namespace ember::ops::detail {
 
@@ -14,14 +15,8 @@ int64_t map_prepare_launch(const Stream& stream) {
   const int device = stream.device().index();
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   // Enough resident blocks of 256 threads to fill every SM (8 per SM at 2048 threads), four
-  // times over so that the tail of one wave overlaps the next. Cached per device.
-  static std::array<std::atomic<int>, 64> sm_count{};
-  int count = device < 64 ? sm_count[static_cast<size_t>(device)].load() : 0;
-  if (count == 0) {
-    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    if (device < 64) sm_count[static_cast<size_t>(device)].store(count);
-  }
-  return int64_t{count} * 8 * 4;
+  // times over so that the tail of one wave overlaps the next.
+  return int64_t{cuda::multiprocessor_count(device)} * 8 * 4;
 }
 
 }  // namespace ember::ops::detail

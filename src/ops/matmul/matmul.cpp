@@ -1,8 +1,8 @@
 // ops::matmul: argument checks, then the device's implementation.
 #include "ember/ops/matmul.hpp"
 
-#include "ops/matmul/matmul_cpu.hpp"
 #include "ember/ops/check.hpp"
+#include "ops/matmul/matmul_cpu.hpp"
 #include "ops/matmul/matmul_dims.hpp"
 #if EMBER_WITH_CUDA
 #include "ops/matmul/matmul_cuda.hpp"
@@ -51,16 +51,11 @@ detail::MatmulDims check_shapes(const TensorView& c, const TensorView& a, const 
   return d;
 }
 
-// An optional tensor is absent when it is a default TensorView (no data, no shape).
-bool present(const TensorView& t) {
-  return t.data != nullptr || t.rank() > 0;
-}
-
 // An optional epilogue tensor: absent, or a floating tensor of `shape` on the stream's device
 // that shares no memory with the product's inputs.
 bool check_optional(Stream& stream, std::string_view name, const TensorView& t, const Shape& shape,
                     const TensorView& a, const TensorView& b) {
-  if (!present(t)) return false;
+  if (!detail::present(t)) return false;
   detail::check_devices(kOp, stream, {&t});
   detail::check_floating(kOp, name, t);
   EMBER_CHECK(t.shape == shape, "{}: {} must be {}, not {}", kOp, name, shape.to_string(),
@@ -98,7 +93,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
   detail::check_disjoint(kOp, c, a);
   detail::check_disjoint(kOp, c, b);
 
-  if (present(options.bias)) {
+  if (detail::present(options.bias)) {
     detail::check_devices(kOp, stream, {&options.bias});
     detail::check_floating(kOp, "bias", options.bias);
     EMBER_CHECK(options.bias.rank() == 1 && options.bias.shape[0] == dims.n,
@@ -118,7 +113,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
   if (check_optional(stream, "residual", options.residual, c.shape, a, b)) {
     detail::check_overlap(kOp, c, options.residual);  // residual may be C itself
   }
-  if (present(options.bias_grad)) {
+  if (detail::present(options.bias_grad)) {
     EMBER_CHECK(c.rank() == 2, "{}: bias_grad needs an unbatched product, but C is {}", kOp,
                 c.describe());
     check_optional(stream, "bias_grad", options.bias_grad, Shape{dims.m}, a, b);

@@ -1,23 +1,16 @@
-// Launcher for ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh): picks a tile configuration
-// for the shape and this GPU, and adds the bias_grad row sums (src/ops/matmul/row_sums.cuh) when asked.
+// Launcher for ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh): picks a tile
+// configuration for the shape and this GPU, and adds the bias_grad row sums
+// (src/ops/matmul/row_sums.cuh) when asked.
 #include <cuda_runtime.h>
 
 #include "ember/core/check_cuda.hpp"
-#include "ops/matmul/matmul_launchers.hpp"
 #include "matmul_simt.cuh"
+#include "ops/common/cuda_device.hpp"
+#include "ops/matmul/matmul_launchers.hpp"
 #include "row_sums.cuh"
 
 namespace ember::ops::cuda {
-namespace {
-
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream) {
   using kernels::SimtTileChoice;
@@ -27,7 +20,8 @@ void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream)
               "the tensor-core kernel)",
               kernels::element_type_name(p.a.type), kernels::element_type_name(p.b.type));
   if (p.m > 0 && p.n > 0 && p.batch > 0) {
-    switch (kernels::choose_simt_tile(p.m, p.n, p.k, p.batch, multiprocessor_count())) {
+    switch (
+        kernels::choose_simt_tile(p.m, p.n, p.k, p.batch, multiprocessor_count(current_device()))) {
       case SimtTileChoice::t128x128:
         kernels::launch_matmul_simt<kernels::SimtTile128x128>(p, stream);
         break;

@@ -9,8 +9,9 @@
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/launch.hpp"
-#include "ops/matmul/matmul_launchers.hpp"
 #include "matmul_tensor_core.cuh"
+#include "ops/common/cuda_device.hpp"
+#include "ops/matmul/matmul_launchers.hpp"
 #include "row_sums.cuh"
 
 namespace ember::ops::cuda {
@@ -71,13 +72,6 @@ void dispatch_type(const MatmulProblem& p, cudaStream_t stream) {
   return dispatch_layout<Tile, Vec, false>(p, stream);
 }
 
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 // Enqueues the GEMM and its epilogue (m, n, batch >= 1).
 void launch_gemm(const MatmulProblem& p, cudaStream_t stream) {
   EMBER_CHECK(p.c.data != nullptr, "matmul_tensor_core: C is null for a {}x{} output", p.m, p.n);
@@ -88,7 +82,8 @@ void launch_gemm(const MatmulProblem& p, cudaStream_t stream) {
   // tile with narrower copies (or element loads) keeps every alignment correct.
   const int vec = std::min(copy_elements(p.a), copy_elements(p.b));
   if (vec == 8) {
-    switch (kernels::choose_tensor_core_tile(p.m, p.n, p.k, p.batch, multiprocessor_count())) {
+    switch (kernels::choose_tensor_core_tile(p.m, p.n, p.k, p.batch,
+                                             multiprocessor_count(current_device()))) {
       case kernels::TensorCoreTileKind::large:
         return dispatch_type<kernels::TensorCoreTileLarge, 8>(p, stream);
       case kernels::TensorCoreTileKind::medium:
