@@ -19,6 +19,7 @@ __device__ __forceinline__ SharedView<T> dynamic_shared() {
   return {reinterpret_cast<T*>(ember_dynamic_shared_storage)};
 }
 }  // namespace ember
-#elif defined(EMBER_SIMT)
-#include "ember/simt/dynamic_shared.hpp"
 #endif
+// Under the SIMT emulator (EMBER_SIMT) this comes with the emulator's prelude
+// (ember/simt/dynamic_shared.hpp through ember/simt/prelude.hpp), which kernel translation units include
+// first: core does not depend on the emulator.

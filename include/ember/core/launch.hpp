@@ -20,6 +20,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
   EMBER_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace ember
-#elif defined(EMBER_SIMT)
-#include "ember/simt/launch.hpp"
 #endif
+// Under the SIMT emulator (EMBER_SIMT) this comes with the emulator's prelude
+// (ember/simt/launch.hpp through ember/simt/prelude.hpp), which kernel translation units include
+// first: core does not depend on the emulator.

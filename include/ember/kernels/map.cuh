@@ -15,7 +15,7 @@
 
 #include "ember/core/launch.hpp"
 #include "ember/core/macros.hpp"
-#include "ember/ops/map_types.hpp"
+#include "ember/kernels/map_types.cuh"
 
 #if !defined(EMBER_SIMT)
 #include <cuda_fp16.h>
