@@ -4,10 +4,12 @@
 // linear model cannot separate. --data DIR trains on MNIST IDX files instead.
 //
 //   train_mlp [--steps N] [--depth N] [--width N] [--batch N] [--lr X] ...   (--help lists all)
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -34,6 +36,7 @@ struct Config {
   std::string activation = "relu";
   std::string data_dir;  // empty: spirals
   std::string device = "auto";
+  std::string log_csv;  // empty: none
 };
 
 constexpr const char* kUsage = R"(usage: train_mlp [options]
@@ -55,6 +58,8 @@ options:
   --device D         auto, cpu, cuda or cuda:N (default auto: the GPU when ember can use one)
   --seed N           seed for data, initialization and shuffling (default 1)
   --log-every N      steps between progress lines (default 250)
+  --log-csv FILE     write step, loss, learning rate, validation accuracy (on progress
+                     steps) and samples/s of every step to FILE
   -h, --help         show this help
 )";
 
@@ -101,6 +106,11 @@ Config parse_args(int argc, char** argv) {
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
       {"--seed",
        [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--log-csv",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--log-csv needs a file name, not ''"};
+         c.log_csv = v;
+       }},
       {"--data",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--data needs a directory, not ''"};
@@ -230,6 +240,21 @@ int run(const Config& c) {
   fmt::print("model: {} on {}, {} steps of batch {}\n", model->name(), device.to_string(), c.steps,
              batch);
 
+  // The CSV log: opened before training, so that a bad path fails at once.
+  std::FILE* csv = nullptr;
+  if (!c.log_csv.empty()) {
+    csv = std::fopen(c.log_csv.c_str(), "w");
+    EMBER_CHECK(csv != nullptr, "cannot create the CSV log '{}': {}", c.log_csv,
+                std::strerror(errno));
+    std::fputs("step,loss,lr,val_accuracy,samples_per_s\n", csv);
+  }
+  const auto close_csv = [&] {
+    if (csv != nullptr && std::fclose(csv) != 0) {
+      EMBER_THROW("writing the CSV log '{}' failed: {}", c.log_csv, std::strerror(errno));
+    }
+    csv = nullptr;
+  };
+
   Tensor x_host = Tensor::empty({batch, features});
   Tensor y_host = Tensor::empty({batch}, DType::i32);
   std::vector<int64_t> order = data::permutation(train.size(), c.seed, 0);
@@ -271,8 +296,15 @@ int run(const Config& c) {
     interval_seconds += seconds;
     total_seconds += seconds;
     interval_samples += batch;
-    if (step % c.log_every == 0 || step == c.steps) {
-      val_acc = accuracy(*model, validation, stream, 1024);
+    const bool progress_step = step % c.log_every == 0 || step == c.steps;
+    if (progress_step) val_acc = accuracy(*model, validation, stream, 1024);
+    if (csv != nullptr) {
+      const std::string acc =
+          progress_step && validation.size() > 0 ? fmt::format("{:.6f}", val_acc) : "";
+      fmt::print(csv, "{},{:.6f},{:.6g},{},{:.0f}\n", step, last_loss, optimizer.lr(), acc,
+                 batch / seconds);
+    }
+    if (progress_step) {
       fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s\n", step, last_loss,
                  percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds);
       std::fflush(stdout);
@@ -280,6 +312,7 @@ int run(const Config& c) {
       interval_samples = 0;
     }
   }
+  close_csv();
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} samples/s), loss {:.4f} -> {:.4f}, validation accuracy "
       "{} (chance {:.2f}%)\n",
