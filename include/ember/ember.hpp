@@ -19,6 +19,7 @@
 #include "ember/core/state_dict.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "ember/core/threads.hpp"
 #include "ember/data/dataset.hpp"
 #include "ember/data/idx.hpp"
 #include "ember/data/spirals.hpp"

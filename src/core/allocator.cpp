@@ -1,4 +1,5 @@
 #include "ember/core/allocator.hpp"
+#include "ember/core/threads.hpp"
 
 #include <cstdlib>
 #include <map>
@@ -30,6 +31,7 @@ std::shared_ptr<Allocator> allocator_for(Device device) {
   std::lock_guard lock(r.mutex);
   auto& slot = r.allocators[key_of(device)];
   if (!slot) {
+    detail::apply_thread_environment();
     if (!device.is_cpu()) require_available(device);
     slot = detail::make_device_allocator(device);
   }
