@@ -20,3 +20,34 @@ install(FILES "${PROJECT_BINARY_DIR}/emberConfig.cmake"
               "${PROJECT_BINARY_DIR}/emberConfigVersion.cmake"
               cmake/FindNCCL.cmake cmake/FindCUDNN.cmake
         DESTINATION ${EMBER_CMAKE_INSTALL_DIR})
+
+# pkg-config (ember is a static library: every dependency is in Libs).
+if(EMBER_WITH_CUDA)
+  set(EMBER_WITH_CUDA_01 1)
+  set(EMBER_PC_CUDA_CFLAGS "-I${CUDAToolkit_INCLUDE_DIRS}")
+  set(EMBER_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcublas -lcudart")
+else()
+  set(EMBER_WITH_CUDA_01 0)
+  set(EMBER_PC_CUDA_CFLAGS "")
+  set(EMBER_PC_CUDA_LIBS "")
+endif()
+if(EMBER_BLAS_IS_TARGET)
+  set(EMBER_PC_BLAS "-lopenblas")
+else()
+  set(EMBER_PC_BLAS "${EMBER_BLAS_LIBRARY}")
+endif()
+file(RELATIVE_PATH EMBER_PC_UP "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+string(REGEX REPLACE "/$" "" EMBER_PC_UP "${EMBER_PC_UP}")
+configure_file(cmake/ember.pc.in "${PROJECT_BINARY_DIR}/ember.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/ember.pc" DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The build tree works as a package too: find_package(ember) with ember_DIR=<build dir>.
+export(EXPORT emberTargets NAMESPACE ember:: FILE "${PROJECT_BINARY_DIR}/emberTargets.cmake")
+file(COPY cmake/FindNCCL.cmake cmake/FindCUDNN.cmake DESTINATION "${PROJECT_BINARY_DIR}")
+
+# The tools: installed as programs.
+foreach(tool memory_snapshot_svg bench_allocator bench_matmul)
+  if(TARGET ${tool})
+    install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endif()
+endforeach()

@@ -20,3 +20,33 @@ run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/b
     "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
+
+# The installed programs.
+foreach(tool memory_snapshot_svg bench_allocator bench_matmul)
+  if(NOT EXISTS "${WORK_DIR}/prefix/bin/${tool}")
+    message(FATAL_ERROR "${tool} was not installed into ${WORK_DIR}/prefix/bin")
+  endif()
+endforeach()
+run("${WORK_DIR}/prefix/bin/memory_snapshot_svg" --help)
+
+# The build tree as a package: the same consumer against ember_DIR=<build dir>.
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/build_tree" -G Ninja
+    "-Dember_DIR=${BUILD_DIR}" -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build_tree")
+run("${WORK_DIR}/build_tree/consumer")
+
+# pkg-config: the consumer compiled and linked with `pkg-config --cflags --libs ember` alone.
+find_program(PKG_CONFIG pkg-config REQUIRED)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "PKG_CONFIG_PATH=${WORK_DIR}/prefix/lib/pkgconfig"
+                        ${PKG_CONFIG} --cflags --libs ember
+                RESULT_VARIABLE code OUTPUT_VARIABLE pc_flags ERROR_VARIABLE pc_err
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "pkg-config --cflags --libs ember failed: ${pc_err}")
+endif()
+separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+separate_arguments(sanitize_flags UNIX_COMMAND "${flags}")
+run(c++ "${SOURCE_DIR}/tests/install/consumer/main.cpp" -o "${WORK_DIR}/consumer_pkgconfig"
+    ${sanitize_flags} ${pc_flags})
+run("${WORK_DIR}/consumer_pkgconfig")
