@@ -50,3 +50,13 @@ separate_arguments(sanitize_flags UNIX_COMMAND "${flags}")
 run(c++ "${SOURCE_DIR}/tests/install/consumer/main.cpp" -o "${WORK_DIR}/consumer_pkgconfig"
     ${sanitize_flags} ${pc_flags})
 run("${WORK_DIR}/consumer_pkgconfig")
+
+# With CUDA: a consumer's own .cu file (ops::map's kernel instantiated there) builds against the
+# exported target with no flags of its own.
+if(WITH_CUDA)
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer_cuda" -B "${WORK_DIR}/build_cuda"
+      -G Ninja "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release
+      -DCMAKE_CUDA_ARCHITECTURES=90 "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
+  run(${CMAKE_COMMAND} --build "${WORK_DIR}/build_cuda")
+  run("${WORK_DIR}/build_cuda/cuda_consumer")
+endif()
