@@ -38,15 +38,16 @@ size_t system_page_size() noexcept {
   return page;
 }
 
-std::string format_bytes(size_t bytes) {
+std::string format_bytes(size_t bytes, ByteStyle style) {
   constexpr size_t kib = size_t{1} << 10, mib = size_t{1} << 20, gib = size_t{1} << 30;
-  if (bytes >= gib)
-    return bytes % gib == 0 ? fmt::format("{} GiB", bytes / gib)
-                            : fmt::format("{:.2f} GiB", double(bytes) / gib);
-  if (bytes >= mib)
-    return bytes % mib == 0 ? fmt::format("{} MiB", bytes / mib)
-                            : fmt::format("{:.2f} MiB", double(bytes) / mib);
-  if (bytes >= kib && bytes % kib == 0) return fmt::format("{} KiB", bytes / kib);
+  const bool fixed = style == ByteStyle::fixed;
+  const auto in = [&](size_t unit, const char* name) {
+    return !fixed && bytes % unit == 0 ? fmt::format("{} {}", bytes / unit, name)
+                                       : fmt::format("{:.2f} {}", double(bytes) / unit, name);
+  };
+  if (bytes >= gib) return in(gib, "GiB");
+  if (bytes >= mib) return in(mib, "MiB");
+  if (bytes >= kib && (fixed || bytes % kib == 0)) return in(kib, "KiB");
   return fmt::format("{} bytes", bytes);
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ember/memory/detail/rounding.hpp"  // round_up
+
 namespace ember::memory::detail {
 
 // Reserves `bytes` of address space aligned to `alignment` (a power of two),
@@ -20,15 +22,15 @@ size_t system_page_size() noexcept;
 constexpr bool is_power_of_two(size_t value) {
   return value != 0 && (value & (value - 1)) == 0;
 }
-constexpr size_t round_up(size_t value, size_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 inline bool is_aligned(const void* ptr, size_t alignment) {
   return reinterpret_cast<uintptr_t>(ptr) % alignment == 0;
 }
 
 // "2 MiB", "1.5 GiB", "300 bytes": sizes in messages and names.
-std::string format_bytes(size_t bytes);
+// "2 MiB" when exact, else two decimals ("2.50 MiB"); ByteStyle::fixed always gives two
+// decimals ("2.00 MiB"), as the allocator's messages and tables do.
+enum class ByteStyle { exact, fixed };
+std::string format_bytes(size_t bytes, ByteStyle style = ByteStyle::exact);
 
 // Writes a message to stderr and aborts: for misuse detected in a noexcept
 // function (freeing what was never handed out), where throwing is impossible.

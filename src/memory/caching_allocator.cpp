@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "address_space.hpp"
 #include "caching_allocator_impl.hpp"
 
 #if defined(EMBER_SIMT)
@@ -22,11 +23,7 @@ using detail::Segment;
 
 namespace {
 std::string human(size_t bytes) {
-  constexpr double kMiB = 1024.0 * 1024.0;
-  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / (kMiB * 1024.0));
-  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.2f} MiB", bytes / kMiB);
-  if (bytes >= 1024) return fmt::format("{:.2f} KiB", bytes / 1024.0);
-  return fmt::format("{} bytes", bytes);
+  return detail::format_bytes(bytes, detail::ByteStyle::fixed);
 }
 }  // namespace
 

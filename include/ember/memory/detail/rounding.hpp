@@ -9,7 +9,7 @@
 
 namespace ember::memory::detail {
 
-inline size_t round_up(size_t n, size_t multiple) {
+constexpr size_t round_up(size_t n, size_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
