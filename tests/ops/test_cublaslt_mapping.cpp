@@ -13,7 +13,8 @@
 
 namespace {
 
-using ember::kernels::ElementType;
+using ember::DType;
+
 using ember::kernels::EpilogueActivation;
 using ember::kernels::MatmulProblem;
 using ember::kernels::MatrixRef;
@@ -212,7 +213,7 @@ TEST(CublasLtMapping, BiasIsAVectorOverCuBlasLtRows) {
   const CublasLtMapping lt = map_to_cublaslt(x.problem);
   EXPECT_EQ(lt.epilogue, LtEpilogue::bias);
   EXPECT_EQ(lt.vector, x.problem.bias.data);
-  EXPECT_EQ(lt.vector_type, ElementType::f32);
+  EXPECT_EQ(lt.vector_type, DType::f32);
   expect_same_values(x, lt);
 }
 
@@ -256,7 +257,7 @@ TEST(CublasLtMapping, GeluGradientReadsActivationInputAsAux) {
   Operands x(4, 8, 3, true, false);
   std::vector<float> input(static_cast<size_t>(4 * 8));
   x.problem.activation_grad = EpilogueActivation::gelu;
-  x.problem.activation_input = MatrixRef{input.data(), ElementType::f32, 8, 0};
+  x.problem.activation_input = MatrixRef{input.data(), DType::f32, 8, 0};
   x.problem.output_scale = 0.5f;  // linear before GELU' multiplies: folds into alpha and beta
   x.problem.beta = 2.0f;
   const CublasLtMapping lt = map_to_cublaslt(x.problem);
@@ -318,11 +319,11 @@ TEST(CublasLtMapping, ResidualBecomesCAndOutputScaleFoldsIntoAlpha) {
 
 TEST(CublasLtMapping, SixteenBitOperandsWithF32Output) {
   Operands x(8, 8, 8, false, false);
-  x.problem.a.type = x.problem.b.type = ElementType::bf16;
+  x.problem.a.type = x.problem.b.type = DType::bf16;
   EXPECT_EQ(cublaslt_unsupported_reason(x.problem), "");
-  x.problem.c.type = ElementType::bf16;
+  x.problem.c.type = DType::bf16;
   EXPECT_EQ(cublaslt_unsupported_reason(x.problem), "");
-  x.problem.a.type = x.problem.b.type = ElementType::f16;
+  x.problem.a.type = x.problem.b.type = DType::f16;
   EXPECT_NE(cublaslt_unsupported_reason(x.problem), "");  // f16 x f16 -> bf16: no such kernel
 }
 
@@ -338,32 +339,32 @@ TEST(CublasLtMapping, UnsupportedCasesSayWhy) {
       {"relu gradient",
        [](MatmulProblem& q, void* d) {
          q.activation_grad = EpilogueActivation::relu;
-         q.activation_input = MatrixRef{d, ElementType::f32, 8, 0};
+         q.activation_input = MatrixRef{d, DType::f32, 8, 0};
        },
        "bit-mask"},
       {"gelu gradient with bias_grad",
        [](MatmulProblem& q, void* d) {
          q.activation_grad = EpilogueActivation::gelu;
-         q.activation_input = MatrixRef{d, ElementType::f32, 8, 0};
+         q.activation_input = MatrixRef{d, DType::f32, 8, 0};
          q.bias_grad.data = d;
        },
        "DGELU_BGRAD"},
       {"gelu gradient with bias",
        [](MatmulProblem& q, void* d) {
          q.activation_grad = EpilogueActivation::gelu;
-         q.activation_input = MatrixRef{d, ElementType::f32, 8, 0};
+         q.activation_input = MatrixRef{d, DType::f32, 8, 0};
          q.bias.data = d;
        },
        "no bias input"},
       {"relu pre-activation",
        [](MatmulProblem& q, void* d) {
          q.activation = EpilogueActivation::relu;
-         q.pre_activation = MatrixRef{d, ElementType::f32, 8, 0};
+         q.pre_activation = MatrixRef{d, DType::f32, 8, 0};
        },
        "RELU_AUX"},
       {"pre-activation without activation",
        [](MatmulProblem& q, void* d) {
-         q.pre_activation = MatrixRef{d, ElementType::f32, 8, 0};
+         q.pre_activation = MatrixRef{d, DType::f32, 8, 0};
        },
        "GELU_AUX"},
       {"scale after activation",
@@ -375,13 +376,13 @@ TEST(CublasLtMapping, UnsupportedCasesSayWhy) {
       {"residual after activation",
        [](MatmulProblem& q, void* d) {
          q.activation = EpilogueActivation::relu;
-         q.residual = MatrixRef{d, ElementType::f32, 8, 0};
+         q.residual = MatrixRef{d, DType::f32, 8, 0};
        },
        "residual after an activation"},
       {"residual with beta",
        [](MatmulProblem& q, void* d) {
          q.beta = 1.0f;
-         q.residual = MatrixRef{d, ElementType::f32, 8, 0};
+         q.residual = MatrixRef{d, DType::f32, 8, 0};
        },
        "one C operand"},
       {"scaled bias",
@@ -408,18 +409,18 @@ TEST(CublasLtMapping, UnsupportedCasesSayWhy) {
          q.bias.data = d;
        },
        "BGRADB"},
-      {"f32 operands, bf16 C", [](MatmulProblem& q, void*) { q.c.type = ElementType::bf16; },
+      {"f32 operands, bf16 C", [](MatmulProblem& q, void*) { q.c.type = DType::bf16; },
        "f32 x f32"},
-      {"mixed A and B", [](MatmulProblem& q, void*) { q.b.type = ElementType::f16; }, "one type"},
+      {"mixed A and B", [](MatmulProblem& q, void*) { q.b.type = DType::f16; }, "one type"},
       {"bias type",
        [](MatmulProblem& q, void* d) {
-         q.bias = {d, ElementType::bf16, 0, 0};
+         q.bias = {d, DType::bf16, 0, 0};
        },
        "bias in C's type"},
       {"aux ld not a multiple of 8",
        [](MatmulProblem& q, void* d) {
          q.activation = EpilogueActivation::gelu;
-         q.pre_activation = MatrixRef{d, ElementType::f32, 12, 0};
+         q.pre_activation = MatrixRef{d, DType::f32, 12, 0};
        },
        "multiples of 8"},
       {"empty k", [](MatmulProblem& q, void*) { q.k = 0; }, "k=0"},
@@ -433,9 +434,9 @@ TEST(CublasLtMapping, UnsupportedCasesSayWhy) {
   for (const Case& c : cases) {
     MatmulProblem q;
     q.m = 4, q.n = 8, q.k = 8;
-    q.a = MatrixRef{p, ElementType::f32, 8, 32};
-    q.b = MatrixRef{p, ElementType::f32, 8, 64};
-    q.c = MatrixRef{p, ElementType::f32, 8, 32};
+    q.a = MatrixRef{p, DType::f32, 8, 32};
+    q.b = MatrixRef{p, DType::f32, 8, 64};
+    q.c = MatrixRef{p, DType::f32, 8, 32};
     c.edit(q, p);
     const CublasLtMapping lt = map_to_cublaslt(q);
     EXPECT_NE(lt.unsupported.find(c.reason_contains), std::string::npos)

@@ -1,23 +1,6 @@
-// ElementType: the floating element types kernels read and write (ember::DType's floating
-// members), shared by the kernels and their host-side launchers.
+// The element types kernels read and write: ember::DType's floating members (f32, f16, bf16),
+// the one dtype codec of host and device code (ember/kernels/map.cuh decodes and encodes them).
+// Launchers pass a DType; kernels treat anything but f16 and bf16 as f32.
 #pragma once
 
-#include <cstdint>
-
-namespace ember::kernels {
-
-enum class ElementType : int32_t { f32, f16, bf16 };
-
-// "f32", "f16" or "bf16", for messages (host code).
-inline const char* element_type_name(ElementType type) {
-  switch (type) {
-    case ElementType::f16:
-      return "f16";
-    case ElementType::bf16:
-      return "bf16";
-    default:
-      return "f32";
-  }
-}
-
-}  // namespace ember::kernels
+#include "ember/core/dtype.hpp"

@@ -14,24 +14,23 @@
 
 namespace ember::kernels {
 
-__device__ __forceinline__ float load_element(const void* base, ElementType type, int64_t i) {
+__device__ __forceinline__ float load_element(const void* base, DType type, int64_t i) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       return __half2float(static_cast<const __half*>(base)[i]);
-    case ElementType::bf16:
+    case DType::bf16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
     default:
       return static_cast<const float*>(base)[i];
   }
 }
 
-__device__ __forceinline__ void store_element(void* base, ElementType type, int64_t i,
-                                              float value) {
+__device__ __forceinline__ void store_element(void* base, DType type, int64_t i, float value) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       static_cast<__half*>(base)[i] = __float2half_rn(value);
       break;
-    case ElementType::bf16:
+    case DType::bf16:
       static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(value);
       break;
     default:

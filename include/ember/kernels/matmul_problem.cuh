@@ -31,7 +31,7 @@ enum class EpilogueActivation : int32_t { none, relu, gelu };
 // A row-major [rows, cols] matrix per batch entry. data == nullptr: the operand is absent.
 struct MatrixRef {
   void* data = nullptr;
-  ElementType type = ElementType::f32;
+  DType type = DType::f32;
   int64_t ld = 0;            // elements between consecutive rows (>= cols)
   int64_t batch_stride = 0;  // elements between batch entries; 0: one matrix shared by all
 };

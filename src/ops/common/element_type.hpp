@@ -1,4 +1,4 @@
-// Internal: the kernels' ElementType (ember/kernels/element_type.cuh) of a floating DType, for the
+// Internal: the kernels' DType (ember/kernels/element_type.cuh) of a floating DType, for the
 // host code of the CUDA ops.
 #pragma once
 
@@ -9,14 +9,14 @@
 namespace ember::ops::cuda {
 
 // f16 and bf16 keep their type; any other dtype (callers pass floating ones) is f32.
-inline kernels::ElementType element_type(DType dtype) {
+inline DType element_type(DType dtype) {
   switch (dtype) {
     case DType::f16:
-      return kernels::ElementType::f16;
+      return DType::f16;
     case DType::bf16:
-      return kernels::ElementType::bf16;
+      return DType::bf16;
     default:
-      return kernels::ElementType::f32;
+      return DType::f32;
   }
 }
 

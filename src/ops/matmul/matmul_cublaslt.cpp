@@ -25,8 +25,6 @@
 namespace ember::ops::cuda {
 namespace {
 
-using kernels::element_type_name;
-using kernels::ElementType;
 using kernels::EpilogueActivation;
 using kernels::MatmulProblem;
 using kernels::MatrixRef;
@@ -52,7 +50,7 @@ std::string wrong_epilogue_type(const MatmulProblem& p) {
     if (present(ref) && ref.type != p.c.type) {
       return fmt::format(
           "cuBLASLt reads and writes the epilogue's {} in C's type ({}), but it is {}", name,
-          element_type_name(p.c.type), element_type_name(ref.type));
+          dtype_name(p.c.type), dtype_name(ref.type));
     }
   }
   return {};
@@ -159,19 +157,18 @@ std::string why_not(const MatmulProblem& p) {
     return fmt::format("cuBLASLt counts batch entries in int32, and batch is {}", p.batch);
   }
   if (p.a.type != p.b.type) {
-    return fmt::format("cuBLASLt needs A and B of one type, not {} and {}",
-                       element_type_name(p.a.type), element_type_name(p.b.type));
+    return fmt::format("cuBLASLt needs A and B of one type, not {} and {}", dtype_name(p.a.type),
+                       dtype_name(p.b.type));
   }
   // cuBLASLt with CUBLAS_COMPUTE_32F and f32 scale: f32 x f32 -> f32, f16 x f16 -> f16 or f32,
   // bf16 x bf16 -> bf16 or f32.
-  if (p.a.type == ElementType::f32 && p.c.type != ElementType::f32) {
-    return fmt::format("cuBLASLt has no f32 x f32 product with a {} C",
-                       element_type_name(p.c.type));
+  if (p.a.type == DType::f32 && p.c.type != DType::f32) {
+    return fmt::format("cuBLASLt has no f32 x f32 product with a {} C", dtype_name(p.c.type));
   }
-  if (p.c.type != p.a.type && p.c.type != ElementType::f32) {
+  if (p.c.type != p.a.type && p.c.type != DType::f32) {
     return fmt::format("cuBLASLt has no {} x {} product with a {} C (C must be {} or f32)",
-                       element_type_name(p.a.type), element_type_name(p.b.type),
-                       element_type_name(p.c.type), element_type_name(p.a.type));
+                       dtype_name(p.a.type), dtype_name(p.b.type), dtype_name(p.c.type),
+                       dtype_name(p.a.type));
   }
   // ember's contract (ld >= cols) is cuBLASLt's (ld >= rows of the column-major view).
   if (p.a.ld < (p.trans_a ? p.m : p.k) || p.b.ld < (p.trans_b ? p.k : p.n) || p.c.ld < p.n) {
@@ -327,11 +324,11 @@ static_assert(static_cast<uint32_t>(LtEpilogue::bgradb) == CUBLASLT_EPILOGUE_BGR
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kMaxPlans = 1024;  // beyond this the cache starts over (plans in use live on)
 
-cudaDataType_t cuda_type(ElementType type) {
+cudaDataType_t cuda_type(DType type) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       return CUDA_R_16F;
-    case ElementType::bf16:
+    case DType::bf16:
       return CUDA_R_16BF;
     default:
       return CUDA_R_32F;
@@ -395,7 +392,7 @@ struct PlanKey {
   uint64_t m = 0, n = 0, k = 0;
   int32_t batch = 1;
   bool trans_a = false, trans_b = false, c_is_d = true;
-  ElementType a_type{}, b_type{}, c_type{}, d_type{}, vector_type{};
+  DType a_type{}, b_type{}, c_type{}, d_type{}, vector_type{};
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;
   uint32_t epilogue = 0;
@@ -564,8 +561,8 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
         "ops::matmul: cuBLASLt has no algorithm for this product on cuda:{} (cuBLASLt m={}, "
         "n={}, k={}, batch={}, transa={}, transb={}, A/B {}, C {}, epilogue {}); use the tiled "
         "backend",
-        key.device, lt.m, lt.n, lt.k, lt.batch, lt.trans_a, lt.trans_b,
-        element_type_name(lt.a.type), element_type_name(lt.d.type), lt_epilogue_name(lt.epilogue)));
+        key.device, lt.m, lt.n, lt.k, lt.batch, lt.trans_a, lt.trans_b, dtype_name(lt.a.type),
+        dtype_name(lt.d.type), lt_epilogue_name(lt.epilogue)));
   }
   EMBER_CUBLAS_CHECK(status);
   plan->algo = result.algo;

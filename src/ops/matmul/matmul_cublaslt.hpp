@@ -35,7 +35,7 @@ const char* lt_epilogue_name(LtEpilogue epilogue);
 // A column-major matrix as cuBLASLt sees it: rows x cols with leading dimension ld.
 struct LtMatrix {
   const void* data = nullptr;
-  kernels::ElementType type = kernels::ElementType::f32;
+  DType type = DType::f32;
   uint64_t rows = 0;
   uint64_t cols = 0;
   int64_t ld = 0;
@@ -61,7 +61,7 @@ struct CublasLtMapping {
   float beta = 0.0f;
   LtEpilogue epilogue = LtEpilogue::none;
   void* vector = nullptr;  // bias (read) or bias gradient (written), CUBLASLT_MATMUL_DESC_BIAS_*
-  kernels::ElementType vector_type = kernels::ElementType::f32;
+  DType vector_type = DType::f32;
   void* aux = nullptr;  // GELU input: pre_activation (written) or activation_input (read)
   int64_t aux_ld = 0;
   int64_t aux_batch_stride = 0;

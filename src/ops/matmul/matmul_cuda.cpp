@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "ops/common/element_type.hpp"
 #include "ember/core/check_cuda.hpp"
+#include "ops/common/element_type.hpp"
 #include "ops/matmul/matmul_cublaslt.hpp"
 #include "ops/matmul/matmul_launchers.hpp"
 
@@ -67,7 +67,7 @@ kernels::MatmulProblem make_problem(const TensorView& c, const TensorView& a, co
 }
 
 void run_tiled(const kernels::MatmulProblem& p, cudaStream_t stream, int device) {
-  if (p.a.type == kernels::ElementType::f32) {
+  if (p.a.type == DType::f32) {
     matmul_simt_f32(p, stream);
     return;
   }

@@ -15,10 +15,10 @@ namespace {}  // namespace
 void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream) {
   using kernels::SimtTileChoice;
   const kernels::MatmulProblem& p = problem;
-  EMBER_CHECK(p.a.type == kernels::ElementType::f32 && p.b.type == kernels::ElementType::f32,
+  EMBER_CHECK(p.a.type == DType::f32 && p.b.type == DType::f32,
               "matmul (SIMT f32): expected f32 A and B, found {} and {} (f16/bf16 operands go to "
               "the tensor-core kernel)",
-              kernels::element_type_name(p.a.type), kernels::element_type_name(p.b.type));
+              dtype_name(p.a.type), dtype_name(p.b.type));
   if (p.m > 0 && p.n > 0 && p.batch > 0) {
     switch (
         kernels::choose_simt_tile(p.m, p.n, p.k, p.batch, multiprocessor_count(current_device()))) {

@@ -17,8 +17,6 @@
 namespace ember::ops::cuda {
 namespace {
 
-using kernels::element_type_name;
-using kernels::ElementType;
 using kernels::MatmulProblem;
 using kernels::MatrixRef;
 
@@ -68,7 +66,7 @@ void dispatch_layout(const MatmulProblem& p, cudaStream_t stream) {
 
 template <class Tile, int Vec>
 void dispatch_type(const MatmulProblem& p, cudaStream_t stream) {
-  if (p.a.type == ElementType::bf16) return dispatch_layout<Tile, Vec, true>(p, stream);
+  if (p.a.type == DType::bf16) return dispatch_layout<Tile, Vec, true>(p, stream);
   return dispatch_layout<Tile, Vec, false>(p, stream);
 }
 
@@ -100,11 +98,10 @@ void launch_gemm(const MatmulProblem& p, cudaStream_t stream) {
 }  // namespace
 
 void matmul_tensor_core(const MatmulProblem& p, cudaStream_t stream) {
-  EMBER_CHECK(
-      p.a.type == p.b.type && (p.a.type == ElementType::f16 || p.a.type == ElementType::bf16),
-      "matmul_tensor_core: A and B must both be f16 or both bf16, found {} and {}; use "
-      "matmul_simt_f32 for f32 operands or cast them to one 16-bit type",
-      element_type_name(p.a.type), element_type_name(p.b.type));
+  EMBER_CHECK(p.a.type == p.b.type && (p.a.type == DType::f16 || p.a.type == DType::bf16),
+              "matmul_tensor_core: A and B must both be f16 or both bf16, found {} and {}; use "
+              "matmul_simt_f32 for f32 operands or cast them to one 16-bit type",
+              dtype_name(p.a.type), dtype_name(p.b.type));
   EMBER_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0 && p.batch >= 0,
               "matmul_tensor_core: negative extent (m {}, n {}, k {}, batch {})", p.m, p.n, p.k,
               p.batch);

@@ -1,5 +1,5 @@
 // Internal, for the .cu launchers only (it names the CUDA 16-bit types): calls f with a value of
-// the C++ element type that an ElementType names.
+// the C++ element type that an DType names.
 #pragma once
 
 #if !defined(EMBER_SIMT)
@@ -12,12 +12,12 @@
 namespace ember::ops::cuda {
 
 template <class F>
-void with_element_type(kernels::ElementType type, F&& f) {
+void with_element_type(DType type, F&& f) {
   switch (type) {
-    case kernels::ElementType::f16:
+    case DType::f16:
       f(__half{});
       break;
-    case kernels::ElementType::bf16:
+    case DType::bf16:
       f(__nv_bfloat16{});
       break;
     default:

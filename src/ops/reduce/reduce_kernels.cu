@@ -1,15 +1,15 @@
-// Launchers for ops::sum, ops::max and ops::column_sums (src/ops/reduce/reduce.cuh). Grid sizes depend
-// only on the shape, so the combine order, and with it every bit of the result, is the same on
-// any GPU.
+// Launchers for ops::sum, ops::max and ops::column_sums (src/ops/reduce/reduce.cuh). Grid sizes
+// depend only on the shape, so the combine order, and with it every bit of the result, is the same
+// on any GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "ember/core/launch.hpp"
-#include "reduce.cuh"
 #include "ops/reduce/reduce_dispatch.hpp"
 #include "ops/reduce/reduce_launchers.hpp"
+#include "reduce.cuh"
 
 namespace ember::ops::cuda {
 namespace {
@@ -40,8 +40,8 @@ size_t sum_scratch_bytes(int64_t n) {
   return static_cast<size_t>(whole_blocks(n)) * sizeof(double);
 }
 
-void launch_sum(const void* x, kernels::ElementType type, int64_t n, float* out, bool accumulate,
-                void* scratch, cudaStream_t stream) {
+void launch_sum(const void* x, DType type, int64_t n, float* out, bool accumulate, void* scratch,
+                cudaStream_t stream) {
   const int blocks = whole_blocks(n);
   auto* partials = static_cast<double*>(scratch);
   with_element_type(type, [&](auto element) {
@@ -57,7 +57,7 @@ size_t max_scratch_bytes(int64_t n) {
   return static_cast<size_t>(whole_blocks(n)) * (sizeof(int64_t) + sizeof(float));
 }
 
-void launch_max(const void* x, kernels::ElementType type, int64_t n, float* out, void* scratch,
+void launch_max(const void* x, DType type, int64_t n, float* out, void* scratch,
                 cudaStream_t stream) {
   const int blocks = whole_blocks(n);
   auto* keys = static_cast<int64_t*>(scratch);  // first: 8-byte aligned
@@ -76,8 +76,8 @@ size_t column_sums_scratch_bytes(int64_t rows, int64_t cols) {
   return chunks > 1 ? static_cast<size_t>(chunks * cols) * sizeof(double) : 0;
 }
 
-void launch_column_sums(const void* x, kernels::ElementType type, int64_t rows, int64_t cols,
-                        float* out, bool accumulate, void* scratch, cudaStream_t stream) {
+void launch_column_sums(const void* x, DType type, int64_t rows, int64_t cols, float* out,
+                        bool accumulate, void* scratch, cudaStream_t stream) {
   const int64_t chunks = ceil_div(rows, kChunkRows);
   auto* partials = static_cast<double*>(scratch);  // null with one chunk
   const dim3 grid(static_cast<unsigned>(ceil_div(cols, kColumnTile)),

@@ -18,18 +18,18 @@ namespace ember::ops::cuda {
 // ---- reduce_kernels.cu -------------------------------------------------------------------------
 size_t sum_scratch_bytes(int64_t n);
 // *out = sum of x[0, n) (+ *out with accumulate); n >= 1.
-void launch_sum(const void* x, kernels::ElementType type, int64_t n, float* out, bool accumulate,
-                void* scratch, cudaStream_t stream);
+void launch_sum(const void* x, DType type, int64_t n, float* out, bool accumulate, void* scratch,
+                cudaStream_t stream);
 
 size_t max_scratch_bytes(int64_t n);
 // *out = the nan-propagating maximum of x[0, n), bitwise the CPU backend's; n >= 1.
-void launch_max(const void* x, kernels::ElementType type, int64_t n, float* out, void* scratch,
+void launch_max(const void* x, DType type, int64_t n, float* out, void* scratch,
                 cudaStream_t stream);
 
 size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
 // out[j] = sum over rows of x[i, j] (+ out[j] with accumulate); rows, cols >= 1.
-void launch_column_sums(const void* x, kernels::ElementType type, int64_t rows, int64_t cols,
-                        float* out, bool accumulate, void* scratch, cudaStream_t stream);
+void launch_column_sums(const void* x, DType type, int64_t rows, int64_t cols, float* out,
+                        bool accumulate, void* scratch, cudaStream_t stream);
 
 // ---- softmax_cross_entropy_kernels.cu ----------------------------------------------------------
 // verdict[0] = the smallest row whose label is outside [0, classes), verdict[1] = its label;
@@ -39,18 +39,18 @@ void launch_check_labels(const void* labels, bool labels_i64, int64_t rows, int6
 
 size_t softmax_xent_forward_scratch_bytes(int64_t rows);
 // rows, cols >= 1, labels already checked.
-void launch_softmax_xent_forward(const void* logits, kernels::ElementType type, const void* labels,
+void launch_softmax_xent_forward(const void* logits, DType type, const void* labels,
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream);
 
-void launch_softmax_xent_backward(void* dlogits, kernels::ElementType type, const float* probs,
-                                  const void* labels, bool labels_i64, int64_t rows, int64_t cols,
-                                  float scale, cudaStream_t stream);
+void launch_softmax_xent_backward(void* dlogits, DType type, const float* probs, const void* labels,
+                                  bool labels_i64, int64_t rows, int64_t cols, float scale,
+                                  cudaStream_t stream);
 
 // Row argmax into out (i64 or i32; may be null), and/or the count of rows whose argmax equals
 // the label added to *correct (may be null; labels then unused).
-void launch_argmax(const void* x, kernels::ElementType type, int64_t rows, int64_t cols, void* out,
-                   bool out_i64, const void* labels, bool labels_i64, unsigned long long* correct,
+void launch_argmax(const void* x, DType type, int64_t rows, int64_t cols, void* out, bool out_i64,
+                   const void* labels, bool labels_i64, unsigned long long* correct,
                    cudaStream_t stream);
 
 }  // namespace ember::ops::cuda

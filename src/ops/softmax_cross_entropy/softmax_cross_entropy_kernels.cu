@@ -1,6 +1,6 @@
 // Launchers for softmax + cross-entropy, the label check and argmax
-// (src/ops/softmax_cross_entropy/softmax_cross_entropy.cuh, argmax.cuh): picks a warp or a block per row by the
-// number of classes.
+// (src/ops/softmax_cross_entropy/softmax_cross_entropy.cuh, argmax.cuh): picks a warp or a block
+// per row by the number of classes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,7 +35,7 @@ unsigned elementwise_blocks(int64_t n) {
 // Launches kernel<kTeam, T> with one row per team: warps, 8 rows to a block, for narrow rows;
 // a block per row for wide ones.
 template <class Launch>
-void launch_row_teams(int64_t rows, int64_t cols, kernels::ElementType type, Launch&& launch_one) {
+void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_one) {
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
     if (cols <= kWarpRowMaxCols) {
@@ -63,7 +63,7 @@ size_t softmax_xent_forward_scratch_bytes(int64_t rows) {
   return static_cast<size_t>(rows) * sizeof(double);
 }
 
-void launch_softmax_xent_forward(const void* logits, kernels::ElementType type, const void* labels,
+void launch_softmax_xent_forward(const void* logits, DType type, const void* labels,
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
@@ -75,9 +75,9 @@ void launch_softmax_xent_forward(const void* logits, kernels::ElementType type, 
          static_cast<const double*>(row_loss), rows, loss);
 }
 
-void launch_softmax_xent_backward(void* dlogits, kernels::ElementType type, const float* probs,
-                                  const void* labels, bool labels_i64, int64_t rows, int64_t cols,
-                                  float scale, cudaStream_t stream) {
+void launch_softmax_xent_backward(void* dlogits, DType type, const float* probs, const void* labels,
+                                  bool labels_i64, int64_t rows, int64_t cols, float scale,
+                                  cudaStream_t stream) {
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
     launch(kernels::softmax_xent_backward_kernel<kThreads, T>,
@@ -86,8 +86,8 @@ void launch_softmax_xent_backward(void* dlogits, kernels::ElementType type, cons
   });
 }
 
-void launch_argmax(const void* x, kernels::ElementType type, int64_t rows, int64_t cols, void* out,
-                   bool out_i64, const void* labels, bool labels_i64, unsigned long long* correct,
+void launch_argmax(const void* x, DType type, int64_t rows, int64_t cols, void* out, bool out_i64,
+                   const void* labels, bool labels_i64, unsigned long long* correct,
                    cudaStream_t stream) {
   launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
     launch(kernels::argmax_kernel<kTeam, T>, grid, block, 0, stream, static_cast<const T*>(x), rows,

@@ -1,8 +1,8 @@
-// ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh via src/ops/matmul/matmul_simt.cu) and the
-// bias_grad row sums (src/ops/matmul/row_sums.cuh), run on the SIMT emulator and checked against a
-// double-precision reference of MatmulProblem's definition written here: shapes with edges and K
-// tails, all transposes, every epilogue, output types, batches, misaligned layouts, and each tile
-// configuration forced in turn.
+// ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh via src/ops/matmul/matmul_simt.cu) and
+// the bias_grad row sums (src/ops/matmul/row_sums.cuh), run on the SIMT emulator and checked
+// against a double-precision reference of MatmulProblem's definition written here: shapes with
+// edges and K tails, all transposes, every epilogue, output types, batches, misaligned layouts, and
+// each tile configuration forced in turn.
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernels need the prelude first
 #include "ops/matmul/matmul_simt.cuh"
@@ -34,10 +34,10 @@ using ember::Device;
 using ember::DType;
 using ember::Tensor;
 
-kn::ElementType element_type(DType dtype) {
-  return dtype == DType::f16    ? kn::ElementType::f16
-         : dtype == DType::bf16 ? kn::ElementType::bf16
-                                : kn::ElementType::f32;
+ember::DType element_type(DType dtype) {
+  return dtype == DType::f16    ? ember::DType::f16
+         : dtype == DType::bf16 ? ember::DType::bf16
+                                : ember::DType::f32;
 }
 
 // Rounding of a stored value, relative (unit roundoff) and absolute (half of f16's subnormal step).

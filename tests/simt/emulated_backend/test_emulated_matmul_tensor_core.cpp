@@ -1,6 +1,6 @@
-// ember's tensor-core matmul (src/ops/matmul/matmul_tensor_core.cuh, src/ops/matmul/matmul_tensor_core.cu)
-// run on the SIMT emulator through its launcher, against a double-precision host reference of
-// MatmulProblem's definition (ember/kernels/matmul_problem.cuh).
+// ember's tensor-core matmul (src/ops/matmul/matmul_tensor_core.cuh,
+// src/ops/matmul/matmul_tensor_core.cu) run on the SIMT emulator through its launcher, against a
+// double-precision host reference of MatmulProblem's definition (ember/kernels/matmul_problem.cuh).
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernel header needs the prelude first (for the tile heuristic)
 #include "ops/matmul/matmul_tensor_core.cuh"
@@ -29,18 +29,17 @@ namespace {
 using ember::Device;
 using ember::DType;
 using ember::Tensor;
-using ember::kernels::ElementType;
 using ember::kernels::EpilogueActivation;
 using ember::kernels::MatmulProblem;
 using ember::kernels::MatrixRef;
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-DType dtype_of(ElementType type) {
+DType dtype_of(DType type) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       return DType::f16;
-    case ElementType::bf16:
+    case DType::bf16:
       return DType::bf16;
     default:
       return DType::f32;
@@ -48,11 +47,11 @@ DType dtype_of(ElementType type) {
 }
 
 // The value `x` becomes when stored as `type` (round to nearest even).
-double round_to(ElementType type, double x) {
+double round_to(DType type, double x) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       return static_cast<float>(ember::half(static_cast<float>(x)));
-    case ElementType::bf16:
+    case DType::bf16:
       return static_cast<float>(ember::bfloat16(static_cast<float>(x)));
     default:
       return static_cast<float>(x);
@@ -60,11 +59,11 @@ double round_to(ElementType type, double x) {
 }
 
 // Half the spacing of `type`'s values relative to the value: its rounding error bound.
-double rounding_of(ElementType type) {
+double rounding_of(DType type) {
   switch (type) {
-    case ElementType::f16:
+    case DType::f16:
       return std::ldexp(1.0, -11);
-    case ElementType::bf16:
+    case DType::bf16:
       return std::ldexp(1.0, -8);
     default:
       return std::ldexp(1.0, -24);
@@ -76,7 +75,7 @@ double rounding_of(ElementType type) {
 // belong to no matrix (row padding, the offset) hold NaN, so reading one shows in the result.
 struct DeviceMatrix {
   int64_t rows = 0, cols = 0, ld = 0, batch_stride = 0, offset = 0;
-  ElementType type = ElementType::f32;
+  DType type = DType::f32;
   std::vector<double> host;  // the whole buffer
   Tensor device;
 
@@ -94,8 +93,8 @@ struct DeviceMatrix {
 };
 
 // Random values in [-1, 1) rounded to `type`, or `fill` everywhere when it is given.
-DeviceMatrix make_matrix(std::mt19937& rng, ElementType type, int64_t rows, int64_t cols,
-                         int64_t batch, int64_t ld, bool shared, int64_t offset, double fill = 0.0,
+DeviceMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t cols, int64_t batch,
+                         int64_t ld, bool shared, int64_t offset, double fill = 0.0,
                          bool use_fill = false) {
   DeviceMatrix m;
   m.rows = rows;
@@ -124,9 +123,9 @@ DeviceMatrix make_matrix(std::mt19937& rng, ElementType type, int64_t rows, int6
 struct Case {
   int64_t m = 1, n = 1, k = 1, batch = 1;
   bool trans_a = false, trans_b = false;
-  ElementType ab = ElementType::f16;
-  ElementType c = ElementType::f32;
-  ElementType aux = ElementType::f32;  // bias, activation_input, pre_activation, residual
+  DType ab = DType::f16;
+  DType c = DType::f32;
+  DType aux = DType::f32;  // bias, activation_input, pre_activation, residual
   float alpha = 1.0f, beta = 0.0f, output_scale = 1.0f;
   bool bias = false, pre_activation = false, residual = false;
   EpilogueActivation activation = EpilogueActivation::none;
@@ -245,7 +244,7 @@ void run_case(const Case& cs, uint32_t seed = 1) {
           t = activate_grad(cs.activation_grad, t, act_in.at(bi, i, j));
           magnitude = 1.2 * magnitude + std::abs(t);
         }
-        const double small = cs.aux == ElementType::f16 ? 1e-7 : 0.0;
+        const double small = cs.aux == DType::f16 ? 1e-7 : 0.0;
         if (cs.pre_activation) {
           check("pre_activation", got_pre[static_cast<size_t>(bi * cs.m * cs.n + i * cs.n + j)], t,
                 1e-5 * magnitude + rounding_of(cs.aux) * std::abs(t) + small, bi, i, j);
@@ -256,8 +255,8 @@ void run_case(const Case& cs, uint32_t seed = 1) {
           d += residual.at(bi, i, j);
           magnitude += std::abs(residual.at(bi, i, j));
         }
-        const double tol = 1e-5 * magnitude + rounding_of(cs.c) * std::abs(d) +
-                           (cs.c == ElementType::f16 ? 1e-7 : 0.0);
+        const double tol =
+            1e-5 * magnitude + rounding_of(cs.c) * std::abs(d) + (cs.c == DType::f16 ? 1e-7 : 0.0);
         check("C", got_c[static_cast<size_t>(bi * cs.m * cs.n + i * cs.n + j)], d, tol, bi, i, j);
       }
     }
@@ -273,7 +272,7 @@ struct Shape3 {
 constexpr Shape3 kShapes[] = {{1, 1, 1},   {7, 13, 5}, {33, 65, 17},  {127, 129, 257},
                               {40, 50, 1}, {9, 10, 0}, {1000, 3, 40}, {3, 1000, 40}};
 
-void run_shapes_and_layouts(ElementType ab, ElementType c) {
+void run_shapes_and_layouts(DType ab, DType c) {
   for (const Shape3& s : kShapes) {
     for (int layout = 0; layout < 4; ++layout) {
       Case cs;
@@ -290,18 +289,18 @@ void run_shapes_and_layouts(ElementType ab, ElementType c) {
 }
 
 TEST(MatmulTensorCore, ShapesAndLayoutsF16) {
-  run_shapes_and_layouts(ElementType::f16, ElementType::f32);
+  run_shapes_and_layouts(DType::f16, DType::f32);
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
 
 TEST(MatmulTensorCore, ShapesAndLayoutsBf16) {
-  run_shapes_and_layouts(ElementType::bf16, ElementType::bf16);
+  run_shapes_and_layouts(DType::bf16, DType::bf16);
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
 
 TEST(MatmulTensorCore, OutputTypes) {
-  for (ElementType ab : {ElementType::f16, ElementType::bf16}) {
-    for (ElementType c : {ElementType::f32, ElementType::f16, ElementType::bf16}) {
+  for (DType ab : {DType::f16, DType::bf16}) {
+    for (DType c : {DType::f32, DType::f16, DType::bf16}) {
       Case cs;
       cs.m = 33;
       cs.n = 65;
@@ -325,8 +324,8 @@ TEST(MatmulTensorCore, AlphaBetaBiasRelu) {
   cs.bias = true;
   cs.activation = EpilogueActivation::relu;
   run_case(cs);
-  cs.c = ElementType::bf16;
-  cs.aux = ElementType::bf16;
+  cs.c = DType::bf16;
+  cs.aux = DType::bf16;
   cs.trans_a = true;
   run_case(cs, 2);
   EXPECT_NO_THROW(ember::simt::check_guards());
@@ -348,13 +347,13 @@ TEST(MatmulTensorCore, BetaZeroIgnoresNanInC) {
 // K = 0 needs no operand memory at all: D = alpha * 0 + beta * C + bias.
 TEST(MatmulTensorCore, EmptyKWithNullOperands) {
   std::mt19937 rng(5);
-  const DeviceMatrix c = make_matrix(rng, ElementType::f32, 5, 6, 1, 6, false, 0);
-  const DeviceMatrix bias = make_matrix(rng, ElementType::f32, 1, 6, 1, 6, true, 0);
+  const DeviceMatrix c = make_matrix(rng, DType::f32, 5, 6, 1, 6, false, 0);
+  const DeviceMatrix bias = make_matrix(rng, DType::f32, 1, 6, 1, 6, true, 0);
   MatmulProblem p;
   p.m = 5;
   p.n = 6;
   p.k = 0;
-  p.a.type = p.b.type = ElementType::bf16;  // data stays null
+  p.a.type = p.b.type = DType::bf16;  // data stays null
   p.c = c.ref();
   p.beta = 2.0f;
   p.bias = bias.ref();
@@ -378,12 +377,12 @@ TEST(MatmulTensorCore, BiasGradientIsTheRowSumsOfOpA) {
     SCOPED_TRACE(testing::Message() << "trans_a " << trans_a);
     std::mt19937 rng(6);
     const int64_t m = 37, n = 11, k = 45;
-    const ElementType type = trans_a ? ElementType::bf16 : ElementType::f16;
+    const DType type = trans_a ? DType::bf16 : DType::f16;
     const DeviceMatrix a =
         make_matrix(rng, type, trans_a ? k : m, trans_a ? m : k, 1, trans_a ? 40 : 48, false, 0);
     const DeviceMatrix b = make_matrix(rng, type, k, n, 1, 16, false, 0);
-    const DeviceMatrix c = make_matrix(rng, ElementType::f32, m, n, 1, n, false, 0);
-    const DeviceMatrix grad = make_matrix(rng, ElementType::f32, 1, m, 1, m, true, 0);
+    const DeviceMatrix c = make_matrix(rng, DType::f32, m, n, 1, n, false, 0);
+    const DeviceMatrix grad = make_matrix(rng, DType::f32, 1, m, 1, m, true, 0);
     MatmulProblem p;
     p.m = m;
     p.n = n;
@@ -420,8 +419,8 @@ TEST(MatmulTensorCore, GeluSavesPreActivation) {
   cs.activation = EpilogueActivation::gelu;
   cs.pre_activation = true;
   run_case(cs);
-  cs.aux = ElementType::f16;
-  cs.c = ElementType::f16;
+  cs.aux = DType::f16;
+  cs.c = DType::f16;
   cs.trans_a = cs.trans_b = true;
   run_case(cs, 3);
   EXPECT_NO_THROW(ember::simt::check_guards());
@@ -433,7 +432,7 @@ TEST(MatmulTensorCore, ActivationGradients) {
     cs.m = 36;
     cs.n = 20;
     cs.k = 33;
-    cs.ab = ElementType::bf16;
+    cs.ab = DType::bf16;
     cs.activation_grad = grad;
     cs.pre_activation = true;
     cs.beta = 1.0f;  // accumulate into an existing gradient
@@ -452,7 +451,7 @@ TEST(MatmulTensorCore, ResidualAndOutputScale) {
   cs.activation = EpilogueActivation::gelu;
   cs.output_scale = 0.25f;
   cs.residual = true;
-  cs.c = ElementType::bf16;
+  cs.c = DType::bf16;
   run_case(cs);
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
@@ -486,7 +485,7 @@ TEST(MatmulTensorCore, MisalignedLeadingDimensions) {
       cs.k = 43;
       cs.trans_a = layout & 1;
       cs.trans_b = layout & 2;
-      cs.ab = layout < 2 ? ElementType::f16 : ElementType::bf16;
+      cs.ab = layout < 2 ? DType::f16 : DType::bf16;
       cs.lda = round_up8(cs.trans_a ? cs.m : cs.k) + extra;
       cs.ldb = round_up8(cs.trans_b ? cs.k : cs.n) + extra;
       cs.batch = 2;  // batch_stride = rows * ld: misaligned like ld
@@ -531,7 +530,7 @@ TEST(MatmulTensorCore, LargeAndMediumTiles) {
     cs.k = 200;  // 7 k-tiles: the 4-stage ring wraps around, with a K tail
     cs.trans_a = layout & 1;
     cs.trans_b = layout & 2;
-    cs.ab = layout % 2 ? ElementType::bf16 : ElementType::f16;
+    cs.ab = layout % 2 ? DType::bf16 : DType::f16;
     cs.bias = true;
     run_case(cs);
     cs.m = 200;
@@ -606,9 +605,9 @@ TEST(MatmulTensorCore, SwizzleIsConflictFree) {
 
 TEST(MatmulTensorCore, RejectsWhatItCannotCompute) {
   std::mt19937 rng(4);
-  const DeviceMatrix h = make_matrix(rng, ElementType::f16, 8, 8, 1, 8, false, 0);
-  const DeviceMatrix bf = make_matrix(rng, ElementType::bf16, 8, 8, 1, 8, false, 0);
-  const DeviceMatrix f = make_matrix(rng, ElementType::f32, 8, 8, 1, 8, false, 0);
+  const DeviceMatrix h = make_matrix(rng, DType::f16, 8, 8, 1, 8, false, 0);
+  const DeviceMatrix bf = make_matrix(rng, DType::bf16, 8, 8, 1, 8, false, 0);
+  const DeviceMatrix f = make_matrix(rng, DType::f32, 8, 8, 1, 8, false, 0);
   MatmulProblem p;
   p.m = p.n = p.k = 8;
   p.a = h.ref();

@@ -4,8 +4,8 @@
 // cp.async lands early, while the real kernel is right in every order.
 #include "ember/simt/prelude.hpp"
 
-#include "ops/matmul/matmul_tensor_core.cuh"
 #include "mutated/matmul_tensor_core_refill_before_barrier.cuh"
+#include "ops/matmul/matmul_tensor_core.cuh"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -51,9 +51,9 @@ double max_error(Kernel kernel) {
   Tensor tc = Tensor::zeros({kM, kN}, DType::f32, gpu);
   kn::MatmulProblem p;
   p.m = kM, p.n = kN, p.k = kK;
-  p.a = {ta.data(), kn::ElementType::f16, kK, 0};
-  p.b = {tb.data(), kn::ElementType::f16, kN, 0};
-  p.c = {tc.data(), kn::ElementType::f32, kN, 0};
+  p.a = {ta.data(), ember::DType::f16, kK, 0};
+  p.b = {tb.data(), ember::DType::f16, kN, 0};
+  p.c = {tc.data(), ember::DType::f32, kN, 0};
   ember::launch(kernel, dim3(1, 1, 1), dim3(Tile::kThreads), Tile::kSharedBytes,
                 ember::testing::tensor_stream(), p, int64_t{0});
   const std::vector<float> c = tc.to_vector<float>();
