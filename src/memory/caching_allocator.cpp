@@ -288,10 +288,14 @@ Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size
     if (b != nullptr) return b;
   }
   if (!fits) {
-    // A new reservation: room for the whole budget (or device), so it rarely fills.
+    // A new reservation: room for the whole budget, or the device when that is smaller (a
+    // budget beyond the device is no limit), so it rarely fills. At most 2^46 bytes, so
+    // rounding stays exact.
+    const size_t total = device_info().total;
     size_t span = limit();
-    if (span == 0) span = device_info().total;
+    if (span == 0 || (total != 0 && span > total)) span = total;
     if (span == 0) span = size_t{1} << 40;
+    span = std::min(span, size_t{1} << 46);
     span = detail::round_up(std::max(span, size), page);
     void* base = nullptr;
     try {

@@ -6,6 +6,14 @@
 
 namespace ember::nn {
 
+Sequential::~Sequential() {
+  for (auto& m : modules_) {
+    if (m->parent() != this) continue;
+    m->set_parent(nullptr);
+    m->set_path("");
+  }
+}
+
 Sequential& Sequential::add(std::shared_ptr<Module> module) {
   return add(fmt::format("{}", modules_.size()), std::move(module));
 }
@@ -47,7 +55,16 @@ Module& Sequential::child(const std::string& name) {
 
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {
   Tensor h = x;
-  for (auto& m : modules_) h = m->forward(ctx, h);
+  size_t done = 0;
+  try {
+    for (; done < modules_.size(); ++done) h = modules_[done]->forward(ctx, h);
+  } catch (...) {
+    // What this call saved goes: a corrected retry is not "forward twice".
+    if (ctx.training) {
+      for (size_t i = 0; i < done; ++i) modules_[i]->drop_saved();
+    }
+    throw;
+  }
   return h;
 }
 

@@ -64,12 +64,6 @@ StateDict AdamW::state_tensors(int64_t) {
   return state;
 }
 
-rules::StepCounters AdamW::counters_after(int64_t applied) const {
-  rules::StepCounters c;
-  for (int64_t i = 0; i < applied; ++i) c = rule<false>().advance(c);
-  return c;
-}
-
 void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
   if (options_.amsgrad) {
     apply_rule(

@@ -1,6 +1,7 @@
 #include "ember/train/lr_schedule.hpp"
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "ember/core/error.hpp"
@@ -8,8 +9,9 @@
 namespace ember::train {
 namespace {
 void check_rate(const char* schedule, const char* what, double value) {
-  EMBER_CHECK(std::isfinite(value) && value >= 0,
-              "LRSchedule::{}: {} must be finite and >= 0, not {}", schedule, what, value);
+  EMBER_CHECK(std::isfinite(value) && value >= 0 && value <= std::numeric_limits<float>::max(),
+              "LRSchedule::{}: {} must be finite, >= 0 and within float, not {}", schedule, what,
+              value);
 }
 }  // namespace
 

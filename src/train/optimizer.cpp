@@ -31,10 +31,16 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::
                 "Optimizer: parameter '{}' is {} but its gradient is {}", p->name,
                 p->value.view().describe(), p->grad.view().describe());
     for (size_t j = 0; j < i; ++j) {
-      EMBER_CHECK(parameters_[j] != p &&
-                      (p->value.numel() == 0 || parameters_[j]->value.data() != p->value.data()),
-                  "Optimizer: parameter {} ('{}') is given twice (also as parameter {}); it would "
-                  "be updated twice per step",
+      // The same Parameter, or values sharing memory (one a view into the other).
+      const Tensor& a = parameters_[j]->value;
+      const Tensor& b = p->value;
+      const auto* a0 = static_cast<const char*>(a.data());
+      const auto* b0 = static_cast<const char*>(b.data());
+      const bool overlap =
+          a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+      EMBER_CHECK(parameters_[j] != p && !overlap,
+                  "Optimizer: parameter {} ('{}') is given twice (also as parameter {}, or it "
+                  "shares memory with it); it would be updated twice per step",
                   i, p->name, j);
     }
     shapes_.push_back(p->value.shape());
@@ -60,11 +66,7 @@ void Optimizer::write_counters(const rules::StepCounters& counters) {
 }
 
 int64_t Optimizer::applied_steps() const {
-  if (groups_.empty()) return steps_;
-  const std::vector<uint8_t> bytes = groups_.front().counters.to_vector<uint8_t>();
-  rules::StepCounters c;
-  std::memcpy(&c, bytes.data() + static_cast<size_t>(steps_ % 2) * kCounterBytes, kCounterBytes);
-  return static_cast<int64_t>(c.applied);
+  return static_cast<int64_t>(read_counters().applied);
 }
 
 void Optimizer::step() {
@@ -120,29 +122,72 @@ void Optimizer::check_parameters_unchanged() const {
   }
 }
 
+rules::StepCounters Optimizer::read_counters() const {
+  rules::StepCounters c;
+  if (groups_.empty()) {
+    c.applied = static_cast<double>(steps_);
+    return c;
+  }
+  const std::vector<uint8_t> bytes = groups_.front().counters.to_vector<uint8_t>();
+  std::memcpy(&c, bytes.data() + static_cast<size_t>(steps_ % 2) * kCounterBytes, kCounterBytes);
+  return c;
+}
+
 StateDict Optimizer::state_dict() {
   StateDict state;
-  const int64_t applied = applied_steps();
+  const rules::StepCounters c = read_counters();
+  const auto applied = static_cast<int64_t>(c.applied);
   state.insert("step", Tensor::full({}, static_cast<double>(applied), DType::i64, Device::cpu()));
+  state.insert("step_calls",
+               Tensor::full({}, static_cast<double>(steps_), DType::i64, Device::cpu()));
+  std::vector<uint8_t> bytes(kCounterBytes);
+  std::memcpy(bytes.data(), &c, kCounterBytes);
+  state.insert("step_counters", Tensor::from_vector(bytes, {kCounterBytes}, Device::cpu()));
   for (auto& [key, tensor] : state_tensors(applied)) state.insert(key, tensor);
   return state;
 }
 
+namespace {
+// A one-element i64 entry in [0, 2^53] (exact through item()'s double).
+int64_t read_count(const StateDict& given, const char* key, const char* kind) {
+  const Tensor* t = given.find(key);
+  EMBER_CHECK(t != nullptr && t->dtype() == DType::i64 && t->numel() == 1,
+              "{}.load_state_dict: expected '{}', a one-element i64 tensor{}", kind, key,
+              t == nullptr ? " (it is missing)" : ", not " + t->view().describe());
+  const double value = t->item();
+  EMBER_CHECK(value >= 0 && value <= 9007199254740992.0,
+              "{}.load_state_dict: '{}' is {}; expected from 0 to 2^53", kind, key, value);
+  return static_cast<int64_t>(value);
+}
+}  // namespace
+
 void Optimizer::load_state_dict(const StateDict& given) {
-  const Tensor* step = given.find("step");
-  EMBER_CHECK(step != nullptr && step->dtype() == DType::i64 && step->numel() == 1,
-              "{}.load_state_dict: expected 'step', a one-element i64 tensor{}", kind(),
-              step == nullptr ? " (it is missing)" : ", not " + step->view().describe());
-  const auto steps = static_cast<int64_t>(step->item());
-  EMBER_CHECK(steps >= 0, "{}.load_state_dict: 'step' is {}; expected >= 0", kind(), steps);
+  const int64_t steps = read_count(given, "step", kind());
+  const int64_t calls = read_count(given, "step_calls", kind());
+  EMBER_CHECK(calls >= steps, "{}.load_state_dict: 'step_calls' ({}) is below 'step' ({})", kind(),
+              calls, steps);
+  const Tensor* saved_counters = given.find("step_counters");
+  EMBER_CHECK(saved_counters != nullptr && saved_counters->dtype() == DType::u8 &&
+                  saved_counters->numel() == kCounterBytes,
+              "{}.load_state_dict: expected 'step_counters', {} u8 bytes{}", kind(), kCounterBytes,
+              saved_counters == nullptr ? " (it is missing)" : "");
+  rules::StepCounters counters;
+  const std::vector<uint8_t> bytes = saved_counters->to_vector<uint8_t>();
+  std::memcpy(&counters, bytes.data(), kCounterBytes);
+  EMBER_CHECK(counters.applied == static_cast<double>(steps),
+              "{}.load_state_dict: 'step_counters' count {} applied steps but 'step' says {}",
+              kind(), counters.applied, steps);
   StateDict expected;
-  expected.insert("step", Tensor::empty(step->shape(), DType::i64, Device::cpu()));
+  for (const char* key : {"step", "step_calls"}) {
+    expected.insert(key, Tensor::empty(given.at(key).shape(), DType::i64, Device::cpu()));
+  }
+  expected.insert("step_counters", Tensor::empty({kCounterBytes}, DType::u8, Device::cpu()));
   const StateDict state = state_tensors(steps);
   for (const auto& [key, tensor] : state) expected.insert(key, tensor);
   load_state_into(expected, given, fmt::format("{}.load_state_dict", kind()));
   adopt_state(state, steps);
-  steps_ = steps;
-  write_counters(counters_after(steps));
+  steps_ = calls;
+  write_counters(counters);
 }
 
 void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale) {

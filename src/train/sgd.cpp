@@ -68,12 +68,6 @@ void SGD::prepare_step() {
   }
 }
 
-rules::StepCounters SGD::counters_after(int64_t applied) const {
-  rules::StepCounters c;
-  c.applied = static_cast<double>(applied);
-  return c;
-}
-
 void SGD::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
   if (options_.momentum != 0) {
     apply_rule(rule<true>(), inputs, gather_operands(parameters_, group.parameters, {&momentum_}),

@@ -362,6 +362,19 @@ TEST(CachingAllocatorGc, ThresholdReleasesCachedSegments) {
   a.free(r);
 }
 
+// A budget beyond the device is no limit: the reservation is sized by the device, not the budget.
+TEST(CachingAllocatorExpandable, ABudgetBeyondTheDeviceReservesTheDevice) {
+  auto vup = std::make_shared<SimulatedVirtualUpstream>(2 * kMiB, 256 * kMiB);
+  CachingAllocator a(nullptr, vup, AllocatorConfig{});
+  for (size_t budget : {size_t{1} << 47, size_t{17592186044415} << 20}) {
+    a.set_max_reserved(budget);
+    void* p = a.allocate(4096);
+    EXPECT_LE(vup->counters().reserved_bytes, 256 * kMiB);
+    a.free(p);
+    a.empty_cache();
+  }
+}
+
 TEST(CachingAllocatorExpandable, GrowsInPlaceAndShrinks) {
   auto vup = std::make_shared<SimulatedVirtualUpstream>(2 * kMiB, 256 * kMiB);
   AllocatorConfig config;

@@ -74,6 +74,34 @@ TEST(ModuleNames, BadNamesAndSecondRegistrationsAreErrors) {
   expect_error([&] { inner->add("loop", outer); }, "contains this Sequential");
 }
 
+TEST(ModuleNames, AChildOutlivingItsContainerIsARootAgain) {
+  auto inner = block(1);
+  {
+    auto outer = std::make_shared<nn::Sequential>();
+    outer->add("enc", inner);
+    EXPECT_EQ(names_of(*inner).front(), "enc.0.weight");
+  }
+  EXPECT_EQ(inner->parent(), nullptr);
+  EXPECT_EQ(names_of(*inner).front(), "0.weight");
+  inner->add("more", std::make_shared<nn::ReLU>());  // no dangling parent walked
+  nn::Sequential other;
+  other.add("x", inner);
+  EXPECT_EQ(names_of(other).front(), "x.0.weight");
+}
+
+TEST(ModuleSavedActivations, AFailedForwardSavesNothing) {
+  Stream stream;
+  nn::Context train{stream, true};
+  auto net = block(1);
+  expect_error([&] { net->forward(train, Tensor::full({2, 5}, 0.5)); }, "input must be [batch, 3]");
+  const Tensor y = net->forward(train, Tensor::full({2, 3}, 0.5));  // the corrected retry
+  EXPECT_EQ(y.shape(), ember::Shape({2, 2}));
+  auto two = std::make_shared<nn::Sequential>();
+  two->emplace<nn::Linear>(3, 4).emplace<nn::Linear>(5, 2);  // the second does not fit
+  expect_error([&] { two->forward(train, Tensor::full({2, 3}, 0.5)); }, "input must be [batch, 5]");
+  EXPECT_FALSE(two->has_saved());  // the first layer's saved input went too
+}
+
 TEST(ModuleSeeds, LayersWithoutASeedStartDifferentAndReproducibly) {
   nn::set_default_seed(11);
   nn::Linear a(8, 8), b(8, 8);

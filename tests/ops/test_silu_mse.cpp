@@ -107,6 +107,13 @@ TEST(MSELoss, EdgeCasesAndErrors) {
   Tensor p = Tensor::from_vector(std::vector<float>{1, 2}, {2});
   ops::mse_loss_backward(cpu, p, p, Tensor::zeros({2}));
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1, 2}));  // 2 (p - 0) / 2 = p
+  // An f16 loss holds the mean even where the sum would overflow f16; an f32 sum of 1e38
+  // terms would overflow f32.
+  Tensor half_loss = Tensor::empty({1}, DType::f16);
+  ops::mse_loss_forward(cpu, half_loss, Tensor::full({70000}, 1.0), Tensor::zeros({70000}));
+  EXPECT_EQ(half_loss.item(), 1.0);
+  ops::mse_loss_forward(cpu, loss, Tensor::full({10}, 1e19), Tensor::zeros({10}));
+  EXPECT_NEAR(loss.item(), 1e38, 1e32);
   // bf16 prediction, f32 loss.
   Tensor pb = Tensor::full({4}, 1.5, DType::bf16);
   ops::mse_loss_forward(cpu, loss, pb, Tensor::zeros({4}));

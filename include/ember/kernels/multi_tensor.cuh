@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
 }
 
 // Enqueues op over every element of `count` tensors (see plan_multi_tensor_batches for
-// pointers and numel): one launch per batch, usually one in all. Returns the launches made.
+// pointers and numel): one launch per batch, usually one in all, and one empty block when every
+// tensor is empty (so that the op's publish() still runs). Returns the launches made.
 template <int kDepth, class Op, class Pointers, class Numel>
 int launch_multi_tensor(int64_t count, Pointers&& pointers, Numel&& numel, const Op& op,
                         cudaStream_t stream) {
@@ -156,6 +157,11 @@ int launch_multi_tensor(int64_t count, Pointers&& pointers, Numel&& numel, const
                dim3(kMultiTensorThreads), 0, stream, batch, kMultiTensorChunk, op);
         ++launches;
       });
+  if (launches == 0) {  // nothing to update: one empty block still runs begin() and publish()
+    launch(multi_tensor_kernel<Op, kDepth>, dim3(1), dim3(kMultiTensorThreads), 0, stream,
+           MultiTensorBatch<kDepth>{}, kMultiTensorChunk, op);
+    launches = 1;
+  }
   return launches;
 }
 

@@ -12,6 +12,11 @@ namespace ember::nn {
 class Sequential final : public Module {
  public:
   Sequential() = default;
+  // Children that outlive this Sequential become roots again (no parent, names without its
+  // path): they can be registered elsewhere.
+  ~Sequential() override;
+  Sequential(const Sequential&) = delete;
+  Sequential& operator=(const Sequential&) = delete;
 
   // Appends a module under `name` (its parameters become "<name>.weight", nested Sequentials
   // "<name>.<child>.weight"); returns *this for chaining. The name must be non-empty, free of

@@ -8,7 +8,8 @@ namespace ember::ops {
 
 // loss (one element, f32, f16 or bf16) = the mean over every element of (pred - target)^2.
 // pred and target: one shape, float dtypes. The sum is combined in a fixed order (reruns and
-// thread counts give the same bits); an empty pred gives nan, as a mean of nothing.
+// thread counts give the same bits) over the terms (pred - target)^2 / n, so an f16 or bf16 loss
+// holds any mean it can represent; an empty pred gives nan, as a mean of nothing.
 void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& pred,
                       const TensorView& target);
 // dpred = dloss * 2 (pred - target) / n, n = pred.numel(); dpred has pred's shape (any float

@@ -36,7 +36,6 @@ class AdamW final : public Optimizer {
  private:
   void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
   StateDict state_tensors(int64_t steps) override;
-  rules::StepCounters counters_after(int64_t applied) const override;
   const char* kind() const override { return "AdamW"; }
   template <bool kAmsgrad>
   rules::AdamWRule<kAmsgrad> rule() const {

@@ -47,9 +47,11 @@ class Optimizer {
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
 
-  // "step" (the applied steps, an i64 scalar on the CPU) and the state of parameter i as
-  // "state.<i>.<name>" (e.g. "state.0.exp_avg"), the live tensors on their devices.
-  // Parameters are numbered in the order given to the constructor. Waits for the last step.
+  // "step" (the applied steps, an i64 scalar on the CPU), "step_calls" (steps(), which learning
+  // rate schedules follow), "step_counters" (the device counters, exactly), and the state of
+  // parameter i as "state.<i>.<name>" (e.g. "state.0.exp_avg"), the live tensors on their
+  // devices. Parameters are numbered in the order given to the constructor. Waits for the
+  // last step.
   StateDict state_dict();
   // Restores the step count and every state tensor (copied, any device). A dict that does not
   // match (missing, unexpected, mis-shaped entries; another optimizer's or other options'
@@ -77,8 +79,6 @@ class Optimizer {
     (void)state;
     (void)steps;
   }
-  // The counters after `applied` steps (the rule's advance, repeated).
-  virtual rules::StepCounters counters_after(int64_t applied) const = 0;
   virtual const char* kind() const = 0;  // "SGD", "AdamW": for messages
 
   std::vector<nn::Parameter*> parameters_;
@@ -89,7 +89,8 @@ class Optimizer {
   void run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale);
   void check_parameters_unchanged() const;
   void check_amp_input(const Tensor& t, const char* what) const;
-  void write_counters(const rules::StepCounters& counters);  // into every group's slot steps_ % 2
+  void write_counters(const rules::StepCounters& counters);  // into both slots of every group
+  rules::StepCounters read_counters() const;  // group 0's current ones (waits for the device)
 
   std::vector<Shape> shapes_;  // each parameter's shape at construction
 };

@@ -35,7 +35,6 @@ class SGD final : public Optimizer {
   void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
   StateDict state_tensors(int64_t steps) override;
   void adopt_state(const StateDict& state, int64_t steps) override;
-  rules::StepCounters counters_after(int64_t applied) const override;
   const char* kind() const override { return "SGD"; }
   template <bool kMomentum>
   rules::SGDRule<kMomentum> rule() const {

@@ -11,10 +11,13 @@
 namespace ember::ops {
 namespace {
 
-struct SquaredDifference {
+// (p - t)^2 / n: summed, the mean itself, so that neither an f16 or bf16 loss nor an f32 sum
+// overflows where the mean does not.
+struct SquaredDifferenceOverN {
+  float n;
   EMBER_HOST_DEVICE float operator()(float p, float t) const {
     const float d = p - t;
-    return d * d;
+    return d * d / n;
   }
 };
 struct DivideBy {
@@ -43,9 +46,11 @@ void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& 
   detail::check_map_reduce_out(kOp, stream, loss);
   detail::check_disjoint(kOp, loss, pred);
   detail::check_disjoint(kOp, loss, target);
-  detail::map_reduce_named(kOp, stream, loss, Sum{}, SquaredDifference{}, pred, target);
-  const float n = static_cast<float>(pred.numel());
-  detail::map_named(kOp, stream, std::array<TensorView, 1>{loss}, DivideBy{n}, loss);
+  const auto n = static_cast<float>(pred.numel());
+  detail::map_reduce_named(kOp, stream, loss, Sum{}, SquaredDifferenceOverN{n}, pred, target);
+  if (pred.numel() == 0) {  // the mean of nothing: 0 / 0
+    detail::map_named(kOp, stream, std::array<TensorView, 1>{loss}, DivideBy{0.0f}, loss);
+  }
 }
 
 void mse_loss_backward(Stream& stream, const TensorView& dpred, const TensorView& pred,

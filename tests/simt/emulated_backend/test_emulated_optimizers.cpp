@@ -306,6 +306,17 @@ TEST(EmulatedOptimizers, AmpStepReadsItsFlagsOnTheDevice) {
                                "found_inf is on cpu but parameters live on cuda:0");
 }
 
+// A device group whose parameters are all empty launches nothing to update, yet its applied
+// steps advance (one empty block publishes the counters), as on the CPU.
+TEST(EmulatedOptimizers, EmptyParametersStillCountTheirSteps) {
+  nn::Parameter p = nn::make_parameter("e", Tensor::zeros({0}, DType::f32, kGpu));
+  train::AdamW opt({&p});
+  ember::Stream stream = ember::current_stream(kGpu);
+  for (int i = 0; i < 3; ++i) opt.step(stream);
+  EXPECT_EQ(opt.applied_steps(), 3);
+  EXPECT_EQ(opt.state_dict().at("step").item(), 3.0);
+}
+
 // The packing itself, with small capacities: every (tensor, chunk) exactly once, in order, no
 // batch over its capacities, a tensor cut by a full block table continuing in the next batch.
 TEST(MultiTensorPlan, PacksChunksIntoBatches) {
