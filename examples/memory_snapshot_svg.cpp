@@ -31,6 +31,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/core/error.hpp"
+#include "ember/memory/config.hpp"
+#include "ember/memory/replay.hpp"
+#include "ember/memory/trace.hpp"
+
 namespace {
 
 // ---- a tiny JSON reader ------------------------------------------------------
@@ -465,6 +470,104 @@ std::string render_svg(const std::vector<Segment>& segments, const std::string& 
   return svg.str();
 }
 
+// Memory over time from a replayed trace: requested, allocated and reserved bytes per event
+// as three lines (at most kColumns columns, each the maximum of its events, so peaks show).
+std::string render_timeline(const std::vector<ember::memory::MemoryPoint>& points,
+                            const std::string& title, const std::string& config) {
+  constexpr int kColumns = 1000, kLeft = 90, kTop = 60, kWidth = 1000, kHeight = 360;
+  struct Series {
+    const char* name;
+    const char* color;
+    uint64_t ember::memory::MemoryPoint::*field;
+  };
+  const Series series[] = {{"reserved", "#e15759", &ember::memory::MemoryPoint::reserved},
+                           {"allocated", "#4e79a7", &ember::memory::MemoryPoint::allocated},
+                           {"requested", "#59a14f", &ember::memory::MemoryPoint::requested}};
+  const size_t n = points.size();
+  const size_t columns = std::min<size_t>(n, kColumns);
+  uint64_t top = 1;
+  for (const auto& p : points) top = std::max({top, p.reserved, p.allocated, p.requested});
+  std::ostringstream svg;
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kLeft + kWidth + 20
+      << "\" height=\"" << kTop + kHeight + 50
+      << "\" font-family=\"monospace\" font-size=\"12\">\n";
+  svg << "<text x=\"4\" y=\"18\" font-size=\"15\">" << escape(title) << ": memory over " << n
+      << " events</text>\n";
+  svg << "<text x=\"4\" y=\"34\">" << escape(config) << "</text>\n";
+  int x = kLeft;
+  for (const Series& s : series) {
+    uint64_t peak = 0;
+    for (const auto& p : points) peak = std::max(peak, p.*s.field);
+    const std::string label = std::string(s.name) + " (peak " + format_bytes(peak) + ")";
+    svg << "<rect class=\"legend\" x=\"" << x << "\" y=\"42\" width=\"12\" height=\"4\" fill=\""
+        << s.color << "\"/><text x=\"" << x + 16 << "\" y=\"48\">" << label << "</text>\n";
+    x += 16 + static_cast<int>(label.size()) * 8 + 20;
+  }
+  // Axes: bytes on the left (5 ticks), events below.
+  svg << "<rect class=\"plot\" x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << kWidth
+      << "\" height=\"" << kHeight << "\" fill=\"none\" stroke=\"#999999\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const int y = kTop + kHeight - kHeight * t / 4;
+    svg << "<text x=\"4\" y=\"" << y + 4 << "\">"
+        << format_bytes(top / 4 * static_cast<uint64_t>(t)) << "</text>\n";
+  }
+  svg << "<text x=\"" << kLeft << "\" y=\"" << kTop + kHeight + 18 << "\">event 0</text>";
+  svg << "<text x=\"" << kLeft + kWidth - 120 << "\" y=\"" << kTop + kHeight + 18 << "\">event "
+      << (n == 0 ? 0 : n - 1) << "</text>\n";
+  for (const Series& s : series) {
+    svg << "<polyline class=\"" << s.name << "\" fill=\"none\" stroke=\"" << s.color
+        << "\" stroke-width=\"1.5\" points=\"";
+    for (size_t c = 0; c < columns; ++c) {
+      const size_t begin = c * n / columns, end = (c + 1) * n / columns;
+      uint64_t value = 0;
+      for (size_t i = begin; i < end; ++i) value = std::max(value, points[i].*s.field);
+      const double px = kLeft + (columns == 1 ? 0.0 : double(c) * kWidth / double(columns - 1));
+      const double py = kTop + kHeight - double(value) / double(top) * kHeight;
+      svg << (c ? " " : "") << px << "," << py;
+    }
+    svg << "\"/>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+// memory_snapshot_svg --trace: replays the trace and writes the timeline.
+int draw_trace(const std::string& path, std::string output, std::string title,
+               const std::string& conf) {
+  using namespace ember::memory;
+  try {
+    const AllocatorConfig config = conf.empty() ? AllocatorConfig{} : parse_allocator_config(conf);
+    const std::vector<TraceEvent> events = read_trace(path);
+    std::vector<MemoryPoint> points;
+    points.reserve(events.size());
+    const ReplayResult result = replay(events, config, 0, PhysicalGranularity::map_call, &points);
+    if (output.empty()) {
+      std::string stem = path;
+      for (const char* suffix : {".gz", ".trace"}) {
+        if (stem.ends_with(suffix)) stem.resize(stem.size() - std::string_view(suffix).size());
+      }
+      output = stem + ".svg";
+    }
+    if (title.empty()) title = path.substr(path.find_last_of('/') + 1);
+    std::ofstream out(output, std::ios::binary);
+    out << render_timeline(points, title, "ember allocator: " + to_string(config));
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "memory_snapshot_svg: cannot write '%s'; check the directory\n",
+                   output.c_str());
+      return 1;
+    }
+    std::printf("wrote %s: %zu events, peak requested %s, peak reserved %s%s\n", output.c_str(),
+                points.size(), format_bytes(result.peak_requested).c_str(),
+                format_bytes(result.peak_reserved).c_str(),
+                result.completed ? "" : " (the replay ran out of memory; the rest is not drawn)");
+    return 0;
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "memory_snapshot_svg: %s\n", e.message().c_str());
+    return 1;
+  }
+}
+
 void usage(std::FILE* out) {
   std::fprintf(
       out,
@@ -477,13 +580,17 @@ void usage(std::FILE* out) {
       "expandable segment, no memory behind it (hatched grey gap); sizes in the tooltips.\n"
       "  -o OUT.svg      output file (default: SNAPSHOT with .svg in place of .json)\n"
       "  --title TEXT    the picture's title (default: the snapshot's file name)\n"
-      "  --scale S       segment: every row full width (default); global: rows to scale\n");
+      "  --scale S       segment: every row full width (default); global: rows to scale\n"
+      "       memory_snapshot_svg --trace TRACE[.gz] [-o OUT.svg] [--title TEXT] [--conf "
+      "key:value,...]\n"
+      "Replays an allocation trace (record_allocations) through ember's allocator (config as\n"
+      "EMBER_ALLOC_CONF) and draws memory over time: requested, allocated and reserved bytes.\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string input, output, title;
+  std::string input, output, title, trace, conf;
   bool global_scale = false;
   std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -507,6 +614,10 @@ int main(int argc, char** argv) {
       output = value();
     } else if (arg == "--title") {
       title = value();
+    } else if (arg == "--trace") {
+      trace = value();
+    } else if (arg == "--conf") {
+      conf = value();
     } else if (arg == "--scale") {
       const std::string scale = value();
       if (scale != "segment" && scale != "global") {
@@ -527,6 +638,13 @@ int main(int argc, char** argv) {
                    static_cast<int>(arg.size()), arg.data());
       return 2;
     }
+  }
+  if (!trace.empty()) {
+    if (!input.empty()) {
+      std::fprintf(stderr, "memory_snapshot_svg: give a snapshot or --trace, not both\n");
+      return 2;
+    }
+    return draw_trace(trace, output, title, conf);
   }
   if (input.empty()) {
     std::fprintf(stderr, "memory_snapshot_svg: expected a snapshot file; see --help\n");

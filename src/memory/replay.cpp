@@ -125,7 +125,8 @@ double fragmentation(uint64_t free_bytes, uint64_t largest) {
 }  // namespace
 
 ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                    size_t capacity, PhysicalGranularity granularity) {
+                    size_t capacity, PhysicalGranularity granularity,
+                    std::vector<MemoryPoint>* timeline) {
   ReplayResult result;
   result.capacity = capacity;
   Setup setup(config, capacity, granularity);
@@ -180,6 +181,12 @@ ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig
       break;
     }
     ++result.events_applied;
+    if (timeline != nullptr) {
+      const AllocatorStats now = allocator.stats();
+      timeline->push_back({result.events_applied - 1, requested,
+                           static_cast<uint64_t>(now.allocated.current),
+                           static_cast<uint64_t>(now.reserved.current)});
+    }
 
     const bool new_peak_requested = requested > result.peak_requested;
     if (new_peak_requested) result.peak_requested = requested;

@@ -65,12 +65,21 @@ struct ReplayResult {
   }
 };
 
+// Memory after one event of a replay: the bytes the program had asked for, the allocator had
+// handed out (rounded) and held from its upstreams.
+struct MemoryPoint {
+  size_t event = 0;  // index of the event just applied
+  uint64_t requested = 0, allocated = 0, reserved = 0;
+};
+
 // Replays `events` with `config` within `capacity` bytes (0: unlimited). An
 // OutOfMemory stops the replay (completed = false); any other ember::Error
-// (a bad trace) propagates.
+// (a bad trace) propagates. With `timeline`, one MemoryPoint per applied event is appended
+// (memory over time, memory_snapshot_svg --trace).
 ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
                     size_t capacity = 0,
-                    PhysicalGranularity granularity = PhysicalGranularity::map_call);
+                    PhysicalGranularity granularity = PhysicalGranularity::map_call,
+                    std::vector<MemoryPoint>* timeline = nullptr);
 
 // Median nanoseconds per allocate+free pair over `repetitions` replays with no
 // bookkeeping (unlimited capacity; the simulated upstream's calls included).
