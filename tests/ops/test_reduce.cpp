@@ -51,7 +51,7 @@ double sum_tolerance(double exact, double sum_abs, int64_t n) {
   return 0x1p-23 * std::abs(exact) + static_cast<double>(n) * 0x1p-52 * sum_abs + 1e-30;
 }
 
-// ---- sum -------------------------------------------------------------------------------------
+// ---- sum (accumulate, empty, inf and nan: reduce_cases.cpp, on every device) ----------------
 
 TEST(Reduce, SumMatchesReferenceForAllDtypesAndSizes) {
   Stream stream;
@@ -80,37 +80,6 @@ TEST(Reduce, SumIsAccurateUnderCancellation) {
   Tensor out = Tensor::zeros(Shape{});
   ops::sum(stream, out, make(v, Shape{static_cast<int64_t>(v.size())}, DType::f32));
   EXPECT_EQ(out.item(), 1000000.0);
-}
-
-TEST(Reduce, SumAccumulatesAndEmptySumIsZero) {
-  Stream stream;
-  const Tensor x = make({1.0f, 2.0f, 3.5f}, Shape{3}, DType::bf16);
-  Tensor out = Tensor::full(Shape{1, 1}, 10.0);
-  ops::sum(stream, out, x, {.accumulate = true});
-  EXPECT_EQ(out.item(), 16.5);
-  ops::sum(stream, out, x);
-  EXPECT_EQ(out.item(), 6.5);
-
-  const Tensor empty = Tensor::empty(Shape{0, 4}, DType::f16);
-  ops::sum(stream, out, empty);
-  EXPECT_EQ(out.item(), 0.0);
-  Tensor negative_zero = Tensor::full(Shape{1}, -0.0);
-  ops::sum(stream, negative_zero, empty, {.accumulate = true});
-  EXPECT_TRUE(std::signbit(negative_zero.item())) << "accumulating nothing changed out";
-  out.fill_(3.25);
-  ops::sum(stream, out, empty, {.accumulate = true});
-  EXPECT_EQ(out.item(), 3.25);
-}
-
-TEST(Reduce, SumPropagatesInfAndNan) {
-  Stream stream;
-  Tensor out = Tensor::zeros(Shape{1});
-  ops::sum(stream, out, make({1.0f, kInf, 2.0f}, Shape{3}, DType::f32));
-  EXPECT_EQ(out.item(), kInf);
-  ops::sum(stream, out, make({1.0f, kInf, -kInf}, Shape{3}, DType::f32));
-  EXPECT_TRUE(std::isnan(out.item()));
-  ops::sum(stream, out, make({1.0f, kNan, 2.0f}, Shape{3}, DType::f16));
-  EXPECT_TRUE(std::isnan(out.item()));
 }
 
 // ---- column_sums -----------------------------------------------------------------------------

@@ -90,22 +90,7 @@ TEST(EmulatedReduce, SumAccumulatesAndEmptySumIsZero) {
   EXPECT_EQ(bits(host_f32(out)[0]), bits(-0.0f));
 }
 
-TEST(EmulatedReduce, SumPropagatesInfAndNan) {
-  Stream gpu_stream = ember::current_stream(kGpu);
-  const std::vector<std::vector<float>> cases = {{1, kInf, 2}, {kInf, -kInf}, {1, kNan, 3}};
-  const bool want_inf[] = {true, false, false};
-  for (size_t c = 0; c < cases.size(); ++c) {
-    const int64_t n = static_cast<int64_t>(cases[c].size());
-    Tensor out = Tensor::zeros(Shape{}, DType::f32, kGpu);
-    ops::sum(gpu_stream, out, make_pair(cases[c], Shape{n}, DType::f32).gpu);
-    const float v = host_f32(out)[0];
-    if (want_inf[c]) {
-      EXPECT_EQ(v, kInf);
-    } else {
-      EXPECT_TRUE(std::isnan(v)) << v;
-    }
-  }
-}
+// Accumulate, the empty sum, inf and nan: tests/ops/reduce_cases.cpp, on this device too.
 
 TEST(EmulatedReduce, ColumnSumsMatchCpu) {
   Stream cpu_stream, gpu_stream = ember::current_stream(kGpu);

@@ -1,0 +1,44 @@
+// Op tests written once and run on every device a test binary has: ember_tests runs them on
+// the CPU (test_devices_cpu.cpp), ember_emulated_tests on emulated cuda:0
+// (simt/emulated_backend/test_devices_emulated.cpp). A case file, tests/ops/<op>_cases.cpp,
+// holds TEST_P(OnDevice..., ...) bodies and one INSTANTIATE_EMBER_DEVICES(suite).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ember/core/device.hpp"
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+
+namespace ember {
+// gtest prints a Device parameter by name.
+inline void PrintTo(const Device& device, std::ostream* os) {
+  *os << device.to_string();
+}
+}  // namespace ember
+
+namespace ember::testing {
+
+std::vector<Device> test_devices();  // defined once per test binary
+
+class OnDevice : public ::testing::TestWithParam<Device> {
+ protected:
+  Device device() const { return GetParam(); }
+  // The CPU's stream, or the device's current stream.
+  Stream stream() const { return device().is_cpu() ? Stream() : current_stream(device()); }
+  Tensor on(const Tensor& t) const { return t.to(device()); }
+};
+
+inline std::string device_test_name(const ::testing::TestParamInfo<Device>& info) {
+  return info.param.is_cpu() ? "cpu" : "cuda" + std::to_string(info.param.index());
+}
+
+}  // namespace ember::testing
+
+#define INSTANTIATE_EMBER_DEVICES(suite)                                                        \
+  INSTANTIATE_TEST_SUITE_P(Devices, suite, ::testing::ValuesIn(ember::testing::test_devices()), \
+                           ember::testing::device_test_name)
