@@ -60,3 +60,24 @@ if(WITH_CUDA)
   run(${CMAKE_COMMAND} --build "${WORK_DIR}/build_cuda")
   run("${WORK_DIR}/build_cuda/cuda_consumer")
 endif()
+
+# The README's program ("Using ember in your program"), compiled against the installed ember
+# with pkg-config's flags and run: the guide's code cannot rot.
+file(READ "${SOURCE_DIR}/README.md" readme)
+string(FIND "${readme}" "## Using ember in your program" section)
+string(SUBSTRING "${readme}" ${section} -1 readme)
+string(FIND "${readme}" "```cpp\n" begin)
+string(SUBSTRING "${readme}" ${begin} -1 readme)
+string(LENGTH "```cpp\n" fence)
+string(SUBSTRING "${readme}" ${fence} -1 readme)
+string(FIND "${readme}" "```" end)
+string(SUBSTRING "${readme}" 0 ${end} snippet)
+file(WRITE "${WORK_DIR}/readme_program.cpp" "${snippet}")
+run(c++ "${WORK_DIR}/readme_program.cpp" -o "${WORK_DIR}/readme_program" ${sanitize_flags}
+    ${pc_flags})
+execute_process(COMMAND "${WORK_DIR}/readme_program" RESULT_VARIABLE code OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT code EQUAL 0 OR NOT out MATCHES "step 200 loss 0\\.[0-9]+")
+  message(FATAL_ERROR "the README's program failed (exit ${code}):\n${out}${err}")
+endif()
+message(STATUS "the README's program:\n${out}")
