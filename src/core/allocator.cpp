@@ -27,11 +27,11 @@ std::pair<int, int> key_of(Device d) {
 }  // namespace
 
 std::shared_ptr<Allocator> allocator_for(Device device) {
+  detail::apply_thread_environment();  // the thread count, on each thread that allocates
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   auto& slot = r.allocators[key_of(device)];
   if (!slot) {
-    detail::apply_thread_environment();
     if (!device.is_cpu()) require_available(device);
     slot = detail::make_device_allocator(device);
   }

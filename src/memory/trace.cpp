@@ -254,9 +254,14 @@ void TraceWriter::write(const TraceEvent& event) {
 
 void TraceWriter::flush() {
   std::lock_guard lock(mutex_);
-  if (error_.empty()) {
-    const bool ok = gz_ != nullptr ? ::gzflush(gz_, Z_SYNC_FLUSH) == Z_OK : std::fflush(file_) == 0;
-    if (!ok) error_ = gz_ != nullptr ? "zlib could not flush" : std::strerror(errno);
+  if (error_.empty() && gz_ != nullptr) {
+    // A whole gzip member (with its trailer) up to here, then a new member appended: the file
+    // is readable now (zlib reads concatenated members as one stream), even if the run dies.
+    const bool closed = ::gzclose(gz_) == Z_OK;
+    gz_ = ::gzopen(path_.c_str(), "ab");
+    if (!closed || gz_ == nullptr) error_ = "zlib could not finish and reopen the file";
+  } else if (error_.empty() && std::fflush(file_) != 0) {
+    error_ = std::strerror(errno);
   }
   EMBER_CHECK(error_.empty(), "allocation trace '{}': writing failed: {}; the trace is incomplete",
               path_, error_);

@@ -11,6 +11,7 @@ Sequential::~Sequential() {
     if (m->parent() != this) continue;
     m->set_parent(nullptr);
     m->set_path("");
+    if (callback_) m->set_grad_ready_callback(nullptr);  // it may capture what dies with us
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "apply_rule.hpp"
@@ -62,6 +63,21 @@ StateDict AdamW::state_tensors(int64_t) {
       state.insert(fmt::format("state.{}.max_exp_avg_sq", i), max_exp_avg_sq_[i]);
   }
   return state;
+}
+
+// beta^t from t multiplications agrees with pow(beta, t) to a few ulps per step; anything far
+// from it comes from other betas or corrupt bytes.
+void AdamW::check_counters(const rules::StepCounters& c) const {
+  const auto close = [&](double power, float beta) {
+    const double want = std::pow(static_cast<double>(beta), c.applied);
+    return std::isfinite(power) && power >= 0.0 && power <= 1.0 &&
+           std::abs(power - want) <= (1e-12 + c.applied * 1e-15) * want + 1e-300;
+  };
+  EMBER_CHECK(close(c.power1, options_.beta1) && close(c.power2, options_.beta2),
+              "AdamW.load_state_dict: 'step_counters' hold beta1^t = {} and beta2^t = {} after "
+              "{} steps, not this optimizer's betas ({}, {}) to those powers: the state of other "
+              "options, or corrupt",
+              c.power1, c.power2, c.applied, options_.beta1, options_.beta2);
 }
 
 void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {

@@ -161,6 +161,13 @@ int64_t read_count(const StateDict& given, const char* key, const char* kind) {
 }
 }  // namespace
 
+void Optimizer::check_counters(const rules::StepCounters& c) const {
+  EMBER_CHECK(c.power1 == 1.0 && c.power2 == 1.0,
+              "{}.load_state_dict: 'step_counters' hold beta powers {} and {}; this optimizer "
+              "keeps none (the state of another optimizer?)",
+              kind(), c.power1, c.power2);
+}
+
 void Optimizer::load_state_dict(const StateDict& given) {
   const int64_t steps = read_count(given, "step", kind());
   const int64_t calls = read_count(given, "step_calls", kind());
@@ -177,6 +184,7 @@ void Optimizer::load_state_dict(const StateDict& given) {
   EMBER_CHECK(counters.applied == static_cast<double>(steps),
               "{}.load_state_dict: 'step_counters' count {} applied steps but 'step' says {}",
               kind(), counters.applied, steps);
+  check_counters(counters);
   StateDict expected;
   for (const char* key : {"step", "step_calls"}) {
     expected.insert(key, Tensor::empty(given.at(key).shape(), DType::i64, Device::cpu()));

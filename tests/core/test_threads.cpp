@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
+
+#include <omp.h>
+
+#include "ember/core/tensor.hpp"
 
 #include "ember/core/threads.hpp"
 #include "test_support.hpp"
@@ -14,7 +19,15 @@ TEST(Threads, SetNumThreadsAppliesAndBadCountsAreErrors) {
   const int before = ember::num_threads();
   ember::set_num_threads(3);
   EXPECT_EQ(ember::num_threads(), 3);
-  ember::testing::expect_error([] { ember::set_num_threads(0); }, "expected at least 1 thread");
+  ember::testing::expect_error([] { ember::set_num_threads(0); }, "expected 1 to 4096 threads");
+  ember::testing::expect_error([] { ember::set_num_threads(100000); }, "expected 1 to 4096");
+  // Another thread that creates a tensor gets the count too.
+  int other = 0;
+  std::thread([&] {
+    const ember::Tensor t = ember::Tensor::zeros({4});
+    other = omp_get_max_threads();
+  }).join();
+  EXPECT_EQ(other, 3);
   EXPECT_EQ(ember::num_threads(), 3);
   ember::set_num_threads(before);
 }

@@ -195,6 +195,18 @@ TEST_F(TraceTest, MissingAndCorruptFilesAreClearErrors) {
       "check that the directory exists");
 }
 
+TEST_F(TraceTest, AFlushedGzipTraceIsReadableWhileTheWriterIsOpen) {
+  const std::string path = (dir_ / "open.trace.gz").string();
+  TraceWriter writer(path);
+  writer.allocate(1, 100, 0);
+  writer.free(1);
+  writer.flush();
+  EXPECT_EQ(ember::memory::read_trace(path).size(), 2u);
+  writer.allocate(2, 200, 0);
+  writer.flush();
+  EXPECT_EQ(ember::memory::read_trace(path).size(), 3u);
+}
+
 TEST_F(TraceTest, OnlyRegularFilesAreRead) {
   const std::string fifo = (dir_ / "fifo.trace").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

@@ -89,6 +89,23 @@ TEST(ModuleNames, AChildOutlivingItsContainerIsARootAgain) {
   EXPECT_EQ(names_of(other).front(), "x.0.weight");
 }
 
+TEST(ModuleNames, ADeadContainersCallbackLeavesWithIt) {
+  auto layer = std::make_shared<nn::Linear>(2, 1);
+  int calls = 0;
+  {
+    auto s = std::make_unique<nn::Sequential>();
+    s->add(layer);
+    s->set_grad_ready_callback([&](nn::Parameter&) { ++calls; });
+  }
+  nn::Sequential fresh;
+  fresh.add(layer);
+  Stream stream;
+  nn::Context ctx{stream};
+  fresh.forward(ctx, Tensor::full({1, 2}, 1.0));
+  fresh.backward(ctx, Tensor::full({1, 1}, 1.0));
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(ModuleSavedActivations, AFailedForwardSavesNothing) {
   Stream stream;
   nn::Context train{stream, true};

@@ -114,6 +114,13 @@ TEST(MSELoss, EdgeCasesAndErrors) {
   EXPECT_EQ(half_loss.item(), 1.0);
   ops::mse_loss_forward(cpu, loss, Tensor::full({10}, 1e19), Tensor::zeros({10}));
   EXPECT_NEAR(loss.item(), 1e38, 1e32);
+  // Constant residuals stay exact; a large residual whose mean fits does not overflow.
+  ops::mse_loss_forward(cpu, loss, Tensor::full({3000001}, 1.0), Tensor::zeros({3000001}));
+  EXPECT_EQ(loss.item(), 1.0);
+  std::vector<float> one_large(16, 0.0f);
+  one_large[3] = 2e19f;  // its square overflows f32; the mean, 4e38 / 16, does not
+  ops::mse_loss_forward(cpu, loss, Tensor::from_vector(one_large, {16}), Tensor::zeros({16}));
+  EXPECT_NEAR(loss.item(), 4e38 / 16, 1e32);
   // bf16 prediction, f32 loss.
   Tensor pb = Tensor::full({4}, 1.5, DType::bf16);
   ops::mse_loss_forward(cpu, loss, pb, Tensor::zeros({4}));

@@ -345,6 +345,36 @@ TEST(OptimizerState, KeysAndMismatches) {
   EXPECT_EQ(adam.exp_avg(0).to_vector<float>(), m);
 }
 
+TEST(OptimizerState, CountersOfOtherBetasOrCorruptAreRefused) {
+  nn::Parameter a = param({1, 2});
+  train::AdamW adam({&a}, {.beta1 = 0.9f});
+  a.grad.fill_(1);
+  for (int i = 0; i < 3; ++i) adam.step();
+  const ember::StateDict good = adam.state_dict();
+  train::AdamW other_betas({&a}, {.beta1 = 0.5f});
+  expect_error([&] { other_betas.load_state_dict(good); }, "not this optimizer's betas");
+  auto with_counters = [&](double power1) {
+    ember::StateDict d;
+    for (const auto& [key, t] : good) {
+      if (key != "step_counters") {
+        d.insert(key, t);
+        continue;
+      }
+      std::vector<uint8_t> bytes = t.to_vector<uint8_t>();
+      std::memcpy(bytes.data() + sizeof(double), &power1, sizeof(double));
+      d.insert(key, Tensor::from_vector(bytes, t.shape()));
+    }
+    return d;
+  };
+  train::AdamW fresh({&a}, {.beta1 = 0.9f});
+  expect_error([&] { fresh.load_state_dict(with_counters(NAN)); }, "step_counters");
+  expect_error([&] { fresh.load_state_dict(with_counters(1.0)); }, "step_counters");
+  fresh.load_state_dict(good);  // the real ones load
+  EXPECT_EQ(fresh.applied_steps(), 3);
+  train::SGD sgd({&a});
+  expect_error([&] { sgd.load_state_dict(with_counters(0.729)); }, "keeps none");
+}
+
 TEST(OptimizerState, SgdMomentumBuffersAppearAfterTheFirstStep) {
   nn::Parameter a = param({1, 2});
   train::SGD sgd({&a}, {.lr = 0.1f, .momentum = 0.5f});

@@ -7,9 +7,9 @@
 namespace ember::ops {
 
 // loss (one element, f32, f16 or bf16) = the mean over every element of (pred - target)^2.
-// pred and target: one shape, float dtypes. The sum is combined in a fixed order (reruns and
-// thread counts give the same bits) over the terms (pred - target)^2 / n, so an f16 or bf16 loss
-// holds any mean it can represent; an empty pred gives nan, as a mean of nothing.
+// pred and target: one shape, float dtypes. The terms d (d / n), d = pred - target, are summed
+// in double in a fixed order (reruns and thread counts give the same bits), so neither a term
+// nor the sum overflows where the mean fits; an empty pred gives nan, as a mean of nothing.
 void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& pred,
                       const TensorView& target);
 // dpred = dloss * 2 (pred - target) / n, n = pred.numel(); dpred has pred's shape (any float

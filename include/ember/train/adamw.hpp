@@ -37,6 +37,7 @@ class AdamW final : public Optimizer {
   void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
   StateDict state_tensors(int64_t steps) override;
   const char* kind() const override { return "AdamW"; }
+  void check_counters(const rules::StepCounters& counters) const override;
   template <bool kAmsgrad>
   rules::AdamWRule<kAmsgrad> rule() const {
     return {options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay};

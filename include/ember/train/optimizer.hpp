@@ -80,6 +80,9 @@ class Optimizer {
     (void)steps;
   }
   virtual const char* kind() const = 0;  // "SGD", "AdamW": for messages
+  // Loaded counters that this optimizer's rule could not have produced (another optimizer's,
+  // other betas', corrupt) are an Error.
+  virtual void check_counters(const rules::StepCounters& counters) const;
 
   std::vector<nn::Parameter*> parameters_;
   std::vector<DeviceGroup> groups_;  // one per device, in order of first appearance

@@ -1,5 +1,6 @@
-// Mean squared error: one ops::map_reduce for the forward, one ops::map for the backward, on the
-// CPU or in kernels instantiated here (nvcc in CUDA builds, C++ otherwise).
+// Mean squared error: the forward's terms by ops::map and their sum by ops::sum (in double), the
+// backward one ops::map; on the CPU or in kernels instantiated here (nvcc in CUDA builds, C++
+// otherwise).
 #include "ember/ops/mse_loss.hpp"
 
 #include <array>
@@ -7,18 +8,22 @@
 
 #include "ember/ops/check.hpp"
 #include "ember/ops/map.hpp"
+#include "ember/ops/reduce.hpp"
 
 namespace ember::ops {
 namespace {
 
-// (p - t)^2 / n: summed, the mean itself, so that neither an f16 or bf16 loss nor an f32 sum
-// overflows where the mean does not.
-struct SquaredDifferenceOverN {
+// d * (d / n), d = p - t: the terms of the mean. Dividing first keeps a term finite wherever the
+// mean is; summed in double (ops::sum), constant residuals stay exact to an ulp.
+struct ScaledSquare {
   float n;
   EMBER_HOST_DEVICE float operator()(float p, float t) const {
     const float d = p - t;
-    return d * d / n;
+    return d * (d / n);
   }
+};
+struct Identity {
+  EMBER_HOST_DEVICE float operator()(float x) const { return x; }
 };
 struct DivideBy {
   float n;
@@ -46,11 +51,21 @@ void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& 
   detail::check_map_reduce_out(kOp, stream, loss);
   detail::check_disjoint(kOp, loss, pred);
   detail::check_disjoint(kOp, loss, target);
-  const auto n = static_cast<float>(pred.numel());
-  detail::map_reduce_named(kOp, stream, loss, Sum{}, SquaredDifferenceOverN{n}, pred, target);
-  if (pred.numel() == 0) {  // the mean of nothing: 0 / 0
-    detail::map_named(kOp, stream, std::array<TensorView, 1>{loss}, DivideBy{0.0f}, loss);
+  const int64_t n = pred.numel();
+  if (n == 0) {  // the mean of nothing: 0 / 0, written in loss's dtype
+    Tensor zero = Tensor::zeros({1}, DType::f32, stream);
+    detail::map_named(kOp, stream, std::array<TensorView, 1>{loss}, DivideBy{0.0f},
+                      zero.view().reshape(loss.shape));
+    return;
   }
+  // The terms in f32, their sum in double (ops::sum: a fixed order), then loss's dtype.
+  Tensor terms = Tensor::empty(pred.shape, DType::f32, stream);
+  detail::map_named(kOp, stream, std::array<TensorView, 1>{terms}, ScaledSquare{float(n)}, pred,
+                    target);
+  Tensor total = Tensor::empty({1}, DType::f32, stream);
+  sum(stream, total, terms);
+  detail::map_named(kOp, stream, std::array<TensorView, 1>{loss}, Identity{},
+                    total.view().reshape(loss.shape));
 }
 
 void mse_loss_backward(Stream& stream, const TensorView& dpred, const TensorView& pred,
