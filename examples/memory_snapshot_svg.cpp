@@ -557,10 +557,16 @@ int draw_trace(const std::string& path, std::string output, std::string title,
                    output.c_str());
       return 1;
     }
-    std::printf("wrote %s: %zu events, peak requested %s, peak reserved %s%s\n", output.c_str(),
+    std::printf("wrote %s: %zu events, peak requested %s, peak reserved %s\n", output.c_str(),
                 points.size(), format_bytes(result.peak_requested).c_str(),
-                format_bytes(result.peak_reserved).c_str(),
-                result.completed ? "" : " (the replay ran out of memory; the rest is not drawn)");
+                format_bytes(result.peak_reserved).c_str());
+    if (!result.completed) {
+      std::fprintf(stderr,
+                   "memory_snapshot_svg: the replay stopped after %zu of %zu events (drawn up to "
+                   "there): %s\n",
+                   result.events_applied, events.size(), result.failure.c_str());
+      return 1;
+    }
     return 0;
   } catch (const ember::Error& e) {
     std::fprintf(stderr, "memory_snapshot_svg: %s\n", e.message().c_str());
@@ -616,6 +622,10 @@ int main(int argc, char** argv) {
       title = value();
     } else if (arg == "--trace") {
       trace = value();
+      if (trace.empty()) {
+        std::fprintf(stderr, "memory_snapshot_svg: --trace needs a trace file, not ''\n");
+        return 2;
+      }
     } else if (arg == "--conf") {
       conf = value();
     } else if (arg == "--scale") {
@@ -638,6 +648,12 @@ int main(int argc, char** argv) {
                    static_cast<int>(arg.size()), arg.data());
       return 2;
     }
+  }
+  if (trace.empty() && !conf.empty()) {
+    std::fprintf(stderr,
+                 "memory_snapshot_svg: --conf configures the replay of --trace; give a "
+                 "trace\n");
+    return 2;
   }
   if (!trace.empty()) {
     if (!input.empty()) {
