@@ -146,12 +146,13 @@ CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size) : device_
               "cuda:{}'s allocation granularity ({} bytes), got {} bytes; pass 0 for the "
               "granularity",
               device, granularity_, page_size);
+  pages_ = Pages(page_size_);
 }
 
 CudaVirtualUpstream::~CudaVirtualUpstream() {
   // Whatever the caller left behind (it should have released everything).
   std::lock_guard lock(mutex_);
-  while (!allocations_.empty()) free_allocation(allocations_.begin());
+  while (!pages_.extents().empty()) free_allocation(pages_.extents().begin());
   for (const auto& [base, bytes] : reservations_)
     report(driver().cuMemAddressFree(to_device_ptr(base), bytes), "cuMemAddressFree");
 }
@@ -186,24 +187,13 @@ void CudaVirtualUpstream::release(void* base, size_t bytes) noexcept {
                                    name(), base, bytes)
                            .c_str());
   }
-  for (auto it = allocations_.lower_bound(start);
-       it != allocations_.end() && it->first < start + bytes;) {
-    const auto next = std::next(it);
+  pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
     counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
     free_allocation(it);
-    it = next;
-  }
+  });
   report(driver().cuMemAddressFree(to_device_ptr(start), bytes), "cuMemAddressFree");
   reservations_.erase(r);
   ++counters_.release_calls;
-}
-
-std::map<uintptr_t, CudaVirtualUpstream::Allocation>::iterator CudaVirtualUpstream::allocation_at(
-    uintptr_t address) {
-  auto it = allocations_.upper_bound(address);
-  if (it == allocations_.begin()) return allocations_.end();
-  --it;
-  return address < it->first + it->second.bytes ? it : allocations_.end();
 }
 
 bool CudaVirtualUpstream::map(void* address, size_t bytes) {
@@ -220,24 +210,14 @@ bool CudaVirtualUpstream::map(void* address, size_t bytes) {
       "{}: map({}, {}) is not inside a reservation; reserve the range first", name(), address,
       format_bytes(bytes));
   // Pages already backed by an allocation (retained), and runs of pages that are not.
-  std::vector<uintptr_t> retained;
-  std::vector<std::pair<uintptr_t, size_t>> runs;
-  for (uintptr_t page = start; page < start + bytes; page += page_size_) {
-    const auto it = allocation_at(page);
-    if (it != allocations_.end()) {
-      EMBER_CHECK(!it->second.mapped[(page - it->first) / page_size_],
-                  "{}: map({}, {}) covers the page at {:#x}, which is already mapped", name(),
-                  address, format_bytes(bytes), page);
-      retained.push_back(page);
-    } else if (!runs.empty() && runs.back().first + runs.back().second == page) {
-      runs.back().second += page_size_;
-    } else {
-      runs.emplace_back(page, page_size_);
-    }
-  }
+  const Pages::Plan plan = pages_.plan(start, bytes, /*merge=*/true);
+  EMBER_CHECK(plan.already_mapped == 0,
+              "{}: map({}, {}) covers the page at {:#x}, which is already mapped", name(), address,
+              format_bytes(bytes), plan.already_mapped);
+  const auto& runs = plan.runs;
   size_t done = 0;
   auto undo = [&] {
-    for (size_t i = 0; i < done; ++i) free_allocation(allocations_.find(runs[i].first));
+    for (size_t i = 0; i < done; ++i) free_allocation(pages_.extents().find(runs[i].first));
   };
   try {
     for (; done < runs.size(); ++done) {
@@ -251,12 +231,8 @@ bool CudaVirtualUpstream::map(void* address, size_t bytes) {
     undo();
     throw;
   }
-  for (const uintptr_t page : retained) {
-    const auto it = allocation_at(page);
-    it->second.mapped[(page - it->first) / page_size_] = true;
-    ++it->second.mapped_pages;
-  }
-  counters_.retaken_pages += retained.size();
+  pages_.retake(plan.retained);
+  counters_.retaken_pages += plan.retained.size();
   counters_.mapped_bytes += bytes;
   return true;
 }
@@ -287,8 +263,7 @@ bool CudaVirtualUpstream::back(uintptr_t start, size_t bytes) {
     EMBER_THROW("{}: cuMemSetAccess of {} at {:#x} failed: {}", name(), format_bytes(bytes), start,
                 describe(allowed));
   }
-  const size_t pages = bytes / page_size_;
-  allocations_.emplace(start, Allocation{handle, bytes, std::vector<bool>(pages, true), pages});
+  pages_.add(start, bytes, static_cast<uint64_t>(handle));
   ++counters_.physical_allocations;
   ++counters_.driver_maps;
   counters_.backed_bytes += bytes;
@@ -296,39 +271,27 @@ bool CudaVirtualUpstream::back(uintptr_t start, size_t bytes) {
   return true;
 }
 
-void CudaVirtualUpstream::free_allocation(std::map<uintptr_t, Allocation>::iterator it) noexcept {
+void CudaVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept {
   const CUdeviceptr at = to_device_ptr(it->first);
   report(driver().cuMemUnmap(at, it->second.bytes),
          fmt::format("{}: cuMemUnmap of {} at {:#x}", name(), format_bytes(it->second.bytes), at));
   report(driver().cuMemRelease(it->second.handle), fmt::format("{}: cuMemRelease", name()));
   counters_.backed_bytes -= it->second.bytes;
   ++counters_.physical_frees;
-  allocations_.erase(it);
+  pages_.extents().erase(it);
 }
 
 void CudaVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   if (bytes == 0) return;
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(address);
-  bool valid = start % page_size_ == 0 && bytes % page_size_ == 0;
-  for (uintptr_t page = start; valid && page < start + bytes; page += page_size_) {
-    const auto it = allocation_at(page);
-    valid = it != allocations_.end() && it->second.mapped[(page - it->first) / page_size_];
-  }
-  if (!valid) {
+  if (!pages_.all_mapped(start, bytes)) {
     detail::abort_with(fmt::format("{}: unmap({}, {} bytes) covers pages that are not mapped (or "
                                    "is misaligned, or outside every reservation)",
                                    name(), address, bytes)
                            .c_str());
   }
-  for (uintptr_t page = start; page < start + bytes;) {
-    const auto it = allocation_at(page);
-    Allocation& a = it->second;
-    const uintptr_t end = std::min(start + bytes, it->first + a.bytes);
-    a.mapped_pages -= (end - page) / page_size_;
-    for (; page < end; page += page_size_) a.mapped[(page - it->first) / page_size_] = false;
-    if (a.mapped_pages == 0) free_allocation(it);  // its last page: the memory goes back
-  }
+  pages_.unmap(start, bytes, [&](Pages::Map::iterator it) { free_allocation(it); });
   counters_.mapped_bytes -= bytes;
   ++counters_.unmap_calls;
 }

@@ -86,7 +86,11 @@ SimulatedUpstream::Counters SimulatedUpstream::counters() const {
 
 SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device,
                                                    PhysicalGranularity granularity)
-    : page_size_(page_size), capacity_(capacity), device_(device), granularity_(granularity) {
+    : page_size_(page_size),
+      capacity_(capacity),
+      device_(device),
+      granularity_(granularity),
+      pages_(page_size) {
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= detail::system_page_size(),
               "SimulatedVirtualUpstream needs a page size that is a power of two and at least "
               "the system page ({} bytes), got {} bytes; use 2 MiB like CUDA",
@@ -102,24 +106,10 @@ SimulatedVirtualUpstream::~SimulatedVirtualUpstream() {
   }
 }
 
-SimulatedVirtualUpstream::Allocations::const_iterator SimulatedVirtualUpstream::allocation_at(
-    uintptr_t address) const {
-  auto it = allocations_.upper_bound(address);
-  if (it == allocations_.begin()) return allocations_.end();
-  --it;
-  return address < it->first + it->second.bytes ? it : allocations_.end();
-}
-
-SimulatedVirtualUpstream::Allocations::iterator SimulatedVirtualUpstream::allocation_at(
-    uintptr_t address) {
-  const auto it = std::as_const(*this).allocation_at(address);
-  return allocations_.erase(it, it);  // the same position, non-const
-}
-
-void SimulatedVirtualUpstream::free_allocation(Allocations::iterator it) noexcept {
+void SimulatedVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept {
   counters_.backed_bytes -= it->second.bytes;
   ++counters_.physical_frees;
-  allocations_.erase(it);
+  pages_.extents().erase(it);
 }
 
 void* SimulatedVirtualUpstream::reserve(size_t bytes) {
@@ -152,11 +142,10 @@ void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
             .c_str());
   }
   // Allocations never straddle reservations: map checks that its range lies in one.
-  for (auto it = allocations_.lower_bound(start);
-       it != allocations_.end() && it->first < start + bytes;) {
+  pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
     counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
-    free_allocation(it++);
-  }
+    free_allocation(it);
+  });
   counters_.reserved_bytes -= bytes;
   ++counters_.release_calls;
   reservations_.erase(r);
@@ -168,7 +157,7 @@ size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t byte
   const auto start = reinterpret_cast<uintptr_t>(address);
   size_t out = 0;
   for (uintptr_t page = start; page < start + bytes; page += page_size_)
-    if (allocation_at(page) == allocations_.end()) out += page_size_;
+    if (!pages_.backed(page)) out += page_size_;
   return out;
 }
 
@@ -188,40 +177,22 @@ bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
               "and has {} bytes)",
               name(), address, bytes, r->first, r->second);
   // Pages still backed (retained), and runs of pages that need a new allocation.
-  std::vector<uintptr_t> retained;
-  std::vector<std::pair<uintptr_t, size_t>> runs;
-  size_t unbacked = 0;
-  for (uintptr_t page = start; page < start + bytes; page += page_size_) {
-    const auto it = allocation_at(page);
-    if (it != allocations_.end()) {
-      EMBER_CHECK(
-          !it->second.mapped[(page - it->first) / page_size_],
-          "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
-          name(), address, bytes, page);
-      retained.push_back(page);
-    } else if (!runs.empty() && runs.back().first + runs.back().second == page &&
-               granularity_ == PhysicalGranularity::map_call) {
-      runs.back().second += page_size_;
-    } else {
-      runs.emplace_back(page, page_size_);
-    }
-    unbacked += it == allocations_.end() ? page_size_ : 0;
-  }
+  const Pages::Plan plan = pages_.plan(start, bytes, granularity_ == PhysicalGranularity::map_call);
+  EMBER_CHECK(plan.already_mapped == 0,
+              "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
+              name(), address, bytes, plan.already_mapped);
+  const auto& retained = plan.retained;
+  const size_t unbacked = plan.unbacked;
   ++counters_.map_calls;
   if (unbacked > capacity_ - counters_.backed_bytes) {
     ++counters_.failed_maps;
     return false;
   }
-  for (const auto& [at, run] : runs) {
-    const size_t pages = run / page_size_;
-    allocations_.emplace(at, Allocation{run, std::vector<bool>(pages, true), pages});
+  for (const auto& [at, run] : plan.runs) {
+    pages_.add(at, run, NoHandle{});
     ++counters_.physical_allocations;
   }
-  for (const uintptr_t page : retained) {
-    const auto it = allocation_at(page);
-    it->second.mapped[(page - it->first) / page_size_] = true;
-    ++it->second.mapped_pages;
-  }
+  pages_.retake(retained);
   counters_.retaken_pages += retained.size();
   counters_.backed_bytes += unbacked;
   counters_.peak_backed_bytes = std::max(counters_.peak_backed_bytes, counters_.backed_bytes);
@@ -233,24 +204,12 @@ bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
 void SimulatedVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(address);
-  bool valid = detail::is_aligned(address, page_size_) && bytes % page_size_ == 0;
-  for (uintptr_t page = start; valid && page < start + bytes; page += page_size_) {
-    const auto it = allocation_at(page);
-    valid = it != allocations_.end() && it->second.mapped[(page - it->first) / page_size_];
-  }
-  if (!valid) {
+  if (!pages_.all_mapped(start, bytes)) {
     detail::abort_with(
         fmt::format("{}: unmap({}, {}) covers pages that are not mapped", name(), address, bytes)
             .c_str());
   }
-  for (uintptr_t page = start; page < start + bytes;) {
-    const auto it = allocation_at(page);
-    Allocation& a = it->second;
-    const uintptr_t end = std::min(start + bytes, it->first + a.bytes);
-    a.mapped_pages -= (end - page) / page_size_;
-    for (; page < end; page += page_size_) a.mapped[(page - it->first) / page_size_] = false;
-    if (a.mapped_pages == 0) free_allocation(it);  // its last page: the memory goes back
-  }
+  pages_.unmap(start, bytes, [&](Pages::Map::iterator it) { free_allocation(it); });
   counters_.mapped_bytes -= bytes;
   ++counters_.unmap_calls;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/memory/detail/physical_pages.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -71,28 +72,22 @@ class CudaVirtualUpstream final : public VirtualUpstream {
   Counters counters() const;
 
  private:
-  // One cuMemCreate, mapped whole at its base address.
-  struct Allocation {
-    uint64_t handle = 0;  // CUmemGenericAllocationHandle
-    size_t bytes = 0;
-    std::vector<bool> mapped;  // per page: mapped as the caller sees it
-    size_t mapped_pages = 0;
-  };
-
-  // The allocation holding the page at `address`, or end(). Locked.
-  std::map<uintptr_t, Allocation>::iterator allocation_at(uintptr_t address);
+  // Physical allocations: one cuMemCreate each (the handle, a CUmemGenericAllocationHandle),
+  // mapped whole at its base address, and which of its pages the caller has mapped
+  // (detail/physical_pages.hpp).
+  using Pages = detail::PhysicalPages<uint64_t>;
   // cuMemCreate + cuMemMap + cuMemSetAccess of [start, start + bytes): false
   // when out of memory; throws for other failures. Locked.
   bool back(uintptr_t start, size_t bytes);
   // cuMemUnmap + cuMemRelease of a whole allocation; drops it. Locked.
-  void free_allocation(std::map<uintptr_t, Allocation>::iterator it) noexcept;
+  void free_allocation(Pages::Map::iterator it) noexcept;
 
   int device_;
   size_t granularity_ = 0;
   size_t page_size_ = 0;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> reservations_;     // base -> bytes
-  std::map<uintptr_t, Allocation> allocations_;  // base address -> allocation
+  std::map<uintptr_t, size_t> reservations_;  // base -> bytes
+  Pages pages_{1};                            // the page size is known once the device is asked
   Counters counters_;
 };
 

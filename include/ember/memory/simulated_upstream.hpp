@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/memory/detail/physical_pages.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -116,19 +117,11 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   size_t unbacked_bytes(const void* address, size_t bytes) const;
 
  private:
-  // One physical allocation: the pages of one map call (of one page in `page`
-  // granularity), and which of them the caller has mapped.
-  struct Allocation {
-    size_t bytes = 0;
-    std::vector<bool> mapped;  // per page
-    size_t mapped_pages = 0;
-  };
-  using Allocations = std::map<uintptr_t, Allocation>;
-
-  // The allocation holding the page at `address`, or end(). Locked.
-  Allocations::const_iterator allocation_at(uintptr_t address) const;
-  Allocations::iterator allocation_at(uintptr_t address);
-  void free_allocation(Allocations::iterator it) noexcept;  // locked
+  // Physical allocations: the pages of one map call (of one page in `page` granularity), and
+  // which of them the caller has mapped (detail/physical_pages.hpp). No handle: address ranges.
+  struct NoHandle {};
+  using Pages = detail::PhysicalPages<NoHandle>;
+  void free_allocation(Pages::Map::iterator it) noexcept;  // locked
 
   const size_t page_size_;
   const size_t capacity_;
@@ -136,7 +129,7 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   const PhysicalGranularity granularity_;
   mutable std::mutex mutex_;
   std::map<uintptr_t, size_t> reservations_;  // base -> bytes
-  Allocations allocations_;                   // base address -> allocation
+  Pages pages_;
   Counters counters_;
 };
 
