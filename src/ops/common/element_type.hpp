@@ -1,9 +1,8 @@
-// Internal: the kernels' DType (ember/kernels/element_type.cuh) of a floating DType, for the
-// host code of the CUDA ops.
+// Internal: the element type kernels read and write for an operand's DType (ember/kernels/
+// element_type.cuh), for the host code of the CUDA ops.
 #pragma once
 
 #include "ember/core/dtype.hpp"
-// By path, not by name: tests include headers of this folder without src/ on their path.
 #include "ember/kernels/element_type.cuh"
 
 namespace ember::ops::cuda {

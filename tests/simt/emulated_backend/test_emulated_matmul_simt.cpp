@@ -23,6 +23,7 @@
 #include "ember/core/dtype.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/simt/shim.hpp"
+#include "ops/common/element_type.hpp"
 #include "ops/matmul/matmul_launchers.hpp"
 #include "simt/emulated_backend/emulated_test_support.hpp"
 
@@ -33,12 +34,6 @@ using Act = kn::EpilogueActivation;
 using ember::Device;
 using ember::DType;
 using ember::Tensor;
-
-ember::DType element_type(DType dtype) {
-  return dtype == DType::f16    ? ember::DType::f16
-         : dtype == DType::bf16 ? ember::DType::bf16
-                                : ember::DType::f32;
-}
 
 // Rounding of a stored value, relative (unit roundoff) and absolute (half of f16's subnormal step).
 double relative_rounding(DType dtype) {
@@ -67,7 +62,7 @@ struct Matrix {
   void* data() const {
     return static_cast<char*>(storage.data()) + offset * ember::dtype_size(dtype);
   }
-  kn::MatrixRef ref() const { return {data(), element_type(dtype), ld, stride}; }
+  kn::MatrixRef ref() const { return {data(), ember::ops::cuda::element_type(dtype), ld, stride}; }
   double at(int64_t batch, int64_t r, int64_t c) const {
     return values[static_cast<size_t>((stride == 0 ? 0 : batch) * stride + r * ld + c)];
   }

@@ -35,17 +35,6 @@ using ember::kernels::MatrixRef;
 
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-DType dtype_of(DType type) {
-  switch (type) {
-    case DType::f16:
-      return DType::f16;
-    case DType::bf16:
-      return DType::bf16;
-    default:
-      return DType::f32;
-  }
-}
-
 // The value `x` becomes when stored as `type` (round to nearest even).
 double round_to(DType type, double x) {
   switch (type) {
@@ -116,7 +105,7 @@ DeviceMatrix make_matrix(std::mt19937& rng, DType type, int64_t rows, int64_t co
     }
   }
   const std::vector<float> as_float(m.host.begin(), m.host.end());
-  m.device = Tensor::from_vector(as_float, {total}).to(dtype_of(type)).to(Device::cuda(0));
+  m.device = Tensor::from_vector(as_float, {total}).to(type).to(Device::cuda(0));
   return m;
 }
 
