@@ -5,8 +5,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
+#include "ember/core/scratch.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
@@ -16,21 +18,20 @@ namespace {
 
 // f32 data for a view: the view's own memory when it is f32, else a widened
 // copy made block by block in parallel with the vectorized converters.
-// An f32 work buffer from the CPU's caching allocator: no page faults and no zero fill per call
-// (a std::vector's were slower than the conversions themselves at 2 threads).
-class Scratch {
+// An f32 work buffer, ember::Scratch from the CPU's caching allocator: no page faults and no zero
+// fill per call (a std::vector's were slower than the conversions themselves at 2 threads).
+class F32Scratch {
  public:
   float* get(int64_t n) {
-    if (!buffer_.defined() || buffer_.numel() < n) buffer_ = Tensor::empty({n});
-    return buffer_.data<float>();
+    scratch_.emplace(Stream(), static_cast<size_t>(n) * sizeof(float));
+    return static_cast<float*>(scratch_->data());
   }
-  float* data() { return buffer_.data<float>(); }
 
  private:
-  Tensor buffer_;
+  std::optional<ember::Scratch> scratch_;
 };
 
-const float* as_f32(const TensorView& t, Scratch& scratch) {
+const float* as_f32(const TensorView& t, F32Scratch& scratch) {
   if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
   const int64_t n = t.numel();
   float* out = scratch.get(n);
@@ -73,7 +74,7 @@ void row_sums_of_op_a(const TensorView& out, float beta, const float* a, int64_t
     }
   }
   if (beta != 0.0f) {
-    Scratch old;
+    F32Scratch old;
     const float* previous = as_f32(out, old);
     for (int64_t i = 0; i < m; ++i) sums[i] += beta * previous[i];
   }
@@ -94,7 +95,7 @@ void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
 void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
             const detail::MatmulDims& dims, const MatmulOptions& options) {
   const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
-  Scratch a_scratch, b_scratch, c_scratch, scratch;
+  F32Scratch a_scratch, b_scratch, c_scratch, scratch;
   const float* a32 = as_f32(a, a_scratch);
   if (options.bias_grad.data != nullptr && m > 0) {
     row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a32, m, k, options.transpose_a);
@@ -103,7 +104,7 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   const float* b32 = as_f32(b, b_scratch);
   const int64_t total = batch * m * n;
   // A residual that is C itself must be read before the product overwrites C.
-  Scratch residual_copy;
+  F32Scratch residual_copy;
   const float* residual32 = nullptr;
   if (options.residual.data != nullptr) {
     residual32 = as_f32(options.residual, residual_copy);
