@@ -503,7 +503,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   } else {
     copy = [=] { std::memmove(dst, src, bytes); };
   }
-  std::vector<simt::Access> accesses{{src, bytes, false}, {dst, bytes, true}};
+  // A staged source was read here, on the host: the stream's copy touches only the destination
+  // (the caller may free or reuse the source at once, as on a GPU).
+  std::vector<simt::Access> accesses{{dst, bytes, true}};
+  if (!pageable.src) accesses.insert(accesses.begin(), {src, bytes, false});
   if (pageable.dst) {
     simt::shim::submit_and_wait(stream, std::move(copy), "cudaMemcpyAsync into pageable memory",
                                 std::move(accesses));

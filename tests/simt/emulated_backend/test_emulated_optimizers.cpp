@@ -317,6 +317,42 @@ TEST(EmulatedOptimizers, EmptyParametersStillCountTheirSteps) {
   EXPECT_EQ(opt.state_dict().at("step").item(), 3.0);
 }
 
+// Saving and loading on the device, with streams run as a GPU runs them: the state dict read
+// after queued steps, loaded into an optimizer whose tensors live on another stream, and the
+// resumed run equal to an unbroken one bit for bit.
+TEST(EmulatedOptimizers, StateDictResumesOnTheDeviceBitwise) {
+  ParameterSet whole(kSizes, kGpu, false), first(kSizes, kGpu, false);
+  const train::AdamWOptions o{.lr = 0.05f};
+  ember::Stream stream = ember::current_stream(kGpu);
+  train::AdamW unbroken(whole.pointers(), o), before(first.pointers(), o);
+  for (int step = 1; step <= 3; ++step) {
+    whole.set_gradients(step);
+    first.set_gradients(step);
+    unbroken.step(stream);
+    before.step(stream);
+  }
+  const ember::StateDict saved = before.state_dict();  // waits for the queued steps
+  ember::Stream other(kGpu);
+  ember::StreamGuard guard(other);  // the resumed optimizer's tensors live on `other`
+  ParameterSet second(kSizes, kGpu, false);
+  for (size_t i = 0; i < second.params.size(); ++i) {
+    second.params[i].value.copy_(first.params[i].value);
+  }
+  train::AdamW after(second.pointers(), o);
+  after.load_state_dict(saved);
+  EXPECT_EQ(after.applied_steps(), 3);
+  for (int step = 4; step <= 5; ++step) {
+    whole.set_gradients(step);
+    second.set_gradients(step);
+    unbroken.step(stream);
+    after.step(other);
+  }
+  for (size_t i = 0; i < whole.params.size(); ++i) {
+    EXPECT_EQ(bits(second.params[i].value), bits(whole.params[i].value)) << i;
+    EXPECT_EQ(bits(after.exp_avg(i)), bits(unbroken.exp_avg(i))) << i;
+  }
+}
+
 // The packing itself, with small capacities: every (tensor, chunk) exactly once, in order, no
 // batch over its capacities, a tensor cut by a full block table continuing in the next batch.
 TEST(MultiTensorPlan, PacksChunksIntoBatches) {
