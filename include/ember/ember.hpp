@@ -4,6 +4,7 @@
 // MPI or NCCL is used: their headers are not on every include path.
 #pragma once
 
+#include "ember/amp/grad_scaler.hpp"
 #include "ember/core/allocator.hpp"
 #include "ember/core/device.hpp"
 #include "ember/core/dtype.hpp"
@@ -48,6 +49,7 @@
 #include "ember/nn/mlp.hpp"
 #include "ember/nn/module.hpp"
 #include "ember/nn/parameter.hpp"
+#include "ember/nn/precision.hpp"
 #include "ember/nn/seed.hpp"
 #include "ember/nn/sequential.hpp"
 #include "ember/ops/activation.hpp"

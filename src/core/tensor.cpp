@@ -53,6 +53,18 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 }
 
 // The storage of a Tensor: memory from its device's allocator, for work on `stream`.
+namespace {
+// Versions are unique across storages, so that a version names one state of one storage.
+uint64_t next_version() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+void mark_written(const TensorView& view) {
+  if (view.version != nullptr) view.version->store(next_version(), std::memory_order_relaxed);
+}
+
 struct Tensor::Storage {
   void* data = nullptr;
   size_t bytes = 0;
@@ -61,9 +73,10 @@ struct Tensor::Storage {
   // Streams recorded with record_stream: kept alive until the allocator has recorded its
   // events on them in deallocate (a destroyed stream cannot be recorded on).
   std::vector<Stream> users;
+  std::atomic<uint64_t> version;
 
   Storage(std::shared_ptr<Allocator> a, size_t n, Stream s)
-      : bytes(n), allocator(std::move(a)), stream(std::move(s)) {
+      : bytes(n), allocator(std::move(a)), stream(std::move(s)), version(next_version()) {
     stream.refuse_capture("Tensor::empty");
     data = allocator->allocate(bytes, stream.id());
   }
@@ -86,7 +99,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const Stream& stream) {
   std::shared_ptr<Allocator> allocator = allocator_for(stream.device());  // checks availability
   Tensor t;
   t.storage_ = std::make_shared<Storage>(std::move(allocator), checked_bytes(shape, dtype), stream);
-  t.view_ = TensorView{t.storage_->data, dtype, shape, stream.device()};
+  t.view_ = TensorView{t.storage_->data, dtype, shape, stream.device(), &t.storage_->version};
   return t;
 }
 
@@ -113,6 +126,11 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
+}
+
+uint64_t Tensor::version() const {
+  EMBER_CHECK(defined(), "Tensor::version: the tensor is undefined");
+  return storage_->version.load(std::memory_order_relaxed);
 }
 
 const Stream& Tensor::stream() const {
@@ -177,6 +195,7 @@ Tensor& Tensor::fill_(double value) {
   EMBER_CHECK(defined(), "Tensor::fill_: the tensor is undefined");
   alignas(8) unsigned char pattern[8];
   encode_scalar(value, dtype(), pattern);
+  mark_written(view_);
   const size_t elem = dtype_size(dtype());
   if (device().is_cuda()) {
     cuda_backend::fill(data(), pattern, elem, numel(), device().index(), stream().native());
@@ -204,6 +223,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
   EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
   EMBER_CHECK(source.defined(), "Tensor::copy_: the source is undefined");
   check_copy(view_, source.view());
+  mark_written(view_);
   if (source.device().is_cuda() && device().is_cpu()) {
     // To the host: on the source's stream, then wait for it.
     copy_bytes(data(), device(), source.data(), source.device(), nbytes(), source.stream());
@@ -232,6 +252,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
 Tensor& Tensor::copy_(const TensorView& source) {
   EMBER_CHECK(defined(), "Tensor::copy_: the destination is undefined");
   check_copy(view_, source);
+  mark_written(view_);
   if (source.device.is_cuda() && device().is_cpu()) {
     const Stream s = current_stream(source.device);
     copy_bytes(data(), device(), source.data, source.device, nbytes(), s);

@@ -29,7 +29,8 @@ template <class Op>
 Tensor apply_backward(Context& ctx, const Tensor& dy, Tensor& saved, const char* module, Op op) {
   require_saved(saved, module);
   require_same_shape(dy, saved, module);
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), ctx.stream);
+  // In the input's dtype (dy may differ under autocast: an f32 gradient from a loss).
+  Tensor dx = Tensor::empty(dy.shape(), saved.dtype(), ctx.stream);
   op(ctx.stream, dx, dy, saved);
   saved = Tensor();
   return dx;

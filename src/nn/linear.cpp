@@ -55,22 +55,35 @@ std::vector<Parameter*> Linear::parameters() {
 Tensor Linear::forward(Context& ctx, const Tensor& x) {
   EMBER_CHECK(x.rank() == 2 && x.shape()[1] == in_, "{}: input must be [batch, {}], not {}", name(),
               in_, x.view().describe());
-  EMBER_CHECK(x.dtype() == weight_.value.dtype(), "{}: input is {} but the weights are {}", name(),
-              x.view().describe(), dtype_name(weight_.value.dtype()));
+  // Autocast computes in the context's precision from the weights' working copy; in f32 the
+  // input must have the weights' dtype.
+  const bool autocast = ctx.precision != Precision::f32;
+  const DType dtype = autocast ? compute_dtype(ctx.precision) : weight_.value.dtype();
+  EMBER_CHECK(autocast ? is_floating(x.dtype()) : x.dtype() == weight_.value.dtype(),
+              "{}: input is {} but the weights are {}", name(), x.view().describe(),
+              dtype_name(weight_.value.dtype()));
   if (ctx.training) check_nothing_saved("Linear::forward");
-  Tensor y = Tensor::empty({x.shape()[0], out_}, x.dtype(), ctx.stream);
+  Tensor xc = x;
+  if (x.dtype() != dtype) {
+    xc = Tensor::empty(x.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, xc, x);
+  }
+  Tensor w = weight_.compute_copy(dtype, ctx.stream);
+  Tensor y = Tensor::empty({x.shape()[0], out_}, dtype, ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;
-  if (has_bias_) options.bias = bias_.value;
+  if (has_bias_) options.bias = bias_.value;  // f32: added to the f32 accumulator
   options.activation = activation_;
   Tensor pre;
   if (ctx.training && activation_ != ops::Activation::none) {
-    pre = Tensor::empty(y.shape(), x.dtype(), ctx.stream);
+    pre = Tensor::empty(y.shape(), dtype, ctx.stream);
     options.pre_activation = pre;
   }
-  ops::matmul(ctx.stream, y, x, weight_.value, options);
+  ops::matmul(ctx.stream, y, xc, w, options);
   if (ctx.training) {
-    input_ = x;
+    input_ = xc;
+    input_dtype_ = x.dtype();
+    weight_used_ = w;
     pre_ = pre;
   }
   return y;
@@ -84,13 +97,22 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   EMBER_CHECK(dy.shape() == Shape({input_.shape()[0], out_}),
               "{}: the output gradient must be [{}, {}], not {}", name(), input_.shape()[0], out_,
               dy.view().describe());
-  // With an activation: dpre = dy * act'(pre), and db += its column sums, in one pass.
+  EMBER_CHECK(is_floating(dy.dtype()), "{}: the output gradient {} must be a float dtype", name(),
+              dy.view().describe());
+  // Everything in the dtype forward computed in (an f32 gradient from a loss is rounded once).
+  const DType dtype = input_.dtype();
   Tensor grad = dy;
+  if (dy.dtype() != dtype) {
+    grad = Tensor::empty(dy.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, grad, dy);
+  }
+  // With an activation: dpre = dy * act'(pre), and db += its column sums, in one pass.
   bool bias_done = false;
   if (activation_ != ops::Activation::none) {
-    grad = Tensor::empty(dy.shape(), dy.dtype(), ctx.stream);
-    ops::bias_activation_backward(ctx.stream, grad, has_bias_ ? bias_.grad : Tensor(), dy, pre_,
+    Tensor dpre = Tensor::empty(dy.shape(), dtype, ctx.stream);
+    ops::bias_activation_backward(ctx.stream, dpre, has_bias_ ? bias_.grad : Tensor(), grad, pre_,
                                   activation_, {.accumulate = true});
+    grad = dpre;
     bias_done = true;
   }
   // dW += grad^T x (and db += column sums of grad, in the same matmul, when not done above: the
@@ -105,9 +127,14 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   ops::matmul(ctx.stream, weight_.grad, grad, input_, dw);
   grad_ready(weight_);
   if (has_bias_) grad_ready(bias_);
-  Tensor dx = Tensor::empty(input_.shape(), dy.dtype(), ctx.stream);
-  ops::matmul(ctx.stream, dx, grad, weight_.value);  // dx = grad W
-  drop_saved();                                      // backward consumed them
+  Tensor dx = Tensor::empty(input_.shape(), dtype, ctx.stream);
+  ops::matmul(ctx.stream, dx, grad, weight_used_);  // dx = grad W, with forward's W
+  if (input_dtype_ != dtype) {                      // forward cast its input: undo for dx
+    Tensor cast = Tensor::empty(dx.shape(), input_dtype_, ctx.stream);
+    ops::cast(ctx.stream, cast, dx);
+    dx = cast;
+  }
+  drop_saved();  // backward consumed them
   return dx;
 }
 

@@ -1,5 +1,6 @@
 #include "ember/nn/loss.hpp"
 
+#include "ember/ops/elementwise.hpp"
 #include "ember/ops/mse_loss.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 
@@ -27,6 +28,21 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, float dloss) {
   return dlogits;
 }
 
+Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
+  EMBER_CHECK(probs_.defined(),
+              "SoftmaxCrossEntropy: backward needs the probabilities saved by forward (forward "
+              "was not run in training mode, or they were dropped)");
+  EMBER_CHECK(dloss.defined(), "SoftmaxCrossEntropy::backward: dloss is undefined");
+  // The f32 gradient in place of the probabilities, then scaled and rounded once.
+  ops::softmax_cross_entropy_backward(ctx.stream, probs_, probs_, labels_, 1.0f);
+  Tensor dlogits = logits_dtype_ == DType::f32
+                       ? probs_
+                       : Tensor::empty(probs_.shape(), logits_dtype_, ctx.stream);
+  ops::scale_by(ctx.stream, dlogits, probs_, dloss);
+  drop_saved();
+  return dlogits;
+}
+
 void SoftmaxCrossEntropy::drop_saved() {
   probs_ = Tensor();
   labels_ = Tensor();
@@ -48,6 +64,20 @@ Tensor MSELoss::backward(Context& ctx, float dloss) {
               "not run in training mode, or they were dropped)");
   Tensor dpred = Tensor::empty(pred_.shape(), pred_.dtype(), ctx.stream);
   ops::mse_loss_backward(ctx.stream, dpred, pred_, target_, dloss);
+  drop_saved();
+  return dpred;
+}
+
+Tensor MSELoss::backward(Context& ctx, const Tensor& dloss) {
+  EMBER_CHECK(pred_.defined(),
+              "MSELoss: backward needs the prediction and target saved by forward (forward was "
+              "not run in training mode, or they were dropped)");
+  EMBER_CHECK(dloss.defined(), "MSELoss::backward: dloss is undefined");
+  Tensor grad = Tensor::empty(pred_.shape(), DType::f32, ctx.stream);
+  ops::mse_loss_backward(ctx.stream, grad, pred_, target_, 1.0f);
+  Tensor dpred =
+      pred_.dtype() == DType::f32 ? grad : Tensor::empty(pred_.shape(), pred_.dtype(), ctx.stream);
+  ops::scale_by(ctx.stream, dpred, grad, dloss);
   drop_saved();
   return dpred;
 }

@@ -1,11 +1,33 @@
 #include "ember/nn/parameter.hpp"
 
+#include "ember/ops/elementwise.hpp"
+
 namespace ember::nn {
 
 Parameter make_parameter(std::string name, Tensor value) {
   EMBER_CHECK(value.defined(), "make_parameter: the value of '{}' is undefined", name);
   Tensor grad = Tensor::zeros(value.shape(), value.dtype(), value.stream());
-  return Parameter{std::move(name), std::move(value), std::move(grad)};
+  return Parameter{std::move(name), std::move(value), std::move(grad), {}};
+}
+
+Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
+  EMBER_CHECK(value.defined(), "Parameter '{}': the value is undefined", name);
+  if (value.dtype() == dtype) return value;
+  Tensor& copy = working_copy.tensor;
+  const uint64_t version = value.version();
+  if (copy.defined() && copy.dtype() == dtype && copy.shape() == value.shape() &&
+      copy.device() == value.device() && working_copy.version == version) {
+    if (!(copy.stream() == stream)) stream.wait(copy.stream());
+    return copy;
+  }
+  // A new tensor, not a rewrite of the old one: a backward may still hold the old copy.
+  if (!(value.stream() == stream) && value.device() == stream.device()) {
+    stream.wait(value.stream());
+  }
+  copy = Tensor::empty(value.shape(), dtype, stream);
+  ops::cast(stream, copy, value);
+  working_copy.version = version;
+  return copy;
 }
 
 }  // namespace ember::nn

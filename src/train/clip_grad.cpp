@@ -72,6 +72,7 @@ Tensor clip_grad_norm(Stream& stream, const std::vector<nn::Parameter*>& paramet
                   "{}: parameter {} ('{}') is given twice; its gradient would count twice", kOp, i,
                   p->name);
     }
+    mark_written(g);
     if (g.numel() > 0) grads.emplace_back(const_cast<Tensor&>(g).data<float>(), g.numel());
   }
   Tensor total = Tensor::empty({1}, DType::f32, stream);

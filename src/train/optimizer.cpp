@@ -201,6 +201,9 @@ void Optimizer::load_state_dict(const StateDict& given) {
 void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale) {
   check_parameters_unchanged();
   prepare_step();
+  // The step writes every parameter (unless found_inf skips it on the device): low-precision
+  // copies made before it are stale from here on.
+  for (nn::Parameter* p : parameters_) mark_written(p->value);
   const size_t slot = static_cast<size_t>(steps_ % 2);
   for (DeviceGroup& group : groups_) {
     auto* counters = reinterpret_cast<rules::StepCounters*>(group.counters.data());

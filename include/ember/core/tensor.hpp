@@ -2,6 +2,7 @@
 // with a dtype, a shape and a device.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ struct TensorView {
   DType dtype = DType::f32;
   Shape shape;
   Device device;
+  // The write version of the Tensor storage this view is of (null for memory the user owns):
+  // see mark_written.
+  std::atomic<uint64_t>* version = nullptr;
 
   int64_t numel() const { return shape.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
@@ -107,6 +111,11 @@ class Tensor {
   Tensor& uniform_(uint64_t seed, double low, double high);
   Tensor& normal_(uint64_t seed, double mean, double stddev);
 
+  // The storage's write version: a number no other storage has had, replaced by a new one
+  // whenever ember queues a write to the storage (mark_written). Equal versions mean equal
+  // contents; Parameter::compute_copy relies on it.
+  uint64_t version() const;
+
   // Copies to the host, waiting for this tensor's stream only.
   template <class T>
   std::vector<T> to_vector() const;
@@ -117,6 +126,11 @@ class Tensor {
   std::shared_ptr<Storage> storage_;
   TensorView view_;
 };
+
+// Records that `view`'s memory is written: its Tensor storage (if any) gets a new version. Every
+// ember op calls it for its outputs when it queues them, as do Tensor's own writers and the
+// optimizers; code that writes a tensor's memory by its raw pointer calls it too.
+void mark_written(const TensorView& view);
 
 // Queues a copy of `bytes` between any two devices on `stream` (host <-> host
 // runs at once). The caller orders it with other streams and, to read a host

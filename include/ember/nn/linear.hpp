@@ -1,6 +1,8 @@
 // Linear: y = act(x W^T + b), with W [out, in] and b [out], as in PyTorch, and an optional
 // activation fused into the matmul's epilogue (forward saves the pre-activation; backward
-// applies the activation's derivative and sums the bias gradient in one pass).
+// applies the activation's derivative and sums the bias gradient in one pass). Under autocast
+// (Context::precision f16/bf16) it computes in that dtype from W's working copy, with f32
+// accumulation, the f32 bias and f32 gradients of W and b.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ class Linear final : public Module {
   void drop_saved() override {
     input_ = Tensor();
     pre_ = Tensor();
+    weight_used_ = Tensor();
   }
   bool has_saved() const override { return input_.defined(); }
   std::string name() const override;
@@ -47,7 +50,10 @@ class Linear final : public Module {
   bool has_bias_;
   ops::Activation activation_;
   Parameter weight_, bias_;
-  Tensor input_, pre_;  // saved by forward: x, and x W^T + b when there is an activation
+  // Saved by forward: x (in the compute dtype), W as used (the working copy under autocast), and
+  // x W^T + b when there is an activation; x's own dtype, which dx gets.
+  Tensor input_, weight_used_, pre_;
+  DType input_dtype_ = DType::f32;
 };
 
 }  // namespace ember::nn

@@ -12,6 +12,10 @@ class SoftmaxCrossEntropy {
   Tensor forward(Context& ctx, const Tensor& logits, const Tensor& labels);
   // d(loss * dloss) / d logits, with logits' dtype.
   Tensor backward(Context& ctx, float dloss = 1.0f);
+  // The same with dloss a one-element f32 tensor on the stream's device, read there (AMP: the
+  // loss scale, amp::GradScaler::scale()). The gradient is computed in f32 and scaled before it
+  // is rounded to logits' dtype, so small gradients do not underflow in f16.
+  Tensor backward(Context& ctx, const Tensor& dloss);
   void drop_saved();
   bool has_saved() const { return probs_.defined(); }
 
@@ -28,6 +32,9 @@ class MSELoss {
   Tensor forward(Context& ctx, const Tensor& pred, const Tensor& target);
   // d(loss * dloss) / d pred, with pred's shape and dtype.
   Tensor backward(Context& ctx, float dloss = 1.0f);
+  // The same with dloss a one-element f32 tensor on the stream's device (see
+  // SoftmaxCrossEntropy::backward).
+  Tensor backward(Context& ctx, const Tensor& dloss);
   void drop_saved();
   bool has_saved() const { return pred_.defined(); }
 

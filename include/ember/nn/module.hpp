@@ -22,12 +22,15 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/nn/parameter.hpp"
+#include "ember/nn/precision.hpp"
 
 namespace ember::nn {
 
 struct Context {
   Stream& stream;
   bool training = true;  // false: forward saves nothing (inference)
+  // Autocast (nn/precision.hpp): f32, or f16/bf16 for matmul-based modules.
+  Precision precision = Precision::f32;
 };
 
 using GradReadyCallback = std::function<void(Parameter&)>;

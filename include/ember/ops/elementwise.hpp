@@ -16,6 +16,9 @@ namespace ember::ops {
 void add(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b);
 void mul(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b);
 void scale(Stream& stream, const TensorView& out, const TensorView& x, float alpha);
+// out = x * factor[0], factor a one-element f32 tensor on the stream's device, read there: no
+// host wait (AMP's loss scaling by a scale that lives on the device).
+void scale_by(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& factor);
 // out[i, j] = x[i, j] + bias[j]; x and out are [M, N], bias is [N]. More generally x may
 // have any rank >= 1: bias matches its last dimension and is added to every row.
 void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias);

@@ -160,6 +160,18 @@ void scale(Stream& stream, const TensorView& out, const TensorView& x, float alp
   run(kOp, stream, out, fn::Scale{alpha}, x);
 }
 
+void scale_by(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& factor) {
+  constexpr std::string_view kOp = "ops::scale_by";
+  check_unary(kOp, stream, out, "out", x, "x");
+  detail::check_devices(kOp, stream, {&factor});
+  detail::check_scalar(kOp, "factor", factor, DType::f32);
+  detail::check_disjoint(kOp, out, factor);
+  // Each element a row of one column, so that the factor broadcasts as a row vector.
+  const Shape column{x.numel(), 1};
+  run(kOp, stream, out.reshape(column), fn::Mul{}, x.reshape(column),
+      row(factor.reshape(Shape{1})));
+}
+
 void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias) {
   constexpr std::string_view kOp = "ops::bias_add";
   check_unary(kOp, stream, out, "out", x, "x");
@@ -283,6 +295,7 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
 // kernel (cast.cuh) on CUDA.
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {
   constexpr std::string_view kOp = "ops::cast";
+  mark_written(out);
   detail::check_devices(kOp, stream, {&out, &in});
   detail::check_same_shape(kOp, out, in);
   detail::check_overlap(kOp, out, in);

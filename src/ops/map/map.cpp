@@ -45,6 +45,7 @@ int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
   for (int d = 0; d + 1 < shape.rank(); ++d) rows *= shape[d];
   for (size_t o = 0; o < n_outs; ++o) {
     const TensorView& out = outs[o];
+    mark_written(out);
     check_devices(op, stream, {&out});
     check_map_dtype(op, "output", out);
     EMBER_CHECK(out.shape == shape, "{}: outputs differ in shape: {} vs {}", op, out.describe(),
@@ -106,6 +107,7 @@ const Shape& map_reduce_shape(std::string_view op, const MapInputSpec* ins, size
 }
 
 void check_map_reduce_out(std::string_view op, const Stream& stream, const TensorView& out) {
+  mark_written(out);
   check_devices(op, stream, {&out});
   check_floating(op, "out", out);
   EMBER_CHECK(out.numel() == 1, "{}: out must be one element, not {}", op, out.describe());

@@ -84,6 +84,9 @@ const char* backend_name(MatmulBackend backend) {
 void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
             const MatmulOptions& options) {
   detail::check_devices(kOp, stream, {&c, &a, &b});
+  mark_written(c);
+  mark_written(options.pre_activation);
+  mark_written(options.bias_grad);
   detail::check_floating(kOp, "A", a);
   detail::check_floating(kOp, "B", b);
   detail::check_floating(kOp, "C", c);

@@ -13,6 +13,7 @@ namespace ember::ops {
 
 void sum(Stream& stream, const TensorView& out, const TensorView& x, const ReduceOptions& options) {
   constexpr std::string_view kOp = "ops::sum";
+  mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
   detail::check_scalar(kOp, "out", out, DType::f32);
   detail::check_floating(kOp, "x", x);
@@ -31,6 +32,7 @@ void sum(Stream& stream, const TensorView& out, const TensorView& x, const Reduc
 void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
                  const ReduceOptions& options) {
   constexpr std::string_view kOp = "ops::column_sums";
+  mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
   detail::check_dtype(kOp, "out", out, DType::f32);
   detail::check_floating(kOp, "x", x);
@@ -60,6 +62,7 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
 
 void max(Stream& stream, const TensorView& out, const TensorView& x) {
   constexpr std::string_view kOp = "ops::max";
+  mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
   detail::check_scalar(kOp, "out", out, DType::f32);
   detail::check_floating(kOp, "x", x);

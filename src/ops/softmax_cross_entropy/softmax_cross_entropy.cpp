@@ -43,6 +43,8 @@ void check_some_rows(std::string_view op, const TensorView& x) {
 void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
                                    const TensorView& logits, const TensorView& labels) {
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_forward";
+  mark_written(loss);
+  mark_written(probs);
   detail::check_devices(kOp, stream, {&loss, &probs, &logits, &labels});
   check_logits(kOp, "logits", logits);
   check_some_rows(kOp, logits);
@@ -69,6 +71,7 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
                                     const TensorView& probs, const TensorView& labels,
                                     float dloss) {
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_backward";
+  mark_written(dlogits);
   detail::check_devices(kOp, stream, {&dlogits, &probs, &labels});
   check_logits(kOp, "probs", probs);
   detail::check_dtype(kOp, "probs", probs, DType::f32);
@@ -92,6 +95,7 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
 
 void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
   constexpr std::string_view kOp = "ops::argmax";
+  mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
   check_logits(kOp, "x", x);
   detail::check_rank(kOp, "out", out, 1);
@@ -116,6 +120,7 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
 void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
                    const TensorView& labels) {
   constexpr std::string_view kOp = "ops::count_correct";
+  mark_written(correct);
   detail::check_devices(kOp, stream, {&correct, &logits, &labels});
   check_logits(kOp, "logits", logits);
   check_labels_shape(kOp, labels, logits);
