@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ember/amp/grad_scaler.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/data/spirals.hpp"
@@ -260,6 +261,40 @@ TEST(EmulatedStreams, TrainingStepMakesNoSynchronizingCallButItsRead) {
   EXPECT_EQ(after.stream_synchronize - before.stream_synchronize, 3u);
   EXPECT_EQ(after.blocking_copies - before.blocking_copies, 3u);
   EXPECT_LT(losses.back(), losses.front());
+}
+
+// The same with f16 autocast and the GradScaler: after the first step (which creates state), a
+// step queues everything, the scaler's unscale, skip and update included, and waits for
+// nothing: no synchronizing call at all while the loss is not read.
+TEST(EmulatedStreams, AmpTrainingStepMakesNoSynchronizingCall) {
+  const LazyStreams lazy;
+  const ember::data::Dataset data =
+      ember::data::make_spirals({.classes = 4, .points_per_class = 40, .seed = 5});
+  auto model = ember::nn::make_mlp(
+      {.inputs = 2, .hidden = 32, .depth = 2, .outputs = 4, .seed = 3, .device = kGpu});
+  ember::train::AdamW optimizer(model->parameters(), {.lr = 1e-2f});
+  ember::amp::GradScaler scaler(kGpu);
+  ember::nn::SoftmaxCrossEntropy criterion;
+  Stream stream = ember::current_stream(kGpu);
+  ember::nn::Context ctx{stream, true, ember::nn::Precision::f16};
+  const Tensor x = data.inputs.slice(0, 64).to(stream), y = data.labels.slice(0, 64).to(stream);
+  std::vector<Tensor> losses;
+  simt::SyncCounts before;
+  for (int step = 0; step < 5; ++step) {
+    if (step == 1) before = simt::sync_counts();
+    optimizer.zero_grad();
+    losses.push_back(criterion.forward(ctx, model->forward(ctx, x), y));
+    model->backward(ctx, criterion.backward(ctx, scaler.scale()));
+    scaler.step(stream, optimizer);
+    scaler.update(stream);
+  }
+  const simt::SyncCounts after = simt::sync_counts();
+  EXPECT_EQ(after.device_synchronize - before.device_synchronize, 0u);
+  EXPECT_EQ(after.event_synchronize - before.event_synchronize, 0u);
+  EXPECT_EQ(after.stream_synchronize - before.stream_synchronize, 0u);
+  EXPECT_EQ(after.blocking_copies - before.blocking_copies, 0u);
+  EXPECT_LT(losses.back().item(), losses.front().item());
+  EXPECT_EQ(scaler.skipped_steps(), 0);
 }
 
 // CUDA graph capture is refused with a clear error, before anything is allocated or read.
