@@ -1,7 +1,9 @@
 // A Google Benchmark console reporter that, after the usual table, prints the
 // ratio of each ember benchmark to its reference measured in the same run.
 // Benchmarks pair up by name: "<group>/ember/<args>" against "<group>/<reference>/<args>" for
-// each of the references (e.g. "blas" for the CPU groups, "cublas" for the GPU ones).
+// each of the references (e.g. "blas" for the CPU groups, "cublas" for the GPU ones). Group
+// pairs compare two of ember's own groups: {"cpu_bf16", "cpu_f32"} prints the speed of
+// "cpu_bf16/ember/<args>" relative to "cpu_f32/ember/<args>".
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -9,14 +11,16 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::bench {
 
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
-  explicit RatioReporter(std::vector<std::string> references)
-      : references_(std::move(references)) {}
+  using GroupPair = std::pair<std::string, std::string>;
+  explicit RatioReporter(std::vector<std::string> references, std::vector<GroupPair> groups = {})
+      : references_(std::move(references)), groups_(std::move(groups)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -48,18 +52,35 @@ class RatioReporter : public benchmark::ConsoleReporter {
         std::printf("  %-48s %6.3f\n", name.c_str(), it->second / time);
       }
     }
+    for (const auto& [group, reference] : groups_) {
+      const std::string prefix = group + "/ember/";
+      bool header = false;
+      for (const auto& [name, time] : seconds_) {
+        if (name.rfind(prefix, 0) != 0) continue;
+        const auto it = seconds_.find(reference + "/ember/" + name.substr(prefix.size()));
+        if (it == seconds_.end()) continue;
+        if (!header) {
+          std::printf("\nspeed of ember's %s relative to its %s, same run (>1: %s is faster)\n",
+                      group.c_str(), reference.c_str(), group.c_str());
+          header = true;
+        }
+        std::printf("  %-48s %6.3f\n", name.c_str(), it->second / time);
+      }
+    }
   }
 
  private:
   std::vector<std::string> references_;
+  std::vector<GroupPair> groups_;
   std::map<std::string, double> seconds_;
 };
 
 // Runs the registered benchmarks with a RatioReporter; use as main's body.
-inline int run_with_ratios(int argc, char** argv, std::vector<std::string> references) {
+inline int run_with_ratios(int argc, char** argv, std::vector<std::string> references,
+                           std::vector<RatioReporter::GroupPair> groups = {}) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter(std::move(references));
+  RatioReporter reporter(std::move(references), std::move(groups));
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

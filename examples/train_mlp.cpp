@@ -37,6 +37,7 @@ struct Config {
   std::string data_dir;  // empty: spirals
   std::string device = "auto";
   std::string log_csv;  // empty: none
+  std::string amp = "f32";
 };
 
 constexpr const char* kUsage = R"(usage: train_mlp [options]
@@ -56,6 +57,8 @@ options:
   --points N         spiral points per class (default 2000)
   --data DIR         train on MNIST IDX files in DIR instead of spirals
   --device D         auto, cpu, cuda or cuda:N (default auto: the GPU when ember can use one)
+  --amp P            f32 (default), f16 or bf16: mixed precision (autocast; f16 adds dynamic
+                     loss scaling, and the progress lines show the scale and skipped steps)
   --seed N           seed for data, initialization and shuffling (default 1)
   --log-every N      steps between progress lines (default 250)
   --log-csv FILE     write step, loss, learning rate, validation accuracy (on progress
@@ -121,6 +124,13 @@ Config parse_args(int argc, char** argv) {
          if (v != "auto") ember::Device::parse(v);  // rejects bad names here, with exit code 2
          c.device = v;
        }},
+      {"--amp",
+       [&](const std::string& v) {
+         if (v != "f32" && v != "f16" && v != "bf16") {
+           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
+         }
+         c.amp = v;
+       }},
       {"--activation",
        [&](const std::string& v) {
          if (v != "relu" && v != "gelu") {
@@ -167,9 +177,9 @@ ember::Device choose_device(const std::string& requested) {
 
 // Fraction of `data` that the model classifies correctly, in batches.
 double accuracy(ember::nn::Module& model, const ember::data::Dataset& data, ember::Stream& stream,
-                int64_t batch) {
+                int64_t batch, ember::nn::Precision precision) {
   using namespace ember;
-  nn::Context ctx{stream, /*training=*/false};
+  nn::Context ctx{stream, /*training=*/false, precision};
   const int64_t n = data.size();
   const int64_t features = data.inputs.shape()[1];
   int64_t correct = 0;
@@ -236,9 +246,14 @@ int run(const Config& c) {
                                                .weight_decay = static_cast<float>(c.weight_decay)});
   const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, 0, c.lr / 10);
   nn::SoftmaxCrossEntropy criterion;
-  nn::Context ctx{stream};
-  fmt::print("model: {} on {}, {} steps of batch {}\n", model->name(), device.to_string(), c.steps,
-             batch);
+  const nn::Precision precision = nn::parse_precision(c.amp);
+  nn::Context ctx{stream, /*training=*/true, precision};
+  // Dynamic loss scaling for f16; a pass-through otherwise (bf16 has f32's range).
+  amp::GradScalerOptions scaling;
+  scaling.enabled = precision == nn::Precision::f16;
+  amp::GradScaler scaler(device, scaling);
+  fmt::print("model: {} on {}, {} steps of batch {}{}\n", model->name(), device.to_string(),
+             c.steps, batch, precision == nn::Precision::f32 ? "" : ", autocast " + c.amp);
 
   // The CSV log: opened before training, so that a bad path fails at once.
   std::FILE* csv = nullptr;
@@ -283,8 +298,9 @@ int run(const Config& c) {
     optimizer.zero_grad();
     const Tensor logits = model->forward(ctx, x);
     const Tensor loss = criterion.forward(ctx, logits, y);
-    model->backward(ctx, criterion.backward(ctx));
-    optimizer.step(stream);
+    model->backward(ctx, criterion.backward(ctx, scaler.scale()));  // d(loss * scale)
+    scaler.step(stream, optimizer);  // unscales; skips the step on inf/nan gradients
+    scaler.update(stream);
     last_loss = loss.item();  // synchronizes with the device
     if (step == 1) first_loss = last_loss;
     EMBER_CHECK(std::isfinite(last_loss),
@@ -297,7 +313,7 @@ int run(const Config& c) {
     total_seconds += seconds;
     interval_samples += batch;
     const bool progress_step = step % c.log_every == 0 || step == c.steps;
-    if (progress_step) val_acc = accuracy(*model, validation, stream, 1024);
+    if (progress_step) val_acc = accuracy(*model, validation, stream, 1024, precision);
     if (csv != nullptr) {
       const std::string acc =
           progress_step && validation.size() > 0 ? fmt::format("{:.6f}", val_acc) : "";
@@ -305,8 +321,13 @@ int run(const Config& c) {
                  batch / seconds);
     }
     if (progress_step) {
-      fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s\n", step, last_loss,
-                 percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds);
+      const std::string scaling_state =
+          scaler.enabled() ? fmt::format(" | scale {:g} | skipped {}", scaler.get_scale(),
+                                         scaler.skipped_steps())
+                           : "";
+      fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s{}\n", step, last_loss,
+                 percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds,
+                 scaling_state);
       std::fflush(stdout);
       interval_seconds = 0;
       interval_samples = 0;

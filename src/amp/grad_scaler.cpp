@@ -20,8 +20,8 @@
 namespace ember::amp {
 
 using detail::ScaleRecord;
-using detail::ScaleRule;
 using detail::ScalerState;
+using detail::ScaleRule;
 
 namespace {
 // Updates whose outcome can be in flight at once (CUDA): past that, update() waits for the
@@ -124,7 +124,9 @@ GradScaler::GradScaler(Device device, GradScalerOptions options)
               "GradScaler: error_after_overflows_at_min_scale, collapse_backoffs and "
               "collapse_window must be >= 0");
   if (!options_.warn) {
-    options_.warn = [](const std::string& line) { std::fprintf(stderr, "ember: %s\n", line.c_str()); };
+    options_.warn = [](const std::string& line) {
+      std::fprintf(stderr, "ember: %s\n", line.c_str());
+    };
   }
   const Stream& stream = last_stream_;
   scale_ = Tensor::full({1}, options_.enabled ? o.init_scale : 1.0, DType::f32, stream);
@@ -170,7 +172,7 @@ Tensor GradScaler::scale(Stream& stream, const Tensor& x) const {
 }
 
 GradScaler::OptimizerState& GradScaler::state_of(const train::Optimizer& optimizer,
-                                                  const char* what) {
+                                                 const char* what) {
   const std::vector<nn::Parameter*>& params = optimizer.parameters();
   auto& slot = optimizers_[&optimizer];
   if (slot && slot->parameters == params.size()) return *slot;
@@ -206,8 +208,10 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
     EMBER_CHECK(g.defined(), "GradScaler::unscale_: the gradient of '{}' is undefined", p->name);
     EMBER_CHECK(g.dtype() != DType::f16, "Attempting to unscale FP16 gradients. ('{}' is {})",
                 p->name, g.view().describe());
-    EMBER_CHECK(g.dtype() == DType::f32, "GradScaler::unscale_: the gradient of '{}' is {}: "
-                "gradients must be f32", p->name, g.view().describe());
+    EMBER_CHECK(g.dtype() == DType::f32,
+                "GradScaler::unscale_: the gradient of '{}' is {}: "
+                "gradients must be f32",
+                p->name, g.view().describe());
     EMBER_CHECK(g.device() == device_,
                 "GradScaler::unscale_: the gradient of '{}' is on {}, but the scaler is on {}",
                 p->name, g.device().to_string(), device_.to_string());
@@ -249,8 +253,8 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
     order_after(last_stream_);
     for (const nn::Parameter* p : params) order_after(p->grad.stream());
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
-    cuda::unscale(grads, scale_.data<float>(), st.flags.data<int32_t>(),
-                  st.found_inf.data<float>(), state, static_cast<cudaStream_t>(stream.native()));
+    cuda::unscale(grads, scale_.data<float>(), st.flags.data<int32_t>(), st.found_inf.data<float>(),
+                  state, static_cast<cudaStream_t>(stream.native()));
     for (const Stream& s : others) {
       if (!(s == last_stream_)) s.wait(stream);
     }
@@ -270,7 +274,8 @@ void GradScaler::step(Stream& stream, train::Optimizer& optimizer) {
   }
   check_stream(stream, "step");
   OptimizerState& st = state_of(optimizer, "step");
-  EMBER_CHECK(st.stage != Stage::stepped, "step() has already been called since the last update().");
+  EMBER_CHECK(st.stage != Stage::stepped,
+              "step() has already been called since the last update().");
   if (st.stage == Stage::ready) unscale_(stream, optimizer);
   EMBER_CHECK(st.parameters > 0, "No inf checks were recorded for this optimizer.");
   // The gradients are unscaled already: the step reads only the flag, and skips on the device.
@@ -288,8 +293,8 @@ void GradScaler::update(Stream& stream) {
                  static_cast<int32_t>(options_.growth_interval),
                  options_.hysteresis,
                  static_cast<float>(options_.min_scale),
-                 static_cast<float>(std::min<double>(options_.max_scale,
-                                                     std::numeric_limits<float>::infinity())),
+                 static_cast<float>(
+                     std::min<double>(options_.max_scale, std::numeric_limits<float>::infinity())),
                  std::numeric_limits<float>::quiet_NaN()};
   run_update(stream, rule);
 }
@@ -378,8 +383,8 @@ bool GradScaler::drain_one(bool wait) {
   if (record.found != 0) {
     for (const auto& [buffer, opt_names] : p.flags) {
       const size_t n = opt_names->size();
-      const auto* flags =
-          static_cast<const int32_t*>(buffer->data) + static_cast<size_t>(slot) * std::max<size_t>(n, 1);
+      const auto* flags = static_cast<const int32_t*>(buffer->data) +
+                          static_cast<size_t>(slot) * std::max<size_t>(n, 1);
       for (size_t i = 0; i < n; ++i) {
         if (flags[i] != 0) names.push_back((*opt_names)[i]);
       }

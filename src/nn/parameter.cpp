@@ -20,7 +20,9 @@ Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
     if (!(copy.stream() == stream)) stream.wait(copy.stream());
     return copy;
   }
-  // A new tensor, not a rewrite of the old one: a backward may still hold the old copy.
+  // A new tensor, not a rewrite of the old one: a backward may still hold the old copy. The
+  // cache lets go of the old one first, so that the allocator can reuse its memory at once.
+  copy = Tensor();
   if (!(value.stream() == stream) && value.device() == stream.device()) {
     stream.wait(value.stream());
   }

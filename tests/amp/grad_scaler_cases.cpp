@@ -282,12 +282,12 @@ TEST_P(GradScalerTest, HysteresisMinAndMaxScale) {
     scaler.update(s);
     return scaler.get_scale();
   };
-  EXPECT_EQ(run(true), 8.0f);    // the first overflow is tolerated
-  EXPECT_EQ(run(true), 4.0f);    // the second backs off
-  EXPECT_EQ(run(true), 2.0f);    // then every one, until growth
-  EXPECT_EQ(run(true), 2.0f);    // floored at min_scale
+  EXPECT_EQ(run(true), 8.0f);  // the first overflow is tolerated
+  EXPECT_EQ(run(true), 4.0f);  // the second backs off
+  EXPECT_EQ(run(true), 2.0f);  // then every one, until growth
+  EXPECT_EQ(run(true), 2.0f);  // floored at min_scale
   EXPECT_EQ(run(false), 2.0f);
-  EXPECT_EQ(run(false), 4.0f);   // growth resets the hysteresis
+  EXPECT_EQ(run(false), 4.0f);  // growth resets the hysteresis
   EXPECT_EQ(run(true), 4.0f);
   EXPECT_EQ(run(false), 4.0f);
   EXPECT_EQ(run(false), 8.0f);

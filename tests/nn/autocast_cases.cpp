@@ -87,11 +87,15 @@ TEST_P(Autocast, AStaleWorkingCopyIsNeverUsed) {
          state.insert("bias", Tensor::full({2}, 0.5, DType::f32));
          layer.load_state_dict(state);
        }},
-      {"copy_", [&] { w.value.copy_(on(Tensor::full({2, 4}, -0.5, DType::f32))); }},
+      {"copy_",
+       [&] {
+         w.value.copy_(on(Tensor::full({2, 4}, -0.5, DType::f32)));
+       }},
       {"fill_", [&] { w.value.fill_(2.0); }},
       {"an op writing it", [&] { ops::scale(s, w.value, w.value, 3.0f); }},
       {"uniform_", [&] { w.value.uniform_(17, -1.0, 1.0); }},
-      {"an op writing a slice", [&] { ops::scale(s, w.value.slice(1, 2), w.value.slice(1, 2), -1.0f); }},
+      {"an op writing a slice",
+       [&] { ops::scale(s, w.value.slice(1, 2), w.value.slice(1, 2), -1.0f); }},
   };
   for (const auto& [what, write] : writers) {
     forward(layer, x, nn::Precision::bf16);  // makes (or reuses) the copy

@@ -160,7 +160,8 @@ void scale(Stream& stream, const TensorView& out, const TensorView& x, float alp
   run(kOp, stream, out, fn::Scale{alpha}, x);
 }
 
-void scale_by(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& factor) {
+void scale_by(Stream& stream, const TensorView& out, const TensorView& x,
+              const TensorView& factor) {
   constexpr std::string_view kOp = "ops::scale_by";
   check_unary(kOp, stream, out, "out", x, "x");
   detail::check_devices(kOp, stream, {&factor});

@@ -1,7 +1,8 @@
-// CPU matmul: 16-bit inputs are widened to f32, the product runs through
-// OpenBLAS's sgemm (f32 accumulation), then the epilogue adds the bias, saves
-// the pre-activation and applies the activation with the same code as the
-// standalone ops, so fused and unfused results are bitwise equal.
+// CPU matmul: the product runs through oneDNN for 16-bit inputs where the CPU has native
+// 16-bit dot products (matmul_onednn.hpp), else through OpenBLAS's sgemm with the inputs
+// widened to f32 (f32 accumulation either way); then the epilogue adds the bias, saves the
+// pre-activation and applies the activation with the same code as the standalone ops, so fused
+// and unfused results are bitwise equal.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
+#include "ops/matmul/matmul_onednn.hpp"
 
 namespace ember::ops::cpu {
 namespace {
@@ -55,22 +57,29 @@ void store_from_f32(const TensorView& t, const float* values) {
   }
 }
 
-// bias_grad[i] = sum_p op(A)[i, p], accumulated in f32 in order of p.
-void row_sums_of_op_a(const TensorView& out, float beta, const float* a, int64_t m, int64_t k,
+// bias_grad[i] = sum_p op(A)[i, p], accumulated in f32 in order of p, reading A (any float
+// dtype) a row at a time.
+void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, int64_t m, int64_t k,
                       bool transpose_a) {
   std::vector<float> sums(static_cast<size_t>(m), 0.0f);
   if (transpose_a) {  // A is [k, m]: add its rows
+    std::vector<float> row(static_cast<size_t>(m));
     for (int64_t p = 0; p < k; ++p) {
-      const float* row = a + p * m;
+      const float* r = load_f32(a.data, a.dtype, p * m, m, row.data());
 #pragma omp simd
-      for (int64_t i = 0; i < m; ++i) sums[i] += row[i];
+      for (int64_t i = 0; i < m; ++i) sums[i] += r[i];
     }
   } else {
-#pragma omp parallel for schedule(static) if (m * k > 65536)
-    for (int64_t i = 0; i < m; ++i) {
-      float total = 0.0f;
-      for (int64_t p = 0; p < k; ++p) total += a[i * k + p];
-      sums[i] = total;
+#pragma omp parallel if (m * k > 65536)
+    {
+      std::vector<float> row(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; ++i) {
+        const float* r = load_f32(a.data, a.dtype, i * k, k, row.data());
+        float total = 0.0f;
+        for (int64_t p = 0; p < k; ++p) total += r[p];
+        sums[i] = total;
+      }
     }
   }
   if (beta != 0.0f) {
@@ -96,12 +105,10 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
             const detail::MatmulDims& dims, const MatmulOptions& options) {
   const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
   F32Scratch a_scratch, b_scratch, c_scratch, scratch;
-  const float* a32 = as_f32(a, a_scratch);
   if (options.bias_grad.data != nullptr && m > 0) {
-    row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a32, m, k, options.transpose_a);
+    row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a, m, k, options.transpose_a);
   }
   if (m == 0 || n == 0 || batch == 0) return;
-  const float* b32 = as_f32(b, b_scratch);
   const int64_t total = batch * m * n;
   // A residual that is C itself must be read before the product overwrites C.
   F32Scratch residual_copy;
@@ -131,7 +138,10 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
 #pragma omp parallel for schedule(static) if (total > 65536)
     for (int64_t i = 0; i < total; ++i)
       c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
-  } else {
+  } else if (!matmul_onednn(c32, a, b, dims, options.transpose_a, options.transpose_b,
+                            options.alpha, options.beta)) {
+    const float* a32 = as_f32(a, a_scratch);
+    const float* b32 = as_f32(b, b_scratch);
     const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[a.rank() - 1]));
     const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[b.rank() - 1]));
     for (int64_t e = 0; e < batch; ++e) {

@@ -3,8 +3,8 @@
 
 #include <string_view>
 
-#include "ops/common/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
+#include "ops/common/cpu_ops.hpp"
 #if EMBER_WITH_CUDA
 #include "ops/reduce/reduce_cuda.hpp"
 #endif

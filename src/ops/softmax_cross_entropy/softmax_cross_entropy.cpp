@@ -6,8 +6,8 @@
 #include <limits>
 #include <string_view>
 
-#include "ops/common/cpu_ops.hpp"
 #include "ember/ops/check.hpp"
+#include "ops/common/cpu_ops.hpp"
 #if EMBER_WITH_CUDA
 #include "ops/softmax_cross_entropy/softmax_cross_entropy_cuda.hpp"
 #endif

@@ -1,0 +1,115 @@
+#include "ops/matmul/matmul_onednn.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#if EMBER_WITH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace ember::ops::cpu {
+
+#if EMBER_WITH_ONEDNN
+namespace {
+
+using dnnl::memory;
+
+struct OneDnn {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+OneDnn& onednn() {
+  static OneDnn instance;
+  return instance;
+}
+
+bool disabled_by_environment() {
+  const char* v = std::getenv("EMBER_ONEDNN");
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
+memory::data_type data_type(DType dtype) {
+  return dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f16;
+}
+
+// A [rows, cols] operand stored row-major, or transposed ([cols, rows] stored): its strides.
+memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool transposed) {
+  const memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
+  return memory::desc({rows, cols}, type, strides);
+}
+
+dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::data_type type,
+                                      bool transpose_a, bool transpose_b, float alpha, float beta) {
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::desc desc(matrix(m, k, type, transpose_a), matrix(k, n, type, transpose_b),
+                                memory::desc({m, n}, memory::data_type::f32, {n, 1}));
+  return dnnl::matmul::primitive_desc(desc, attr, onednn().engine);
+}
+
+// Native kernels only: a reference ("ref:") implementation is slower than widening + sgemm.
+bool native(DType dtype) {
+  try {
+    const auto pd = describe(64, 64, 64, data_type(dtype), false, false, 1.0f, 0.0f);
+    return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+bool onednn_available(DType dtype) {
+  if (dtype != DType::bf16 && dtype != DType::f16) return false;
+  static const bool off = disabled_by_environment();
+  static const bool bf16 = native(DType::bf16);
+  static const bool f16 = native(DType::f16);
+  return !off && (dtype == DType::bf16 ? bf16 : f16);
+}
+
+bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
+                   const detail::MatmulDims& dims, bool transpose_a, bool transpose_b, float alpha,
+                   float beta) {
+  if (a.dtype != b.dtype || !onednn_available(a.dtype)) return false;
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
+  const memory::data_type type = data_type(a.dtype);
+  // oneDNN keeps created primitives in its own cache: a repeated shape costs a lookup.
+  const auto pd = describe(m, n, k, type, transpose_a, transpose_b, alpha, beta);
+  const dnnl::matmul product(pd);
+  OneDnn& dnn = onednn();
+  const size_t element = dtype_size(a.dtype);
+  for (int64_t e = 0; e < dims.batch; ++e) {
+    auto* a_data = static_cast<char*>(a.data) + (dims.a_batched ? e * m * k * element : 0);
+    auto* b_data = static_cast<char*>(b.data) + (dims.b_batched ? e * k * n * element : 0);
+    memory src(pd.src_desc(), dnn.engine, a_data);
+    memory weights(pd.weights_desc(), dnn.engine, b_data);
+    memory dst(pd.dst_desc(), dnn.engine, c32 + e * m * n);
+    product.execute(dnn.stream,
+                    {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+  }
+  dnn.stream.wait();
+  return true;
+}
+
+#else  // no oneDNN in this build: callers widen to f32
+
+bool onednn_available(DType) {
+  return false;
+}
+
+bool matmul_onednn(float*, const TensorView&, const TensorView&, const detail::MatmulDims&, bool,
+                   bool, float, float) {
+  return false;
+}
+
+#endif
+
+}  // namespace ember::ops::cpu
