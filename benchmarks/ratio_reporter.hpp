@@ -27,6 +27,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     for (const Run& run : runs) {
       if (run.run_type == Run::RT_Iteration && !run.error_occurred) {
         seconds_[run.benchmark_name()] = run.GetAdjustedRealTime();
+        const auto memory = run.counters.find("step_MiB");
+        if (memory != run.counters.end()) step_mib_[run.benchmark_name()] = memory->second.value;
       }
     }
   }
@@ -60,11 +62,18 @@ class RatioReporter : public benchmark::ConsoleReporter {
         const auto it = seconds_.find(reference + "/ember/" + name.substr(prefix.size()));
         if (it == seconds_.end()) continue;
         if (!header) {
-          std::printf("\nspeed of ember's %s relative to its %s, same run (>1: %s is faster)\n",
-                      group.c_str(), reference.c_str(), group.c_str());
+          std::printf("\nspeed of ember's %s relative to its %s, same run (>1: %s is faster)%s\n",
+                      group.c_str(), reference.c_str(), group.c_str(),
+                      step_mib_.count(name) ? "; memory: its step memory / the reference's" : "");
           header = true;
         }
-        std::printf("  %-48s %6.3f\n", name.c_str(), it->second / time);
+        std::printf("  %-48s %6.3f", name.c_str(), it->second / time);
+        const auto ours_mib = step_mib_.find(name), theirs_mib = step_mib_.find(it->first);
+        if (ours_mib != step_mib_.end() && theirs_mib != step_mib_.end() &&
+            theirs_mib->second > 0) {
+          std::printf("  memory %6.3f", ours_mib->second / theirs_mib->second);
+        }
+        std::printf("\n");
       }
     }
   }
@@ -73,6 +82,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
   std::vector<std::string> references_;
   std::vector<GroupPair> groups_;
   std::map<std::string, double> seconds_;
+  std::map<std::string, double> step_mib_;  // the "step_MiB" counter, where a benchmark sets it
 };
 
 // Runs the registered benchmarks with a RatioReporter; use as main's body.

@@ -240,6 +240,63 @@ TEST_P(Autocast, AnF16OverflowSkipsTheStepAndTrainingGoesOn) {
   EXPECT_FALSE(scaler.history().front().nonfinite.empty());
 }
 
+// The accumulation loop under AMP: K micro-batches, each backward seeded with scale / K, then
+// one unscale_ right before the step. The gradients are those of one batch of K x B.
+TEST_P(Autocast, AccumulatedMicroBatchesUnscaleOnceAndMatchOneBatch) {
+  constexpr int64_t kMicro = 4, kBatch = 16;
+  const Tensor x_all = on(Tensor::empty({kMicro * kBatch, 6}).uniform_(8, -1.0, 1.0));
+  std::vector<int32_t> labels(kMicro * kBatch);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((i * 7) % 4);
+  const Tensor y_all = on(Tensor::from_vector(labels, {kMicro * kBatch}));
+  auto grads_of = [&](nn::Precision precision, bool accumulate) {
+    auto model = nn::make_mlp(
+        {.inputs = 6, .hidden = 32, .depth = 2, .outputs = 4, .seed = 21, .device = device()});
+    train::SGD sgd(model->parameters(), {.lr = 0.0f});
+    Stream s = stream();
+    nn::Context ctx{s, true, precision};
+    amp::GradScalerOptions so;
+    so.enabled = precision == nn::Precision::f16;
+    amp::GradScaler scaler(device(), so);
+    nn::SoftmaxCrossEntropy loss;
+    if (!accumulate) {
+      loss.forward(ctx, model->forward(ctx, x_all), y_all);
+      model->backward(ctx, loss.backward(ctx, scaler.scale()));
+    } else {
+      // d(loss * scale / K): the mean over K micro-batches, scaled, made once on the device.
+      const Tensor dloss =
+          scaler.scale(s, on(Tensor::full({1}, 1.0 / kMicro, DType::f32)).to(s));
+      for (int64_t k = 0; k < kMicro; ++k) {
+        const Tensor x = x_all.slice(k * kBatch, (k + 1) * kBatch);
+        const Tensor y = y_all.slice(k * kBatch, (k + 1) * kBatch);
+        loss.forward(ctx, model->forward(ctx, x), y);
+        model->backward(ctx, loss.backward(ctx, dloss));  // adds into the gradients
+      }
+    }
+    scaler.unscale_(s, sgd);  // once, right before the step
+    std::vector<std::vector<float>> out;
+    for (nn::Parameter* p : model->parameters()) out.push_back(p->grad.to_vector<float>());
+    scaler.step(s, sgd);
+    scaler.update(s);
+    EXPECT_EQ(scaler.skipped_steps(), 0);
+    return out;
+  };
+  const auto whole = grads_of(nn::Precision::f32, false);
+  // f32: the same sums in another order (1e-5 of the largest gradient); f16: its rounding of
+  // activations and activation gradients (5e-3).
+  for (auto [precision, tol] : {std::pair{nn::Precision::f32, 1e-5}, {nn::Precision::f16, 5e-3}}) {
+    const auto accumulated = grads_of(precision, true);
+    ASSERT_EQ(accumulated.size(), whole.size());
+    for (size_t t = 0; t < whole.size(); ++t) {
+      double largest = 0;
+      for (float v : whole[t]) largest = std::max(largest, std::fabs(double(v)));
+      for (size_t i = 0; i < whole[t].size(); ++i) {
+        ASSERT_NEAR(accumulated[t][i], whole[t][i], tol * largest)
+            << nn::precision_name(precision) << " tensor " << t << " element " << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_EMBER_DEVICES(Autocast);
 
 }  // namespace
