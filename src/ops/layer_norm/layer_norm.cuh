@@ -1,0 +1,131 @@
+// LayerNorm's CUDA kernels: one row per team (a warp for rows of up to 1024 elements, 8 rows to
+// a block; else a block of 256), statistics in double, the shared formulas of
+// layer_norm_math.hpp; and the dgamma/dbeta column sums in two phases, a chunk of rows per block
+// row (row order inside a chunk), then the chunks in order, as on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/kernels/reduce_common.cuh"
+#include "ops/layer_norm/layer_norm_math.hpp"
+
+namespace ember::kernels {
+
+namespace layer_norm_detail {
+inline constexpr int kThreads = 256;
+inline constexpr int64_t kWarpRowMaxCols = 1024;
+inline constexpr int kWarpRowsPerBlock = kThreads / 32;
+inline constexpr int kColumnThreads = 256;  // columns per block of the dgamma/dbeta sums
+}  // namespace layer_norm_detail
+
+template <class T>
+__device__ __forceinline__ float load_f32(const T* p, int64_t i) {
+  return to_f32(p[i]);
+}
+
+// Rows are grid-strided by teams; threadIdx.x is the lane in the team, threadIdx.y the team.
+template <int kTeam, class TIn, class TOut>
+__global__ void __launch_bounds__(layer_norm_detail::kThreads)
+    layer_norm_forward_kernel(const TIn* x, TOut* y, const float* gamma, const float* beta,
+                              float* mean, float* rstd, float eps, int64_t rows, int64_t cols) {
+  namespace math = ops::layer_norm_math;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const TIn* xr = x + row * cols;
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < cols; j += kTeam) sum += load_f32(xr, j);
+    sum = team_reduce<kTeam>(sum, SumOp{}, 0.0);
+    const float m = math::mean_of(sum, cols);
+    double squares = 0.0;
+    for (int64_t j = threadIdx.x; j < cols; j += kTeam) {
+      const double d = static_cast<double>(load_f32(xr, j)) - static_cast<double>(m);
+      squares += rn::dmul(d, d);
+    }
+    squares = team_reduce<kTeam>(squares, SumOp{}, 0.0);
+    const float s = math::rstd_of(squares, cols, eps);
+    TOut* yr = y + row * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += kTeam) {
+      const float g = gamma != nullptr ? gamma[j] : 1.0f;
+      const float b = beta != nullptr ? beta[j] : 0.0f;
+      yr[j] = from_f32<TOut>(math::normalized(load_f32(xr, j), m, s, g, b));
+    }
+    if (threadIdx.x == 0 && mean != nullptr) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  }
+}
+
+template <int kTeam, class TX, class TDy, class TDx>
+__global__ void __launch_bounds__(layer_norm_detail::kThreads)
+    layer_norm_input_grad_kernel(const TX* x, const TDy* dy, const float* gamma, const float* mean,
+                                 const float* rstd, TDx* dx, int64_t rows, int64_t cols) {
+  namespace math = ops::layer_norm_math;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const TX* xr = x + row * cols;
+    const TDy* dyr = dy + row * cols;
+    const float m = mean[row], s = rstd[row];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t j = threadIdx.x; j < cols; j += kTeam) {
+      const float d = load_f32(dyr, j);
+      const float g = gamma != nullptr ? rn::mul(d, gamma[j]) : d;
+      sum_g += g;
+      sum_gx += static_cast<double>(g) * static_cast<double>(math::xhat(load_f32(xr, j), m, s));
+    }
+    sum_g = team_reduce<kTeam>(sum_g, SumOp{}, 0.0);
+    sum_gx = team_reduce<kTeam>(sum_gx, SumOp{}, 0.0);
+    const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
+    TDx* dxr = dx + row * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += kTeam) {
+      const float d = load_f32(dyr, j);
+      const float g = gamma != nullptr ? rn::mul(d, gamma[j]) : d;
+      dxr[j] = from_f32<TDx>(math::input_grad(g, math::xhat(load_f32(xr, j), m, s), s, mg, mgx));
+    }
+  }
+}
+
+// partials[chunk][j] (dgamma) and partials[chunks + chunk][j] (dbeta): the sums over the
+// chunk's rows, in row order. Grid: (column blocks, chunks).
+template <class TX, class TDy>
+__global__ void __launch_bounds__(layer_norm_detail::kColumnThreads)
+    layer_norm_param_partials_kernel(const TX* x, const TDy* dy, const float* mean,
+                                     const float* rstd, int64_t rows, int64_t cols, int64_t chunks,
+                                     double* partials) {
+  namespace math = ops::layer_norm_math;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * math::kRowsPerChunk;
+  const int64_t end = begin + math::kRowsPerChunk < rows ? begin + math::kRowsPerChunk : rows;
+  double pg = 0.0, pb = 0.0;
+  for (int64_t r = begin; r < end; ++r) {
+    const float d = load_f32(dy, r * cols + j);
+    pg += static_cast<double>(d) *
+          static_cast<double>(math::xhat(load_f32(x, r * cols + j), mean[r], rstd[r]));
+    pb += d;
+  }
+  partials[chunk * cols + j] = pg;
+  partials[(chunks + chunk) * cols + j] = pb;
+}
+
+// dgamma[j] (+)= f32(sum over chunks, in order); the same for dbeta. Either may be null.
+__global__ void __launch_bounds__(layer_norm_detail::kColumnThreads)
+    layer_norm_param_finish_kernel(const double* partials, int64_t cols, int64_t chunks,
+                                   float* dgamma, float* dbeta, bool accumulate) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  double tg = 0.0, tb = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    tg += partials[c * cols + j];
+    tb += partials[(chunks + c) * cols + j];
+  }
+  if (dgamma != nullptr) {
+    dgamma[j] = accumulate ? rn::add(dgamma[j], static_cast<float>(tg)) : static_cast<float>(tg);
+  }
+  if (dbeta != nullptr) {
+    dbeta[j] = accumulate ? rn::add(dbeta[j], static_cast<float>(tb)) : static_cast<float>(tb);
+  }
+}
+
+}  // namespace ember::kernels
