@@ -35,6 +35,7 @@ Sequential& Sequential::add(std::string name, std::shared_ptr<Module> module) {
                 name);
   }
   if (callback_) module->set_grad_ready_callback(callback_);
+  module->train(is_training());
   module->set_parent(this);
   module->set_path(qualified(name));
   modules_.push_back(std::move(module));
@@ -100,6 +101,11 @@ std::string Sequential::name() const {
     text += (i ? ", " : "") + modules_[i]->name();
   }
   return text + ")";
+}
+
+void Sequential::train(bool on) {
+  Module::train(on);
+  for (auto& m : modules_) m->train(on);
 }
 
 void Sequential::set_grad_ready_callback(GradReadyCallback callback) {

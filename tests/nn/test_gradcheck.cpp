@@ -13,9 +13,13 @@
 #include <vector>
 
 #include "ember/nn/activation.hpp"
+#include "ember/nn/checkpoint.hpp"
+#include "ember/nn/dropout.hpp"
+#include "ember/nn/layer_norm.hpp"
 #include "ember/nn/linear.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/nn/sequential.hpp"
+#include "ember/train/residual_mlp.hpp"
 
 namespace {
 
@@ -310,6 +314,40 @@ TEST(Module, LinearInitializationMatchesPyTorchBounds) {
   nn::Linear again(64, 32, {.seed = 3}), other(64, 32, {.seed = 4});
   EXPECT_EQ(again.weight().value.to_vector<float>(), w);
   EXPECT_NE(other.weight().value.to_vector<float>(), w);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Gradcheck, LayerNorm) {
+  uint64_t seed = 900;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 2}, {3, 5}, {4, 17}}) {
+    for (bool affine : {true, false}) {
+      nn::LayerNorm layer(cols, {.affine = affine});
+      if (affine) {  // weight and bias away from 1 and 0, so that their terms show
+        layer.weight().value.uniform_(seed, 0.5, 1.5);
+        layer.bias().value.uniform_(seed + 1, -0.5, 0.5);
+      }
+      check_module(layer, random({rows, cols}, seed + 2, -2, 2), {rows, cols}, seed + 3);
+      seed += 4;
+    }
+  }
+}
+
+TEST(Gradcheck, DropoutWithItsMaskFixedByTheStep) {
+  nn::Dropout layer({.p = 0.3f, .seed = 77});
+  check_module(layer, random({6, 11}, 78), {6, 11}, 79);
+}
+
+TEST(Gradcheck, ResidualPreNormBlock) {
+  auto block = ember::train::make_residual_block(6, 2, 0.2f, 41, ember::Device::cpu());
+  check_module(*block, random({3, 6}, 42), {3, 6}, 43);
+}
+
+TEST(Gradcheck, CheckpointedBlock) {
+  nn::Checkpoint layer(ember::train::make_residual_block(5, 3, 0.25f, 51, ember::Device::cpu()));
+  check_module(layer, random({4, 5}, 52), {4, 5}, 53);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 // (Sequential::add(name, module) gives the path); a module appears in one tree at most.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -31,6 +32,10 @@ struct Context {
   bool training = true;  // false: forward saves nothing (inference)
   // Autocast (nn/precision.hpp): f32, or f16/bf16 for matmul-based modules.
   Precision precision = Precision::f32;
+  // The micro-batch number: dropout masks are keyed by (seed, step, layer). Advance it for each
+  // new micro-batch; a re-run forward of the same micro-batch (checkpointing) keeps it, and so
+  // draws the same masks.
+  uint64_t step = 0;
 };
 
 using GradReadyCallback = std::function<void(Parameter&)>;
@@ -52,6 +57,12 @@ class Module {
   // and dtype). Missing, unexpected or mis-shaped entries are an Error listing them all,
   // and then nothing is written.
   void load_state_dict(const StateDict& state);
+
+  // Train mode (the default) or eval mode: dropout drops only in train mode. Containers pass it
+  // on to their children. (Context::training is separate: whether forward saves for backward.)
+  virtual void train(bool on = true) { training_ = on; }
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
 
   virtual void drop_saved() = 0;
   virtual bool has_saved() const = 0;
@@ -85,6 +96,7 @@ class Module {
   GradReadyCallback grad_ready_;
   std::string path_;
   Module* parent_ = nullptr;
+  bool training_ = true;
 };
 
 }  // namespace ember::nn

@@ -38,6 +38,7 @@ class Sequential final : public Module {
   bool has_saved() const override;
   std::string name() const override;
   void set_grad_ready_callback(GradReadyCallback callback) override;
+  void train(bool on = true) override;
 
   size_t size() const { return modules_.size(); }
   Module& operator[](size_t i) { return *modules_.at(i); }

@@ -1,0 +1,44 @@
+// LayerNorm over the last dimension (ops::layer_norm_forward): f32 statistics, weight (ones) and
+// bias (zeros) f32 parameters; the output follows the input's dtype (f16/bf16 under autocast).
+#pragma once
+
+#include <cstdint>
+
+#include "ember/nn/module.hpp"
+
+namespace ember::nn {
+
+struct LayerNormOptions {
+  float eps = 1e-5f;
+  bool affine = true;  // false: no weight and bias (gamma 1, beta 0)
+  Device device;
+};
+
+class LayerNorm final : public Module {
+ public:
+  explicit LayerNorm(int64_t features, const LayerNormOptions& options = {});
+
+  Tensor forward(Context& ctx, const Tensor& x) override;  // x [..., features]
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  std::vector<Parameter*> parameters() override;
+  void drop_saved() override {
+    input_ = Tensor();
+    mean_ = Tensor();
+    rstd_ = Tensor();
+  }
+  bool has_saved() const override { return input_.defined(); }
+  std::string name() const override;
+  void set_path(std::string path) override;
+
+  Parameter& weight();  // throws without affine
+  Parameter& bias();
+  int64_t features() const { return features_; }
+
+ private:
+  int64_t features_;
+  LayerNormOptions options_;
+  Parameter weight_, bias_;
+  Tensor input_, mean_, rstd_;  // saved by forward
+};
+
+}  // namespace ember::nn

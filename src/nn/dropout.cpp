@@ -1,0 +1,61 @@
+#include "ember/nn/dropout.hpp"
+
+#include <cmath>
+
+#include "ember/nn/seed.hpp"
+#include "ember/ops/elementwise.hpp"
+
+namespace ember::nn {
+
+Dropout::Dropout(const DropoutOptions& options)
+    : p_(options.p), seed_(options.seed ? *options.seed : next_default_seed()) {
+  EMBER_CHECK(std::isfinite(options.p) && options.p >= 0.0f && options.p <= 1.0f,
+              "Dropout: p must be in [0, 1], not {}", options.p);
+}
+
+std::string Dropout::name() const {
+  return fmt::format("Dropout(p={:g})", p_);
+}
+
+Tensor Dropout::forward(Context& ctx, const Tensor& x) {
+  EMBER_CHECK(x.defined(), "{}: the input is undefined", name());
+  if (ctx.training) check_nothing_saved("Dropout::forward");
+  const bool drops = is_training() && p_ > 0.0f;
+  if (!drops) {
+    identity_saved_ = ctx.training;
+    return x;
+  }
+  EMBER_CHECK(!(ctx.training && finished_step_ && *finished_step_ == ctx.step),
+              "{}{}{}: Context::step {} already had its forward and backward; advance ctx.step "
+              "for every micro-batch, or each would draw the same mask",
+              name(), path().empty() ? "" : " at ", path(), ctx.step);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
+  Tensor mask = Tensor::empty(x.shape(), DType::u8, ctx.stream);
+  ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);
+  if (ctx.training) {
+    mask_ = mask;
+    input_dtype_ = x.dtype();
+    saved_step_ = ctx.step;
+  }
+  return y;
+}
+
+Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
+  EMBER_CHECK(has_saved(),
+              "{}: backward needs what forward saved (forward was not run in training mode, or "
+              "it was dropped)",
+              name());
+  if (identity_saved_) {
+    identity_saved_ = false;
+    return dy;
+  }
+  EMBER_CHECK(dy.shape() == mask_.shape(), "{}: the output gradient {} does not match input {}",
+              name(), dy.view().describe(), mask_.view().describe());
+  Tensor dx = Tensor::empty(dy.shape(), input_dtype_, ctx.stream);
+  ops::dropout_backward(ctx.stream, dx, dy, mask_, p_);
+  finished_step_ = saved_step_;
+  drop_saved();
+  return dx;
+}
+
+}  // namespace ember::nn
