@@ -72,6 +72,7 @@
 #include "ember/ops/mse_loss.hpp"
 #include "ember/ops/reduce.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
+#include "ember/train/accumulation.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/clip_grad.hpp"
 #include "ember/train/lr_schedule.hpp"

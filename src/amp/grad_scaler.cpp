@@ -168,15 +168,21 @@ Tensor GradScaler::scale(Stream& stream, const Tensor& x) const {
   if (!(stream == last_stream_)) stream.wait(last_stream_);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), stream);
   ops::scale_by(stream, out, x, scale_);
+  // The scaler's next write of the scale comes after this read.
+  if (!(stream == last_stream_)) last_stream_.wait(stream);
   return out;
+}
+
+void GradScaler::keep_scale_ordered() const {
+  // Readers on the scale's own stream (item(), to_vector) see the scaler's last write.
+  if (!(scale_.stream() == last_stream_)) scale_.stream().wait(last_stream_);
 }
 
 GradScaler::OptimizerState& GradScaler::state_of(const train::Optimizer& optimizer,
                                                  const char* what) {
   const std::vector<nn::Parameter*>& params = optimizer.parameters();
-  auto& slot = optimizers_[&optimizer];
-  if (slot && slot->parameters == params.size()) return *slot;
-  // First use (or an optimizer at the address of a destroyed one).
+  auto& slot = optimizers_[optimizer.id()];
+  if (slot) return *slot;
   auto st = std::make_unique<OptimizerState>();
   st->parameters = params.size();
   st->names = std::make_shared<std::vector<std::string>>();
@@ -255,16 +261,18 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
     cuda::unscale(grads, scale_.data<float>(), st.flags.data<int32_t>(), st.found_inf.data<float>(),
                   state, static_cast<cudaStream_t>(stream.native()));
-    for (const Stream& s : others) {
-      if (!(s == last_stream_)) s.wait(stream);
-    }
+    // Every stream that holds the gradients or the scaler's state, the scaler's last one
+    // included, sees the unscaled gradients from here on.
+    for (const Stream& s : others) s.wait(stream);
 #else
     EMBER_THROW("GradScaler: {} needs a build with CUDA", device_.to_string());
 #endif
   }
   last_stream_ = stream;
+  keep_scale_ordered();
   st.stage = Stage::unscaled;
-  unscaled_order_.push_back(&optimizer);
+  // PyTorch records no inf check for an optimizer without parameters.
+  if (st.parameters > 0) unscaled_order_.push_back(optimizer.id());
 }
 
 void GradScaler::step(Stream& stream, train::Optimizer& optimizer) {
@@ -279,6 +287,7 @@ void GradScaler::step(Stream& stream, train::Optimizer& optimizer) {
   if (st.stage == Stage::ready) unscale_(stream, optimizer);
   EMBER_CHECK(st.parameters > 0, "No inf checks were recorded for this optimizer.");
   // The gradients are unscaled already: the step reads only the flag, and skips on the device.
+  if (!(stream == last_stream_)) stream.wait(last_stream_);  // after the unscale and its flag
   optimizer.step(stream, st.found_inf, Tensor());
   last_stream_ = stream;
   st.stage = Stage::stepped;
@@ -315,7 +324,7 @@ void GradScaler::run_update(Stream& stream, const ScaleRule& rule) {
     detail::update_scale(rule, scale_.data<float>(), state_of_tensor(state_),
                          record_of_tensor(state_));
     std::vector<std::string> names;
-    for (const train::Optimizer* opt : unscaled_order_) {
+    for (uint64_t opt : unscaled_order_) {
       const OptimizerState& st = *optimizers_.at(opt);
       const auto* flags = st.flags.data<int32_t>();
       for (size_t i = 0; i < st.parameters; ++i) {
@@ -337,7 +346,7 @@ void GradScaler::run_update(Stream& stream, const ScaleRule& rule) {
     EMBER_CUDA_CHECK(cudaMemcpyAsync(static_cast<ScaleRecord*>(pinned_) + slot,
                                      record_of_tensor(state_), sizeof(ScaleRecord),
                                      cudaMemcpyDeviceToHost, handle));
-    for (const train::Optimizer* opt : unscaled_order_) {
+    for (uint64_t opt : unscaled_order_) {
       const OptimizerState& st = *optimizers_.at(opt);
       auto* dst = static_cast<int32_t*>(st.flag_slots->data) +
                   static_cast<size_t>(slot) * std::max<size_t>(st.parameters, 1);
@@ -352,6 +361,7 @@ void GradScaler::run_update(Stream& stream, const ScaleRule& rule) {
 #endif
   }
   last_stream_ = stream;
+  keep_scale_ordered();
   for (auto& [opt, st] : optimizers_) st->stage = Stage::ready;
   unscaled_order_.clear();
   ++updates_;
@@ -473,7 +483,7 @@ int64_t GradScaler::skipped_steps() {
 }
 
 std::vector<std::string> GradScaler::nonfinite_parameters(const train::Optimizer& optimizer) const {
-  auto it = optimizers_.find(&optimizer);
+  auto it = optimizers_.find(optimizer.id());
   if (it == optimizers_.end()) return {};
   const OptimizerState& st = *it->second;
   std::vector<int32_t> flags(st.parameters);
@@ -494,6 +504,7 @@ std::vector<std::string> GradScaler::nonfinite_parameters(const train::Optimizer
 }
 
 StateDict GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
   const ScalerState s = read_from<ScalerState>(state_, 0, last_stream_);
   StateDict out;
   out.insert("scale", Tensor::from_vector(std::vector<float>{get_scale()}, {1}, Device::cpu()));
@@ -507,7 +518,12 @@ StateDict GradScaler::state_dict() const {
 }
 
 void GradScaler::load_state_dict(const StateDict& state) {
-  EMBER_CHECK(unscaled_order_.empty(),
+  if (!options_.enabled) return;  // as PyTorch: a disabled scaler keeps its scale of 1
+  EMBER_CHECK(!state.empty(),
+              "The source state dict is empty, possibly because it was saved from a disabled "
+              "instance of GradScaler.");
+  EMBER_CHECK(std::none_of(optimizers_.begin(), optimizers_.end(),
+                           [](const auto& entry) { return entry.second->stage != Stage::ready; }),
               "GradScaler::load_state_dict: an iteration is in progress (unscale_ or step without "
               "update()); load between iterations");
   const StateDict expected = state_dict();
@@ -518,8 +534,13 @@ void GradScaler::load_state_dict(const StateDict& state) {
   ScalerState s{scalar("growth_tracker").data<int32_t>()[0],
                 scalar("hysteresis_tracker").data<int32_t>()[0],
                 scalar("overflows_at_min_scale").data<int32_t>()[0], 0.0f};
-  EMBER_CHECK(std::isfinite(scale) && scale > 0.0f,
-              "GradScaler::load_state_dict: the scale must be finite and > 0, not {}", scale);
+  // 0 is a scale that underflowed (as PyTorch's can): it loads, as its own state must.
+  EMBER_CHECK(std::isfinite(scale) && scale >= 0.0f,
+              "GradScaler::load_state_dict: the scale must be finite and >= 0, not {}", scale);
+  EMBER_CHECK(scale >= options_.min_scale && scale <= options_.max_scale,
+              "GradScaler::load_state_dict: the scale {} is outside this scaler's [min_scale, "
+              "max_scale] = [{}, {}]",
+              scale, options_.min_scale, options_.max_scale);
   EMBER_CHECK(s.growth_tracker >= 0 && s.growth_tracker < options_.growth_interval &&
                   s.overflows_at_min >= 0 && s.hysteresis_left <= options_.hysteresis,
               "GradScaler::load_state_dict: growth_tracker {} (growth_interval {}), "
@@ -537,6 +558,8 @@ void GradScaler::load_state_dict(const StateDict& state) {
   state_.copy_(host_state);
   if (!(scale_.stream() == last_stream_)) last_stream_.wait(scale_.stream());
   if (!(state_.stream() == last_stream_)) last_stream_.wait(state_.stream());
+  // The log goes on from here; the flags of a loaded iteration are gone.
+  last_nonfinite_.clear();
 }
 
 }  // namespace ember::amp

@@ -72,7 +72,7 @@ EMBER_HOST_DEVICE inline void update_scale(const ScaleRule& rule, float* scale, 
     }
   }
   record->scale_after = *scale;
-  record->found = found && rule.forced != rule.forced ? 1 : 0;
+  record->found = found ? 1 : 0;  // the optimizers skipped, whatever the new scale
   record->growth_tracker = s->growth_tracker;
   record->hysteresis_left = s->hysteresis_left;
   record->overflows_at_min = s->overflows_at_min;

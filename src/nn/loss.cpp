@@ -5,6 +5,16 @@
 #include "ember/ops/softmax_cross_entropy.hpp"
 
 namespace ember::nn {
+namespace {
+// Checked before anything is written: a failed call leaves what forward saved intact.
+void check_dloss(const char* what, const Context& ctx, const Tensor& dloss) {
+  EMBER_CHECK(dloss.defined() && dloss.dtype() == DType::f32 && dloss.numel() == 1 &&
+                  dloss.device() == ctx.stream.device(),
+              "{}: dloss must be one f32 element on {} (the stream's device), not {}", what,
+              ctx.stream.device().to_string(),
+              dloss.defined() ? dloss.view().describe() : std::string("undefined"));
+}
+}  // namespace
 
 Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels) {
   Tensor loss = Tensor::empty({1}, DType::f32, ctx.stream);
@@ -32,7 +42,7 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
   EMBER_CHECK(probs_.defined(),
               "SoftmaxCrossEntropy: backward needs the probabilities saved by forward (forward "
               "was not run in training mode, or they were dropped)");
-  EMBER_CHECK(dloss.defined(), "SoftmaxCrossEntropy::backward: dloss is undefined");
+  check_dloss("SoftmaxCrossEntropy::backward", ctx, dloss);
   // The f32 gradient in place of the probabilities, then scaled and rounded once.
   ops::softmax_cross_entropy_backward(ctx.stream, probs_, probs_, labels_, 1.0f);
   Tensor dlogits = logits_dtype_ == DType::f32
@@ -72,7 +82,7 @@ Tensor MSELoss::backward(Context& ctx, const Tensor& dloss) {
   EMBER_CHECK(pred_.defined(),
               "MSELoss: backward needs the prediction and target saved by forward (forward was "
               "not run in training mode, or they were dropped)");
-  EMBER_CHECK(dloss.defined(), "MSELoss::backward: dloss is undefined");
+  check_dloss("MSELoss::backward", ctx, dloss);
   Tensor grad = Tensor::empty(pred_.shape(), DType::f32, ctx.stream);
   ops::mse_loss_backward(ctx.stream, grad, pred_, target_, 1.0f);
   Tensor dpred =

@@ -17,7 +17,10 @@ Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
   const uint64_t version = value.version();
   if (copy.defined() && copy.dtype() == dtype && copy.shape() == value.shape() &&
       copy.device() == value.device() && working_copy.version == version) {
-    if (!(copy.stream() == stream)) stream.wait(copy.stream());
+    if (!(copy.stream() == stream)) {
+      stream.wait(copy.stream());
+      copy.record_stream(stream);  // its memory waits for this stream's use too
+    }
     return copy;
   }
   // A new tensor, not a rewrite of the old one: a backward may still hold the old copy. The

@@ -158,9 +158,12 @@ class Pool {
   bool quit_ = false;
 };
 
+// Never destroyed: work queued on a stream may still run during static destruction (an
+// allocator's destructor waits for the device), after a static pool would have joined its threads
+// and left the grid waiting for helpers that are gone.
 [[maybe_unused]] Pool& pool() {
-  static Pool instance;
-  return instance;
+  static Pool* instance = new Pool;
+  return *instance;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "ember/train/optimizer.hpp"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,7 +19,15 @@ namespace {
 constexpr int64_t kCounterBytes = sizeof(rules::StepCounters);
 }  // namespace
 
-Optimizer::Optimizer(std::vector<nn::Parameter*> parameters) : parameters_(std::move(parameters)) {
+namespace {
+uint64_t next_optimizer_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<nn::Parameter*> parameters)
+    : parameters_(std::move(parameters)), id_(next_optimizer_id()) {
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const nn::Parameter* p = parameters_[i];
     EMBER_CHECK(p != nullptr, "Optimizer: parameter {} is null", i);

@@ -378,7 +378,7 @@ TEST_P(GradScalerTest, StateDictRoundTrip) {
   bad.insert("growth_tracker", Tensor::from_vector<int32_t>({0}, {1}));
   bad.insert("hysteresis_tracker", Tensor::from_vector<int32_t>({1}, {1}));
   bad.insert("overflows_at_min_scale", Tensor::from_vector<int32_t>({0}, {1}));
-  expect_error([&] { other.load_state_dict(bad); }, "the scale must be finite and > 0");
+  expect_error([&] { other.load_state_dict(bad); }, "the scale must be finite and >= 0");
   StateDict missing;
   missing.insert("scale", Tensor::from_vector<float>({1.0f}, {1}));
   expect_error([&] { other.load_state_dict(missing); }, "growth_tracker");

@@ -86,7 +86,9 @@ class GradScaler {
   Device device() const { return device_; }
 
   // The scale: a one-element f32 tensor on the device, the upstream gradient of the loss
-  // (SoftmaxCrossEntropy::backward(ctx, scaler.scale())). Disabled: 1.
+  // (SoftmaxCrossEntropy::backward(ctx, scaler.scale())). Disabled: 1. The scaler's calls write
+  // it in stream order: read it on the stream of those calls (the training step's), or order
+  // the reading stream after it; its own stream (Tensor::stream, item()) is kept ordered.
   const Tensor& scale() const { return scale_; }
   // out = x * scale, computed on the device (PyTorch's scaler.scale(outputs)); x when disabled.
   Tensor scale(Stream& stream, const Tensor& x) const;
@@ -113,8 +115,9 @@ class GradScaler {
   // (waits for it).
   std::vector<std::string> nonfinite_parameters(const train::Optimizer& optimizer) const;
 
-  // "scale" (f32), "growth_tracker" (i32) and "hysteresis_tracker" (i32): one-element CPU
-  // tensors; between iterations (after update()).
+  // "scale" (f32), "growth_tracker", "hysteresis_tracker" and "overflows_at_min_scale" (i32):
+  // one-element CPU tensors; between iterations (after update()). A disabled scaler's is empty
+  // and it loads nothing, as in PyTorch.
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
@@ -126,6 +129,7 @@ class GradScaler {
   OptimizerState& state_of(const train::Optimizer& optimizer, const char* what);
   void check_stream(const Stream& stream, const char* what) const;
   void run_update(Stream& stream, const detail::ScaleRule& rule);
+  void keep_scale_ordered() const;
   // Reads the oldest pending update's outcome into the log, when it is done (or after waiting
   // for it); false when it is not done yet.
   bool drain_one(bool wait);
@@ -137,8 +141,9 @@ class GradScaler {
   GradScalerOptions options_;
   Tensor scale_;  // f32 [1]
   Tensor state_;  // u8: the ScalerState and the last ScaleRecord (scaler_state.hpp)
-  std::map<const train::Optimizer*, std::unique_ptr<OptimizerState>> optimizers_;
-  std::vector<const train::Optimizer*> unscaled_order_;  // this iteration's, for the log
+  // By Optimizer::id (an address could be a destroyed optimizer's).
+  std::map<uint64_t, std::unique_ptr<OptimizerState>> optimizers_;
+  std::vector<uint64_t> unscaled_order_;  // this iteration's inf checks, in order, for the log
   int64_t updates_ = 0;
   Stream last_stream_;  // where the scaler's last work ran: the next is ordered after it
 

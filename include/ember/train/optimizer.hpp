@@ -43,6 +43,8 @@ class Optimizer {
   // Steps applied (not skipped): read from the device, so it waits for the last step.
   int64_t applied_steps() const;
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
+  // A number no other optimizer of this process has (amp::GradScaler keys its state by it).
+  uint64_t id() const { return id_; }
   // The learning rate of the next steps (checked as the options are: finite, >= 0).
   virtual void set_lr(float lr) = 0;
   virtual float lr() const = 0;
@@ -96,6 +98,7 @@ class Optimizer {
   rules::StepCounters read_counters() const;  // group 0's current ones (waits for the device)
 
   std::vector<Shape> shapes_;  // each parameter's shape at construction
+  uint64_t id_;
 };
 
 }  // namespace ember::train
