@@ -52,6 +52,7 @@
 #include "ember/nn/mlp.hpp"
 #include "ember/nn/module.hpp"
 #include "ember/nn/parameter.hpp"
+#include "ember/nn/plan_checkpoints.hpp"
 #include "ember/nn/precision.hpp"
 #include "ember/nn/residual.hpp"
 #include "ember/nn/seed.hpp"

@@ -48,6 +48,33 @@ void Sequential::set_path(std::string path) {
   for (size_t i = 0; i < modules_.size(); ++i) modules_[i]->set_path(qualified(names_[i]));
 }
 
+void Sequential::wrap_child(
+    size_t i, const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& wrap) {
+  EMBER_CHECK(i < modules_.size(), "Sequential::wrap_child({}): only {} children", i,
+              modules_.size());
+  EMBER_CHECK(!modules_[i]->has_saved(),
+              "Sequential::wrap_child({}): the child holds saved activations; run backward or "
+              "drop_saved() first",
+              i);
+  std::shared_ptr<Module> old = modules_[i];
+  old->set_parent(nullptr);
+  old->set_path("");
+  std::shared_ptr<Module> wrapped;
+  try {
+    wrapped = wrap(old);
+    EMBER_CHECK(wrapped != nullptr, "Sequential::wrap_child({}): the wrapper is null", i);
+  } catch (...) {
+    old->set_parent(this);
+    old->set_path(qualified(names_[i]));
+    throw;
+  }
+  if (callback_) wrapped->set_grad_ready_callback(callback_);
+  wrapped->train(is_training());
+  wrapped->set_parent(this);
+  wrapped->set_path(qualified(names_[i]));
+  modules_[i] = std::move(wrapped);
+}
+
 Module& Sequential::child(const std::string& name) {
   const auto it = std::find(names_.begin(), names_.end(), name);
   EMBER_CHECK(it != names_.end(), "Sequential::child('{}'): no such child (children: {})", name,

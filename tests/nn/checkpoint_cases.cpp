@@ -11,6 +11,7 @@
 #include "ember/nn/dropout.hpp"
 #include "ember/nn/layer_norm.hpp"
 #include "ember/nn/loss.hpp"
+#include "ember/nn/plan_checkpoints.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "ops/device_cases.hpp"
 #include "test_support.hpp"
@@ -170,6 +171,65 @@ TEST_P(Checkpointing, LayerNormModuleFollowsItsInputDtype) {
   EXPECT_EQ(dx.dtype(), DType::bf16);
   EXPECT_EQ(norm.weight().grad.dtype(), DType::f32);
   expect_error([&] { norm.forward(ctx, on(Tensor::zeros({3, 7}))); }, "input must be [..., 8]");
+}
+
+// plan_checkpoints: the predicted peak of its plan against the peak measured in a step with it.
+TEST_P(Checkpointing, PlanFitsTheBudgetAndPredictsTheMeasuredPeak) {
+  auto make = [&] {
+    return train::make_residual_mlp({.inputs = 32,
+                                     .width = 64,
+                                     .depth = 8,
+                                     .expansion = 4,
+                                     .outputs = 4,
+                                     .seed = 3,
+                                     .device = device()});
+  };
+  Stream s = stream();
+  const Tensor x = on(Tensor::empty({256, 32}).uniform_(1, -1.0, 1.0)).to(s);
+  // The measured peak of one training step (forward, then backward of ones).
+  auto measure = [&](nn::Sequential& m) {
+    for (nn::Parameter* p : m.parameters()) p->grad.fill_(0.0);
+    nn::Context ctx{s};
+    s.synchronize();
+    memory::reset_peak_stats(device());
+    Tensor y = m.forward(ctx, x);
+    const Tensor dy = Tensor::full(y.shape(), 1.0, y.dtype(), s);
+    y = Tensor();
+    m.backward(ctx, dy);
+    s.synchronize();
+    return memory::stats(device()).allocated.peak;
+  };
+  auto model = make();
+  nn::Context ctx{s};
+  const nn::CheckpointPlan free_plan = nn::plan_checkpoints(*model, x, int64_t{1} << 40, ctx);
+  EXPECT_TRUE(free_plan.checkpointed.empty());
+  const int64_t unplanned = measure(*model);
+  EXPECT_NEAR(static_cast<double>(free_plan.unplanned_peak_bytes), static_cast<double>(unplanned),
+              0.1 * static_cast<double>(unplanned));
+  // A budget halfway between the unplanned peak and the least: some blocks, not all.
+  const int64_t budget = unplanned * 3 / 4;
+  const nn::CheckpointPlan plan = nn::plan_checkpoints(*model, x, budget, ctx);
+  EXPECT_FALSE(plan.checkpointed.empty()) << plan.describe();
+  EXPECT_LT(plan.checkpointed.size(), model->size()) << plan.describe();
+  EXPECT_LE(plan.predicted_peak_bytes, budget);
+  EXPECT_GT(plan.predicted_recompute, 0.0);
+  EXPECT_NE(plan.describe().find("predicted peak"), std::string::npos);
+  nn::apply_checkpoint_plan(*model, plan);
+  const int64_t measured = measure(*model);
+  EXPECT_NEAR(static_cast<double>(plan.predicted_peak_bytes), static_cast<double>(measured),
+              0.1 * static_cast<double>(measured))
+      << plan.describe() << "; measured " << measured;
+  EXPECT_LE(measured, budget * 11 / 10);
+  // Gradients are those of the plain model.
+  auto plain = make();
+  const int64_t unused = measure(*plain);
+  (void)unused;
+  for (size_t i = 0; i < plain->parameters().size(); ++i) {
+    ASSERT_EQ(plain->parameters()[i]->grad.to_vector<float>(),
+              model->parameters()[i]->grad.to_vector<float>())
+        << i;
+  }
+  expect_error([&] { nn::plan_checkpoints(*plain, x, 1024, ctx); }, "no plan fits");
 }
 
 INSTANTIATE_EMBER_DEVICES(Checkpointing);

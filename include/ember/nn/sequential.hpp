@@ -1,6 +1,7 @@
 // Sequential: modules applied in order; backward runs them in reverse.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ class Sequential final : public Module {
   void train(bool on = true) override;
 
   size_t size() const { return modules_.size(); }
+  // Replaces child i by wrap(child) (e.g. a Checkpoint around it), under the same name and path.
+  void wrap_child(size_t i,
+                  const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& wrap);
   Module& operator[](size_t i) { return *modules_.at(i); }
   Module& child(const std::string& name);  // an Error naming the children when absent
   const std::vector<std::string>& child_names() const { return names_; }
