@@ -18,9 +18,20 @@
 #include <string_view>
 #include <vector>
 
+#include "cli.hpp"
 #include "ember/ember.hpp"
+#include "evaluate.hpp"
 
 namespace {
+
+using example::accuracy;
+using example::choose_device;
+using example::parse_double;
+using example::parse_int;
+using example::parse_options;
+using example::percent_or_none;
+using example::Setter;
+using example::UsageError;
 
 struct Config {
   int64_t steps = 2000;
@@ -66,36 +77,8 @@ options:
   -h, --help         show this help
 )";
 
-// A command-line error: reported with the usage hint, exit code 2.
-struct UsageError {
-  std::string message;
-};
-
-int64_t parse_int(std::string_view flag, const std::string& text, int64_t min) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < min) {
-    throw UsageError{fmt::format("{} needs an integer >= {}, not '{}'", flag, min, text)};
-  }
-  return v;
-}
-
-// A finite number >= 0 that is also finite as a float (the optimizer's precision).
-double parse_double(std::string_view flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0 ||
-      !std::isfinite(static_cast<float>(v))) {
-    throw UsageError{fmt::format("{} needs a finite number >= 0 (at most {:g}), not '{}'", flag,
-                                 std::numeric_limits<float>::max(), text)};
-  }
-  return v;
-}
-
 Config parse_args(int argc, char** argv) {
   Config c;
-  using Setter = std::function<void(const std::string&)>;
   const std::map<std::string_view, Setter> options = {
       {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
       {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
@@ -139,65 +122,8 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg.resize(eq);
-      has_value = true;
-    }
-    const auto it = options.find(arg);
-    if (it == options.end()) throw UsageError{fmt::format("unknown option '{}'", arg)};
-    if (!has_value) {
-      if (i + 1 >= argc) throw UsageError{fmt::format("{} needs a value", arg)};
-      value = argv[++i];
-    }
-    it->second(value);
-  }
+  parse_options(argc, argv, options, kUsage);
   return c;
-}
-
-ember::Device choose_device(const std::string& requested) {
-  if (requested != "auto") {
-    const ember::Device d = ember::Device::parse(requested);
-    ember::require_available(d);
-    return d;
-  }
-  std::string why;
-  const ember::Device d = ember::default_device(&why);
-  if (d.is_cpu()) fmt::print("ember: running on the CPU ({})\n", why);
-  return d;
-}
-
-// Fraction of `data` that the model classifies correctly, in batches.
-double accuracy(ember::nn::Module& model, const ember::data::Dataset& data, ember::Stream& stream,
-                int64_t batch, ember::nn::Precision precision) {
-  using namespace ember;
-  nn::Context ctx{stream, /*training=*/false, precision};
-  const int64_t n = data.size();
-  const int64_t features = data.inputs.shape()[1];
-  int64_t correct = 0;
-  Tensor hits = Tensor::empty({1}, DType::i64, stream);
-  for (int64_t begin = 0; begin < n; begin += batch) {
-    const int64_t end = std::min(n, begin + batch);
-    Tensor x = data.inputs.slice(begin, end).to(stream);
-    Tensor y = data.labels.slice(begin, end).to(stream);
-    Tensor logits = model.forward(ctx, x.reshape({end - begin, features}));
-    ops::count_correct(stream, hits, logits, y);
-    correct += static_cast<int64_t>(hits.item());
-  }
-  return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
-}
-
-// "12.34%", or "n/a" without validation samples (no accuracy to report, not 0%).
-std::string percent_or_none(double fraction, int64_t samples) {
-  return samples == 0 ? std::string("    n/a") : fmt::format("{:6.2f}%", 100 * fraction);
 }
 
 int run(const Config& c) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 
 #include "ember/memory/device_memory.hpp"
@@ -58,6 +59,8 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
   Stream& stream = context.stream;
   Context ctx = context;
   ctx.training = true;
+  // A step of its own, so that dropout layers see the training's steps as new ones.
+  ctx.step = std::numeric_limits<uint64_t>::max();
   // Gradients are accumulated into by the measuring backward: kept (outside the allocator, so
   // that they do not count) to restore.
   std::vector<std::vector<float>> grads;
@@ -111,6 +114,7 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
   // Greedy: the most memory saved per second of recompute first.
   std::vector<bool> chosen(n, false);
   plan.unplanned_peak_bytes = predict(plan, chosen);
+  plan.least_peak_bytes = predict(plan, std::vector<bool>(n, true));
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   auto saved = [&](size_t i) { return plan.kept_bytes[i] - plan.output_bytes[i]; };

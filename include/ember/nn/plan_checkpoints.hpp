@@ -34,6 +34,7 @@ struct CheckpointPlan {
   int64_t budget_bytes = 0;
   int64_t predicted_peak_bytes = 0;
   int64_t unplanned_peak_bytes = 0;  // predicted without checkpointing (as measured)
+  int64_t least_peak_bytes = 0;      // predicted with every child checkpointed
   double predicted_recompute = 0;    // recomputed forward time / one forward's time
   std::string describe() const;      // a few lines: blocks, predicted peak, recompute
 };

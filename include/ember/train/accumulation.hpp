@@ -37,7 +37,7 @@ class Accumulation {
   // Calls micro_batch(MicroBatch) K times, advancing ctx.step after each. `scale` (one f32
   // element on ctx's device, e.g. amp::GradScaler::scale()) multiplies dloss; absent: 1.
   template <class F>
-  void run(nn::Context& ctx, F&& micro_batch, const Tensor& scale = Tensor()) {
+  void run(nn::Context& ctx, F&& micro_batch, const Tensor& scale = Tensor()) const {
     const Tensor dloss = loss_gradient(ctx.stream, scale);
     for (int64_t i = 0; i < k_; ++i) {
       micro_batch(MicroBatch{i, i + 1 == k_, dloss});

@@ -1,0 +1,93 @@
+// Command-line helpers shared by the examples: options, numbers, the device.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "ember/core/device.hpp"
+
+namespace example {
+
+// A command-line error: reported with the usage hint, exit code 2.
+struct UsageError {
+  std::string message;
+};
+
+inline int64_t parse_int(std::string_view flag, const std::string& text, int64_t min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min) {
+    throw UsageError{fmt::format("{} needs an integer >= {}, not '{}'", flag, min, text)};
+  }
+  return v;
+}
+
+// A finite number >= 0 that is also finite as a float (the optimizer's precision).
+inline double parse_double(std::string_view flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0 ||
+      !std::isfinite(static_cast<float>(v))) {
+    throw UsageError{fmt::format("{} needs a finite number >= 0 (at most {:g}), not '{}'", flag,
+                                 std::numeric_limits<float>::max(), text)};
+  }
+  return v;
+}
+
+using Setter = std::function<void(const std::string&)>;
+
+// "--name value" or "--name=value" for each option; -h/--help prints `usage` and exits 0.
+inline void parse_options(int argc, char** argv, const std::map<std::string_view, Setter>& options,
+                          const char* usage) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+      has_value = true;
+    }
+    const auto it = options.find(arg);
+    if (it == options.end()) throw UsageError{fmt::format("unknown option '{}'", arg)};
+    if (!has_value) {
+      if (i + 1 >= argc) throw UsageError{fmt::format("{} needs a value", arg)};
+      value = argv[++i];
+    }
+    it->second(value);
+  }
+}
+
+// "auto" (the GPU when ember can use one, saying why not), or a device name.
+inline ember::Device choose_device(const std::string& requested) {
+  if (requested != "auto") {
+    const ember::Device d = ember::Device::parse(requested);
+    ember::require_available(d);
+    return d;
+  }
+  std::string why;
+  const ember::Device d = ember::default_device(&why);
+  if (d.is_cpu()) fmt::print("ember: running on the CPU ({})\n", why);
+  return d;
+}
+
+// "12.34%", or "n/a" without samples (no accuracy to report, not 0%).
+inline std::string percent_or_none(double fraction, int64_t samples) {
+  return samples == 0 ? std::string("    n/a") : fmt::format("{:6.2f}%", 100 * fraction);
+}
+
+}  // namespace example

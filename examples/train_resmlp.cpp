@@ -1,0 +1,272 @@
+// train_resmlp: trains a deep pre-norm residual MLP (train::make_residual_mlp) with activation
+// checkpointing, gradient accumulation and mixed precision, and reports the allocator's peak
+// memory next to the step time.
+//
+//   train_resmlp [--checkpoint none|full|auto:<MiB>] [--accumulate K] [--amp f16|bf16] ...
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli.hpp"
+#include "ember/ember.hpp"
+#include "evaluate.hpp"
+
+namespace {
+
+using example::parse_double;
+using example::parse_int;
+using example::percent_or_none;
+using example::Setter;
+using example::UsageError;
+
+struct Config {
+  int64_t steps = 600;
+  int64_t depth = 8;
+  int64_t width = 128;
+  int64_t expansion = 4;
+  int64_t batch = 256;
+  int64_t accumulate = 1;
+  double lr = 2e-3;
+  double dropout = 0.05;
+  int64_t classes = 10;
+  int64_t points = 2000;
+  uint64_t seed = 1;
+  int64_t log_every = 100;
+  std::string checkpoint = "none";  // none, full, auto:<MiB>
+  std::string amp = "f32";
+  std::string device = "auto";
+};
+
+constexpr const char* kUsage = R"(usage: train_resmlp [options]
+
+Trains a deep pre-norm residual MLP (LayerNorm -> Linear -> GELU -> Linear -> Dropout blocks)
+with AdamW on the spirals, and prints the loss, validation accuracy, step time and the
+allocator's peak memory every --log-every steps.
+
+options:
+  --steps N          optimizer steps (default 600)
+  --depth N          residual blocks (default 8)
+  --width N          block width (default 128)
+  --expansion N      hidden width of a block, times --width (default 4)
+  --batch N          samples per optimizer step (default 256)
+  --accumulate K     micro-batches per step (batch / K samples each; default 1)
+  --lr X             peak learning rate (default 0.002)
+  --dropout P        dropout in each block (default 0.05)
+  --checkpoint C     none (default), full (every block) or auto:<MiB> (nn::plan_checkpoints:
+                     the fewest blocks that fit a step's peak allocation into that budget)
+  --amp P            f32 (default), f16 (with the GradScaler) or bf16
+  --classes N        spiral arms / classes (default 10)
+  --points N         spiral points per class (default 2000)
+  --device D         auto, cpu, cuda or cuda:N (default auto)
+  --seed N           seed for data, initialization, dropout and shuffling (default 1)
+  --log-every N      steps between progress lines (default 100)
+  -h, --help         show this help
+)";
+
+Config parse_args(int argc, char** argv) {
+  Config c;
+  const std::map<std::string_view, Setter> options = {
+      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
+      {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
+      {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
+      {"--expansion", [&](const std::string& v) { c.expansion = parse_int("--expansion", v, 1); }},
+      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
+      {"--accumulate",
+       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
+      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
+      {"--dropout",
+       [&](const std::string& v) {
+         c.dropout = parse_double("--dropout", v);
+         if (c.dropout > 1) throw UsageError{fmt::format("--dropout must be in [0, 1], not {}", v)};
+       }},
+      {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
+      {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
+      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
+      {"--seed",
+       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--checkpoint",
+       [&](const std::string& v) {
+         if (v.starts_with("auto:")) {
+           parse_int("--checkpoint auto:<MiB>", v.substr(5), 1);
+         } else if (v != "none" && v != "full") {
+           throw UsageError{
+               fmt::format("--checkpoint must be none, full or auto:<MiB>, not '{}'", v)};
+         }
+         c.checkpoint = v;
+       }},
+      {"--amp",
+       [&](const std::string& v) {
+         if (v != "f32" && v != "f16" && v != "bf16") {
+           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
+         }
+         c.amp = v;
+       }},
+      {"--device",
+       [&](const std::string& v) {
+         if (v != "auto") ember::Device::parse(v);
+         c.device = v;
+       }},
+  };
+  example::parse_options(argc, argv, options, kUsage);
+  if (c.batch % c.accumulate != 0) {
+    throw UsageError{
+        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
+  }
+  return c;
+}
+
+double mib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
+int run(const Config& c) {
+  using namespace ember;
+  using Clock = std::chrono::steady_clock;
+  const Device device = example::choose_device(c.device);
+  Stream stream = current_stream(device);
+
+  auto [train_set, validation] = data::split(
+      data::make_spirals({.classes = c.classes, .points_per_class = c.points, .seed = c.seed}), 0.2,
+      c.seed);
+  const int64_t batch = std::min(c.batch, train_set.size() / c.accumulate * c.accumulate);
+  EMBER_CHECK(batch >= c.accumulate, "the training set ({} samples) is smaller than --accumulate",
+              train_set.size());
+  const int64_t micro = batch / c.accumulate;
+  fmt::print("data: {}-class spirals, {} train / {} validation samples\n", c.classes,
+             train_set.size(), validation.size());
+
+  auto model = train::make_residual_mlp({.inputs = train_set.inputs.shape()[1],
+                                         .width = c.width,
+                                         .depth = c.depth,
+                                         .expansion = c.expansion,
+                                         .outputs = train_set.num_classes,
+                                         .dropout = static_cast<float>(c.dropout),
+                                         .checkpoint = c.checkpoint == "full",
+                                         .seed = c.seed,
+                                         .device = device});
+  train::AdamW optimizer(model->parameters(), {.lr = static_cast<float>(c.lr)});
+  const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, c.steps / 20, c.lr / 10);
+  const nn::Precision precision = nn::parse_precision(c.amp);
+  amp::GradScalerOptions scaling;
+  scaling.enabled = precision == nn::Precision::f16;
+  amp::GradScaler scaler(device, scaling);
+  nn::SoftmaxCrossEntropy criterion;
+  nn::Context ctx{stream, /*training=*/true, precision};
+  const train::Accumulation accumulation(c.accumulate);
+
+  Tensor x_host = Tensor::empty({batch, train_set.inputs.shape()[1]});
+  Tensor y_host = Tensor::empty({batch}, DType::i32);
+  std::vector<int64_t> order = data::permutation(train_set.size(), c.seed, 0);
+  if (c.checkpoint.starts_with("auto:")) {
+    const int64_t budget = parse_int("--checkpoint", c.checkpoint.substr(5), 1) << 20;
+    data::gather(train_set, std::span<const int64_t>(order).subspan(0, static_cast<size_t>(micro)),
+                 x_host.slice(0, micro), y_host.slice(0, micro));
+    const nn::CheckpointPlan plan =
+        nn::plan_checkpoints(*model, x_host.slice(0, micro).to(stream), budget, ctx);
+    nn::apply_checkpoint_plan(*model, plan);
+    fmt::print("{}\n", plan.describe());
+  }
+  fmt::print(
+      "model: {} residual blocks of {} (x{}), {} parameters, on {}; {} steps of {} = {} x {}"
+      "{}{}\n",
+      c.depth, c.width, c.expansion,
+      [&] {
+        int64_t n = 0;
+        for (nn::Parameter* p : model->parameters()) n += p->value.numel();
+        return n;
+      }(),
+      device.to_string(), c.steps, batch, c.accumulate, micro,
+      c.checkpoint == "none" ? "" : ", checkpoint " + c.checkpoint,
+      precision == nn::Precision::f32 ? "" : ", autocast " + c.amp);
+
+  uint64_t epoch = 0;
+  int64_t cursor = 0;
+  double interval_seconds = 0, total_seconds = 0, last_loss = 0, first_loss = 0, val_acc = 0;
+  int64_t interval_steps = 0, peak = 0;
+  memory::reset_peak_stats(device);
+  for (int64_t step = 1; step <= c.steps; ++step) {
+    const auto start = Clock::now();
+    if (cursor + batch > train_set.size()) {
+      order = data::permutation(train_set.size(), c.seed, ++epoch);
+      cursor = 0;
+    }
+    data::gather(train_set,
+                 std::span<const int64_t>(order).subspan(static_cast<size_t>(cursor),
+                                                         static_cast<size_t>(batch)),
+                 x_host, y_host);
+    cursor += batch;
+    const Tensor x = x_host.to(stream), y = y_host.to(stream);
+    schedule.apply(optimizer);
+    optimizer.zero_grad();
+    Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
+    accumulation.run(
+        ctx,
+        [&](const train::MicroBatch& mb) {
+          const Tensor xb = x.slice(mb.index * micro, (mb.index + 1) * micro);
+          const Tensor yb = y.slice(mb.index * micro, (mb.index + 1) * micro);
+          const Tensor loss = criterion.forward(ctx, model->forward(ctx, xb), yb);
+          ops::add(stream, loss_sum, loss_sum, loss);
+          model->backward(ctx, criterion.backward(ctx, mb.dloss));
+        },
+        scaler.scale());
+    scaler.step(stream, optimizer);
+    scaler.update(stream);
+    last_loss = loss_sum.item() / static_cast<double>(c.accumulate);  // waits for the step
+    if (step == 1) first_loss = last_loss;
+    EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
+                step);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    interval_seconds += seconds;
+    total_seconds += seconds;
+    ++interval_steps;
+    if (step % c.log_every == 0 || step == c.steps) {
+      const int64_t interval_peak = memory::stats(device).allocated.peak;
+      peak = std::max(peak, interval_peak);
+      model->eval();
+      val_acc = example::accuracy(*model, validation, stream, 1024, precision);
+      model->train();
+      fmt::print("step {:5d} | loss {:.4f} | val acc {} | {:7.2f} ms/step | peak {:7.2f} MiB{}\n",
+                 step, last_loss, percent_or_none(val_acc, validation.size()),
+                 1000 * interval_seconds / static_cast<double>(interval_steps), mib(interval_peak),
+                 scaler.enabled() ? fmt::format(" | scale {:g} | skipped {}", scaler.get_scale(),
+                                                scaler.skipped_steps())
+                                  : "");
+      std::fflush(stdout);
+      interval_seconds = 0;
+      interval_steps = 0;
+      memory::reset_peak_stats(device);
+    }
+  }
+  fmt::print(
+      "done: {} steps in {:.1f} s ({:.2f} ms/step), loss {:.4f} -> {:.4f}, validation accuracy {} "
+      "(chance {:.2f}%), peak allocated {:.2f} MiB\n",
+      c.steps, total_seconds, 1000 * total_seconds / static_cast<double>(c.steps), first_loss,
+      last_loss, percent_or_none(val_acc, validation.size()),
+      100.0 / static_cast<double>(train_set.num_classes), mib(peak));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  try {
+    config = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "train_resmlp: %s (run with --help for the options)\n", e.message.c_str());
+    return 2;
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "train_resmlp: %s\n", e.message().c_str());
+    return 2;
+  }
+  try {
+    return run(config);
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "train_resmlp: error: %s\n", e.what());
+    return 1;
+  }
+}
