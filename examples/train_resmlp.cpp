@@ -91,7 +91,11 @@ Config parse_args(int argc, char** argv) {
       {"--checkpoint",
        [&](const std::string& v) {
          if (v.starts_with("auto:")) {
-           parse_int("--checkpoint auto:<MiB>", v.substr(5), 1);
+           const int64_t budget = parse_int("--checkpoint auto:<MiB>", v.substr(5), 1);
+           if (budget > (int64_t{1} << 40)) {  // 1 EiB; and bytes must fit in 64 bits
+             throw UsageError{
+                 fmt::format("--checkpoint auto:<MiB> is at most 2^40, not {}", v.substr(5))};
+           }
          } else if (v != "none" && v != "full") {
            throw UsageError{
                fmt::format("--checkpoint must be none, full or auto:<MiB>, not '{}'", v)};

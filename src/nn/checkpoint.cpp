@@ -63,6 +63,11 @@ void CheckpointSequential::drop_saved() {
 }
 
 Tensor CheckpointSequential::forward(Context& ctx, const Tensor& x) {
+  const size_t planned = segments_.empty() ? 0 : segments_.back().second;
+  EMBER_CHECK(seq().size() == planned,
+              "{}: the Sequential has {} children, but its segments were cut for {}; call "
+              "checkpoint_sequential again after changing it",
+              name(), seq().size(), planned);
   if (!ctx.training) return inner_->forward(ctx, x);
   check_nothing_saved("checkpoint_sequential forward");
   Context quiet = ctx;

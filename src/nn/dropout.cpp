@@ -22,13 +22,14 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
   if (ctx.training) check_nothing_saved("Dropout::forward");
   const bool drops = is_training() && p_ > 0.0f;
   if (!drops) {
-    identity_saved_ = ctx.training;
+    if (ctx.training) identity_saved_ = true;  // an inference forward leaves it alone
     return x;
   }
-  EMBER_CHECK(!(ctx.training && finished_step_ && *finished_step_ == ctx.step),
-              "{}{}{}: Context::step {} already had its forward and backward; advance ctx.step "
-              "for every micro-batch, or each would draw the same mask",
-              name(), path().empty() ? "" : " at ", path(), ctx.step);
+  EMBER_CHECK(!(ctx.training && finished_step_ && ctx.step <= *finished_step_),
+              "{}{}{}: Context::step {} is not after {}, whose forward and backward already ran; "
+              "advance ctx.step for every micro-batch (and keep it across optimizer steps), or "
+              "micro-batches would draw the same masks",
+              name(), path().empty() ? "" : " at ", path(), ctx.step, *finished_step_);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
   Tensor mask = Tensor::empty(x.shape(), DType::u8, ctx.stream);
   ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);

@@ -6,9 +6,12 @@
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include "ember/memory/device_memory.hpp"
 #include "ember/nn/checkpoint.hpp"
+#include "ember/nn/dropout.hpp"
 
 namespace ember::nn {
 namespace {
@@ -59,8 +62,29 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
   Stream& stream = context.stream;
   Context ctx = context;
   ctx.training = true;
-  // A step of its own, so that dropout layers see the training's steps as new ones.
+  // The measuring step must leave no trace: dropout layers get their step history back, and
+  // grad-ready callbacks (data parallelism's hooks) are off while it runs.
   ctx.step = std::numeric_limits<uint64_t>::max();
+  std::vector<std::pair<Dropout*, std::optional<uint64_t>>> dropouts;
+  model.for_each_module([&](Module& m) {
+    if (auto* d = dynamic_cast<Dropout*>(&m)) dropouts.emplace_back(d, d->finished_step());
+  });
+  struct Restore {
+    Sequential& model;
+    GradReadyCallback callback;
+    std::vector<std::pair<Dropout*, std::optional<uint64_t>>>& dropouts;
+    ~Restore() {
+      for (auto& [d, step] : dropouts) d->set_finished_step(step);
+      model.set_grad_ready_callback(callback);
+    }
+  } restore{model, model.grad_ready_callback(), dropouts};
+  model.set_grad_ready_callback(nullptr);
+  {
+    // Working copies (autocast) and lazily created state exist before measuring, as in training.
+    Context warm = ctx;
+    warm.training = false;
+    model.forward(warm, sample_batch);
+  }
   // Gradients are accumulated into by the measuring backward: kept (outside the allocator, so
   // that they do not count) to restore.
   std::vector<std::vector<float>> grads;
@@ -105,10 +129,20 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
     model.drop_saved();
     throw;
   }
+  // Restored on the measuring stream, after its backward; the gradients' own streams then wait.
   std::vector<Parameter*> params = model.parameters();
+  std::vector<Stream> others;
   for (size_t i = 0; i < params.size(); ++i) {
-    params[i]->grad.copy_(Tensor::from_vector(grads[i], params[i]->grad.shape(), Device::cpu()));
+    Tensor& g = params[i]->grad;
+    mark_written(g);
+    copy_bytes(g.data(), g.device(), grads[i].data(), Device::cpu(), g.nbytes(), stream);
+    if (!(g.stream() == stream) &&
+        std::find(others.begin(), others.end(), g.stream()) == others.end()) {
+      others.push_back(g.stream());
+    }
   }
+  stream.synchronize();  // the host copies of the gradients go now
+  for (const Stream& other : others) other.wait(stream);
   grads.clear();
 
   // Greedy: the most memory saved per second of recompute first.

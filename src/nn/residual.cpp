@@ -7,12 +7,18 @@ namespace ember::nn {
 Tensor Residual::forward(Context& ctx, const Tensor& x) {
   EMBER_CHECK(x.defined(), "{}: the input is undefined", name());
   if (ctx.training) check_nothing_saved("Residual::forward");
-  const Tensor fx = inner_->forward(ctx, x);
-  EMBER_CHECK(fx.shape() == x.shape(),
-              "{}: the inner module's output {} must have the input's shape {}", name(),
-              fx.view().describe(), x.view().describe());
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
-  ops::residual_add(ctx.stream, y, x, fx);
+  Tensor y;
+  try {
+    const Tensor fx = inner_->forward(ctx, x);
+    EMBER_CHECK(fx.shape() == x.shape(),
+                "{}: the inner module's output {} must have the input's shape {}", name(),
+                fx.view().describe(), x.view().describe());
+    y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
+    ops::residual_add(ctx.stream, y, x, fx);
+  } catch (...) {
+    if (ctx.training) inner_->drop_saved();  // a corrected retry is not "forward twice"
+    throw;
+  }
   if (ctx.training) {
     saved_ = true;
     shape_ = x.shape();

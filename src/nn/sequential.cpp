@@ -63,6 +63,14 @@ void Sequential::wrap_child(
   try {
     wrapped = wrap(old);
     EMBER_CHECK(wrapped != nullptr, "Sequential::wrap_child({}): the wrapper is null", i);
+    EMBER_CHECK(wrapped->parent() == nullptr && wrapped.get() != this,
+                "Sequential::wrap_child({}): the wrapper {} is already registered (as '{}'); a "
+                "module appears once in a model",
+                i, wrapped->name(), wrapped->path());
+    for (size_t j = 0; j < modules_.size(); ++j) {
+      EMBER_CHECK(j == i || modules_[j] != wrapped,
+                  "Sequential::wrap_child({}): the wrapper is child {} already", i, j);
+    }
   } catch (...) {
     old->set_parent(this);
     old->set_path(qualified(names_[i]));
@@ -128,6 +136,11 @@ std::string Sequential::name() const {
     text += (i ? ", " : "") + modules_[i]->name();
   }
   return text + ")";
+}
+
+void Sequential::for_each_module(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& m : modules_) m->for_each_module(f);
 }
 
 void Sequential::train(bool on) {

@@ -155,7 +155,7 @@ TEST_P(Checkpointing, ReusingAStepForANewMicroBatchIsAnError) {
   const Tensor x = on(Tensor::full({2, 8}, 1.0));
   drop.backward(ctx, drop.forward(ctx, x));
   expect_error([&] { drop.forward(ctx, x); },
-               "Context::step 0 already had its forward and backward");
+               "Context::step 0 is not after 0, whose forward and backward already ran");
   ctx.step = 1;
   drop.backward(ctx, drop.forward(ctx, x));  // fine
 }

@@ -2,7 +2,8 @@
 // 1 / (1 - p); in eval mode (Module::eval) the identity. The mask comes from Philox4x32-10
 // keyed by (seed, Context::step, element) (ops::dropout_forward): the layer's seed tells layers
 // apart, the step tells micro-batches apart, and a re-run forward of the same micro-batch
-// (activation checkpointing) draws the same mask, on the CPU and on CUDA alike.
+// (activation checkpointing) draws the same mask, on the CPU and on CUDA alike. Steps must
+// increase: a training forward at a step not after the last one whose backward ran is an Error.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,10 @@ class Dropout final : public Module {
 
   float p() const { return p_; }
   uint64_t seed() const { return seed_; }
+  // The last step whose backward ran: training forwards must come at later steps. Saved and
+  // restored by code that runs a measuring step (nn::plan_checkpoints).
+  std::optional<uint64_t> finished_step() const { return finished_step_; }
+  void set_finished_step(std::optional<uint64_t> step) { finished_step_ = step; }
 
  private:
   float p_;

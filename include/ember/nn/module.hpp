@@ -58,6 +58,11 @@ class Module {
   // and then nothing is written.
   void load_state_dict(const StateDict& state);
 
+  // Calls f on this module and on every module inside it, parents first.
+  virtual void for_each_module(const std::function<void(Module&)>& f) { f(*this); }
+  // The grad-ready callback set on this module (empty when none).
+  virtual const GradReadyCallback& grad_ready_callback() const { return grad_ready_; }
+
   // Train mode (the default) or eval mode: dropout drops only in train mode. Containers pass it
   // on to their children. (Context::training is separate: whether forward saves for backward.)
   virtual void train(bool on = true) { training_ = on; }

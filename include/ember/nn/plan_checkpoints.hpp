@@ -40,9 +40,10 @@ struct CheckpointPlan {
 };
 
 // Measures `model` (children on one device, training mode) with one forward and backward of
-// `sample_batch` (the output gradient all ones; gradients are accumulated into and then
-// restored), and plans for `budget_bytes`. A budget below the least any plan can reach is an
-// Error naming that least peak.
+// `sample_batch` (the output gradient all ones), on context.stream, and plans for
+// `budget_bytes`. The measurement leaves no trace: gradients are restored bitwise, dropout
+// layers keep their step history, and grad-ready callbacks (set on `model`) do not fire. A budget
+// below the least any plan can reach is an Error naming that least peak.
 CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, int64_t budget_bytes,
                                 const Context& context);
 

@@ -40,6 +40,8 @@ class Sequential final : public Module {
   std::string name() const override;
   void set_grad_ready_callback(GradReadyCallback callback) override;
   void train(bool on = true) override;
+  void for_each_module(const std::function<void(Module&)>& f) override;
+  const GradReadyCallback& grad_ready_callback() const override { return callback_; }
 
   size_t size() const { return modules_.size(); }
   // Replaces child i by wrap(child) (e.g. a Checkpoint around it), under the same name and path.

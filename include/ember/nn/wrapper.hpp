@@ -26,6 +26,13 @@ class Wrapper : public Module {
   bool has_saved() const override { return inner_->has_saved(); }
   void set_grad_ready_callback(GradReadyCallback callback) override;
   void train(bool on = true) override;
+  void for_each_module(const std::function<void(Module&)>& f) override {
+    f(*this);
+    inner_->for_each_module(f);
+  }
+  const GradReadyCallback& grad_ready_callback() const override {
+    return inner_->grad_ready_callback();
+  }
 
   Module& inner() { return *inner_; }
 

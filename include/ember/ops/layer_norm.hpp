@@ -5,8 +5,10 @@
 //   rounded once, then rounded to y's dtype). Two passes: rows of values near 1e30 normalize.
 // x and y are f32, f16 or bf16, of one dtype (under autocast a LayerNorm follows its input);
 // gamma and beta [cols] f32, or absent (data == nullptr: 1 and 0). CPU and CUDA use the same
-// formulas and orders of the sums, so they agree to a rounding of the statistics (dgamma and dbeta
-// bitwise).
+// formulas; the row sums run in other orders (sequential on the CPU, a tree on CUDA), so the
+// statistics can differ where a row's sum cancels (values of very different magnitude). Given
+// equal statistics, y and dx agree bitwise, and dgamma and dbeta (summed in the same order) too.
+// eps = 0 with a constant row gives rstd = inf and nan outputs, on both.
 #pragma once
 
 #include "ember/core/stream.hpp"

@@ -127,6 +127,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
   }
   const TensorView none;
   const TensorView& dx_or_none = detail::present(dx) ? dx : none;
+  if (cols == 0) return;  // no columns: no statistics, nothing to write
   if (rows == 0 && (accumulate || (!detail::present(dgamma) && !detail::present(dbeta)))) return;
   if (stream.device().is_cpu()) {
     cpu::layer_norm_backward(dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate, rows,

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(layer_norm_detail::kThreads)
 }
 
 // partials[chunk][j] (dgamma) and partials[chunks + chunk][j] (dbeta): the sums over the
-// chunk's rows, in row order. Grid: (column blocks, chunks).
+// chunk's rows, in row order. Grid: (column blocks, up to 65535 chunk rows, grid-strided).
 template <class TX, class TDy>
 __global__ void __launch_bounds__(layer_norm_detail::kColumnThreads)
     layer_norm_param_partials_kernel(const TX* x, const TDy* dy, const float* mean,
@@ -95,18 +95,19 @@ __global__ void __launch_bounds__(layer_norm_detail::kColumnThreads)
   namespace math = ops::layer_norm_math;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
-  const int64_t chunk = blockIdx.y;
-  const int64_t begin = chunk * math::kRowsPerChunk;
-  const int64_t end = begin + math::kRowsPerChunk < rows ? begin + math::kRowsPerChunk : rows;
-  double pg = 0.0, pb = 0.0;
-  for (int64_t r = begin; r < end; ++r) {
-    const float d = load_f32(dy, r * cols + j);
-    pg += static_cast<double>(d) *
-          static_cast<double>(math::xhat(load_f32(x, r * cols + j), mean[r], rstd[r]));
-    pb += d;
+  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int64_t begin = chunk * math::kRowsPerChunk;
+    const int64_t end = begin + math::kRowsPerChunk < rows ? begin + math::kRowsPerChunk : rows;
+    double pg = 0.0, pb = 0.0;
+    for (int64_t r = begin; r < end; ++r) {
+      const float d = load_f32(dy, r * cols + j);
+      pg += static_cast<double>(d) *
+            static_cast<double>(math::xhat(load_f32(x, r * cols + j), mean[r], rstd[r]));
+      pb += d;
+    }
+    partials[chunk * cols + j] = pg;
+    partials[(chunks + chunk) * cols + j] = pb;
   }
-  partials[chunk * cols + j] = pg;
-  partials[(chunks + chunk) * cols + j] = pb;
 }
 
 // dgamma[j] (+)= f32(sum over chunks, in order); the same for dbeta. Either may be null.

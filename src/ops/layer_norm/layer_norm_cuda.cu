@@ -91,9 +91,9 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
       const dim3 column_blocks(static_cast<unsigned>(ceil_div(cols, kColumnThreads)));
       if (rows > 0) {
         launch(kernels::layer_norm_param_partials_kernel<TX, TDy>,
-               dim3(column_blocks.x, static_cast<unsigned>(chunks)), dim3(kColumnThreads), 0,
-               handle, static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data), m, s, rows,
-               cols, chunks, p);
+               dim3(column_blocks.x, static_cast<unsigned>(std::min<int64_t>(chunks, 65535))),
+               dim3(kColumnThreads), 0, handle, static_cast<const TX*>(x.data),
+               static_cast<const TDy*>(dy.data), m, s, rows, cols, chunks, p);
       } else {
         EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, handle));
       }
