@@ -49,7 +49,7 @@ export(EXPORT emberTargets NAMESPACE ember:: FILE "${PROJECT_BINARY_DIR}/emberTa
 file(COPY cmake/FindNCCL.cmake cmake/FindCUDNN.cmake DESTINATION "${PROJECT_BINARY_DIR}")
 
 # The tools: installed as programs.
-foreach(tool memory_snapshot_svg bench_allocator bench_matmul)
+foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()

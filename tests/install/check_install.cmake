@@ -22,7 +22,7 @@ run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
 
 # The installed programs.
-foreach(tool memory_snapshot_svg bench_allocator bench_matmul)
+foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
   if(NOT EXISTS "${WORK_DIR}/prefix/bin/${tool}")
     message(FATAL_ERROR "${tool} was not installed into ${WORK_DIR}/prefix/bin")
   endif()
