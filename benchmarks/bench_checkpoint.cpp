@@ -1,7 +1,7 @@
 // bench_checkpoint: activation checkpointing on a deep residual MLP (train::make_residual_mlp;
 // default 24 blocks of width 1024, batch 256, AdamW): the allocator's peak allocation and the
-// step time of none / full / auto, with their ratios to "none", measured in the same run.
-// "auto" plans (nn::plan_checkpoints) for a budget halfway between the peaks without and with
+// step time of none / full / selective / auto, with their ratios to "none", measured in the same
+// run. "auto" plans (nn::plan_checkpoints) for a budget halfway between the peaks without and with
 // every block checkpointed.
 //
 //   bench_checkpoint [--depth N] [--width N] [--batch N] [--device cpu|cuda:N] [benchmark flags]
@@ -39,7 +39,10 @@ void step_bench(benchmark::State& state, const std::string& mode) {
                                          .depth = g_shape.depth,
                                          .expansion = 4,
                                          .outputs = kClasses,
-                                         .checkpoint = mode == "full",
+                                         .checkpoint = mode == "full" || mode == "selective",
+                                         .checkpoint_policy = mode == "selective"
+                                                                  ? nn::CheckpointPolicy::selective
+                                                                  : nn::CheckpointPolicy::full,
                                          .seed = 1,
                                          .device = g_device});
   train::AdamW optimizer(model->parameters());
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
   std::printf("residual MLP: %lld blocks of %lld (x4), batch %lld, on %s\n",
               static_cast<long long>(g_shape.depth), static_cast<long long>(g_shape.width),
               static_cast<long long>(g_shape.batch), g_device.to_string().c_str());
-  for (const char* mode : {"none", "full", "auto"}) {
+  for (const char* mode : {"none", "full", "selective", "auto"}) {
     benchmark::RegisterBenchmark((std::string("checkpoint/") + mode).c_str(), step_bench,
                                  std::string(mode))
         ->Unit(benchmark::kMillisecond)
@@ -140,11 +143,11 @@ int main(int argc, char** argv) {
     std::printf(
         "\nrelative to none, same run: mode, peak allocated, activation memory (the peak above "
         "what stays allocated), step time\n");
-    for (const char* mode : {"full", "auto"}) {
+    for (const char* mode : {"full", "selective", "auto"}) {
       const auto t =
           reporter.seconds.find(std::string("checkpoint/") + mode + "/iterations:3/real_time");
       if (t == reporter.seconds.end() || !g_peak_mib.count(mode)) continue;
-      std::printf("  %-5s %6.3f %6.3f %6.3f\n", mode, g_peak_mib[mode] / g_peak_mib["none"],
+      std::printf("  %-9s %6.3f %6.3f %6.3f\n", mode, g_peak_mib[mode] / g_peak_mib["none"],
                   g_activation_mib[mode] / g_activation_mib["none"], t->second / none_time->second);
     }
   }

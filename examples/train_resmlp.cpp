@@ -56,8 +56,9 @@ options:
   --accumulate K     micro-batches per step (batch / K samples each; default 1)
   --lr X             peak learning rate (default 0.002)
   --dropout P        dropout in each block (default 0.05)
-  --checkpoint C     none (default), full (every block) or auto:<MiB> (nn::plan_checkpoints:
-                     the fewest blocks that fit a step's peak allocation into that budget)
+  --checkpoint C     none (default), full (every block), selective (every block: keep the
+                     matmul outputs, remake norms and activations) or auto:<MiB>
+                     (nn::plan_checkpoints: the blocks that fit a step's peak into that budget)
   --amp P            f32 (default), f16 (with the GradScaler) or bf16
   --classes N        spiral arms / classes (default 10)
   --points N         spiral points per class (default 2000)
@@ -96,9 +97,9 @@ Config parse_args(int argc, char** argv) {
              throw UsageError{
                  fmt::format("--checkpoint auto:<MiB> is at most 2^40, not {}", v.substr(5))};
            }
-         } else if (v != "none" && v != "full") {
-           throw UsageError{
-               fmt::format("--checkpoint must be none, full or auto:<MiB>, not '{}'", v)};
+         } else if (v != "none" && v != "full" && v != "selective") {
+           throw UsageError{fmt::format(
+               "--checkpoint must be none, full, selective or auto:<MiB>, not '{}'", v)};
          }
          c.checkpoint = v;
        }},
@@ -143,15 +144,18 @@ int run(const Config& c) {
   fmt::print("data: {}-class spirals, {} train / {} validation samples\n", c.classes,
              train_set.size(), validation.size());
 
-  auto model = train::make_residual_mlp({.inputs = train_set.inputs.shape()[1],
-                                         .width = c.width,
-                                         .depth = c.depth,
-                                         .expansion = c.expansion,
-                                         .outputs = train_set.num_classes,
-                                         .dropout = static_cast<float>(c.dropout),
-                                         .checkpoint = c.checkpoint == "full",
-                                         .seed = c.seed,
-                                         .device = device});
+  auto model = train::make_residual_mlp(
+      {.inputs = train_set.inputs.shape()[1],
+       .width = c.width,
+       .depth = c.depth,
+       .expansion = c.expansion,
+       .outputs = train_set.num_classes,
+       .dropout = static_cast<float>(c.dropout),
+       .checkpoint = c.checkpoint == "full" || c.checkpoint == "selective",
+       .checkpoint_policy = c.checkpoint == "selective" ? nn::CheckpointPolicy::selective
+                                                        : nn::CheckpointPolicy::full,
+       .seed = c.seed,
+       .device = device});
   train::AdamW optimizer(model->parameters(), {.lr = static_cast<float>(c.lr)});
   const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, c.steps / 20, c.lr / 10);
   const nn::Precision precision = nn::parse_precision(c.amp);

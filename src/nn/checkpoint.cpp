@@ -7,6 +7,13 @@ namespace ember::nn {
 Tensor Checkpoint::forward(Context& ctx, const Tensor& x) {
   if (!ctx.training) return inner_->forward(ctx, x);
   check_nothing_saved("Checkpoint::forward");
+  if (policy_ == CheckpointPolicy::selective) {
+    Tensor y = inner_->forward(ctx, x);
+    inner_->for_each_module([](Module& m) {
+      if (auto* s = dynamic_cast<Sequential*>(&m)) s->release_recomputable_inputs();
+    });
+    return y;
+  }
   Context quiet = ctx;
   quiet.training = false;  // the module saves nothing: backward runs it again
   Tensor y = inner_->forward(quiet, x);
@@ -16,6 +23,7 @@ Tensor Checkpoint::forward(Context& ctx, const Tensor& x) {
 }
 
 Tensor Checkpoint::backward(Context& ctx, const Tensor& dy) {
+  if (policy_ == CheckpointPolicy::selective) return inner_->backward(ctx, dy);
   EMBER_CHECK(input_.defined(),
               "{}: backward needs the input saved by forward (forward was not run in training "
               "mode, or the saved input was dropped)",

@@ -69,6 +69,16 @@ Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
   return y;
 }
 
+Tensor LayerNorm::recompute_output(Context& ctx) {
+  EMBER_CHECK(input_.defined(), "{}: no saved input to recompute the output from", name());
+  Tensor y = Tensor::empty(input_.shape(), input_.dtype(), ctx.stream);
+  const TensorView none;
+  ops::layer_norm_forward(ctx.stream, y, none, none, input_,
+                          options_.affine ? weight_.value.view() : none,
+                          options_.affine ? bias_.value.view() : none, options_.eps);
+  return y;
+}
+
 Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   EMBER_CHECK(input_.defined(),
               "{}: backward needs the input saved by forward (forward was not run in training "

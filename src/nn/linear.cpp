@@ -1,6 +1,7 @@
 #include "ember/nn/linear.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "ember/nn/seed.hpp"
 #include "ember/ops/elementwise.hpp"
@@ -89,7 +90,40 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   return y;
 }
 
+Tensor Linear::release_input() {
+  EMBER_CHECK(input_.defined(), "{}: no saved input to release", name());
+  input_released_ = true;
+  return std::exchange(input_, Tensor());
+}
+
+void Linear::restore_input(const Tensor& input) {
+  EMBER_CHECK(input_released_ && input.defined() && input.shape() == Shape({input.shape()[0], in_}),
+              "{}: restore_input needs the released input back ([batch, {}]), not {}", name(), in_,
+              input.defined() ? input.view().describe() : std::string("undefined"));
+  input_released_ = false;
+  // Forward saved the input in its compute dtype (weight_used_'s): cast a recomputed one.
+  const DType dtype = weight_used_.dtype();
+  if (input.dtype() == dtype) {
+    input_ = input;
+  } else {
+    input_ = Tensor::empty(input.shape(), dtype, input.stream());
+    Stream s = input.stream();
+    ops::cast(s, input_, input);
+  }
+}
+
+Tensor Linear::recompute_output(Context& ctx) {
+  EMBER_CHECK(pre_.defined(), "{}: no saved pre-activation to recompute the output from", name());
+  Tensor y = Tensor::empty(pre_.shape(), pre_.dtype(), ctx.stream);
+  if (activation_ == ops::Activation::relu) ops::relu_forward(ctx.stream, y, pre_);
+  if (activation_ == ops::Activation::gelu) ops::gelu_forward(ctx.stream, y, pre_);
+  return y;
+}
+
 Tensor Linear::backward(Context& ctx, const Tensor& dy) {
+  EMBER_CHECK(!input_released_,
+              "{}: backward before its released input was restored (selective checkpointing)",
+              name());
   EMBER_CHECK(input_.defined(),
               "{}: backward needs the input saved by forward (forward was not run in training "
               "mode, or the saved input was dropped)",

@@ -107,8 +107,26 @@ Tensor Sequential::forward(Context& ctx, const Tensor& x) {
 
 Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
   Tensor g = dy;
-  for (auto it = modules_.rbegin(); it != modules_.rend(); ++it) g = (*it)->backward(ctx, g);
+  for (size_t i = modules_.size(); i-- > 0;) {
+    if (i < released_.size() && released_[i]) {
+      released_[i] = false;
+      modules_[i]->restore_input(modules_[i - 1]->recompute_output(ctx));
+    }
+    g = modules_[i]->backward(ctx, g);
+  }
+  released_.clear();
   return g;
+}
+
+int64_t Sequential::release_recomputable_inputs() {
+  released_.assign(modules_.size(), false);
+  int64_t bytes = 0;
+  for (size_t i = 1; i < modules_.size(); ++i) {
+    if (!modules_[i]->releases_input() || !modules_[i - 1]->recomputes_output()) continue;
+    bytes += static_cast<int64_t>(modules_[i]->release_input().nbytes());
+    released_[i] = true;
+  }
+  return bytes;
 }
 
 std::vector<Parameter*> Sequential::parameters() {
@@ -121,6 +139,7 @@ std::vector<Parameter*> Sequential::parameters() {
 
 void Sequential::drop_saved() {
   for (auto& m : modules_) m->drop_saved();
+  released_.clear();
 }
 
 bool Sequential::has_saved() const {

@@ -49,7 +49,7 @@ std::shared_ptr<nn::Sequential> make_residual_mlp(const ResidualMlpOptions& o) {
   for (int64_t i = 0; i < o.depth; ++i) {
     auto block = make_residual_block(o.width, o.expansion, o.dropout,
                                      derive(o.seed, static_cast<uint64_t>(i + 1)), o.device);
-    if (o.checkpoint) block = std::make_shared<nn::Checkpoint>(block);
+    if (o.checkpoint) block = std::make_shared<nn::Checkpoint>(block, o.checkpoint_policy);
     model->add(block);
   }
   model->add("norm",

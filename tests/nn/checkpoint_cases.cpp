@@ -27,7 +27,8 @@ class Checkpointing : public OnDevice {
     std::vector<std::string> ready;  // grad-ready callbacks, in order
   };
 
-  std::shared_ptr<nn::Sequential> model(bool checkpoint, float dropout = 0.2f) {
+  std::shared_ptr<nn::Sequential> model(bool checkpoint, float dropout = 0.2f,
+                                        nn::CheckpointPolicy policy = nn::CheckpointPolicy::full) {
     return train::make_residual_mlp({.inputs = 6,
                                      .width = 16,
                                      .depth = 3,
@@ -35,6 +36,7 @@ class Checkpointing : public OnDevice {
                                      .outputs = 4,
                                      .dropout = dropout,
                                      .checkpoint = checkpoint,
+                                     .checkpoint_policy = policy,
                                      .seed = 7,
                                      .device = device()});
   }
@@ -75,6 +77,49 @@ TEST_P(Checkpointing, GradientsAreBitwiseThoseWithoutCheckpointing) {
       EXPECT_EQ(plain->parameters()[i]->name, wrapped->parameters()[i]->name);
     }
   }
+}
+
+// Selective checkpointing: the LayerNorm and GELU outputs are handed over and remade in backward;
+// gradients stay bitwise (f32: both remade; bf16: the LayerNorm output, the 16-bit GELU output
+// being kept).
+TEST_P(Checkpointing, SelectiveGivesTheSameGradientsWithLessMemory) {
+  for (nn::Precision precision : {nn::Precision::f32, nn::Precision::bf16}) {
+    auto plain = model(false), selective = model(true, 0.2f, nn::CheckpointPolicy::selective);
+    const Step a = run(*plain, precision), b = run(*selective, precision);
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.dx, b.dx);
+    for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_EQ(a.grads[i], b.grads[i]) << i;
+    EXPECT_EQ(a.ready, b.ready);
+  }
+  // What a training forward keeps: less than without, more than full checkpointing.
+  auto kept = [&](bool checkpoint, nn::CheckpointPolicy policy) {
+    auto m = train::make_residual_mlp({.inputs = 32,
+                                       .width = 64,
+                                       .depth = 4,
+                                       .expansion = 4,
+                                       .outputs = 4,
+                                       .checkpoint = checkpoint,
+                                       .checkpoint_policy = policy,
+                                       .seed = 3,
+                                       .device = device()});
+    Stream s = stream();
+    nn::Context ctx{s};
+    const Tensor x = on(Tensor::empty({128, 32}).uniform_(1, -1.0, 1.0));
+    s.synchronize();
+    const int64_t before = memory::stats(device()).allocated.current;
+    Tensor y = m->forward(ctx, x);
+    s.synchronize();
+    const int64_t bytes = memory::stats(device()).allocated.current - before;
+    m->drop_saved();
+    return bytes;
+  };
+  const int64_t none = kept(false, nn::CheckpointPolicy::full);
+  const int64_t selective = kept(true, nn::CheckpointPolicy::selective);
+  const int64_t full = kept(true, nn::CheckpointPolicy::full);
+  // Per block of width W: without, x, the LayerNorm output (W), pre (4W), the GELU output (4W),
+  // the block output ...; selective drops the LayerNorm and GELU outputs.
+  EXPECT_LT(selective, none * 7 / 10) << "none " << none << ", selective " << selective;
+  EXPECT_GT(selective, full) << "full " << full;
 }
 
 TEST_P(Checkpointing, CheckpointSequentialGivesTheSameGradients) {

@@ -20,13 +20,28 @@
 
 namespace ember::nn {
 
+// full: keep only the input, recompute everything. selective (after Korthikanti et al. 2022):
+// the forward saves as usual, then hands over the inputs that cheap work can remake (a
+// LayerNorm's or an activation's output, a fused activation's output from its saved matmul
+// pre-activation); backward remakes each just before it is needed. Matmul outputs stay, no
+// matmul is recomputed. Within the Sequentials inside the module; exact (bitwise gradients) on
+// the CPU and the emulator.
+enum class CheckpointPolicy { full, selective };
+
 class Checkpoint final : public Wrapper {
  public:
-  explicit Checkpoint(std::shared_ptr<Module> inner) : Wrapper(std::move(inner), "Checkpoint") {}
+  explicit Checkpoint(std::shared_ptr<Module> inner,
+                      CheckpointPolicy policy = CheckpointPolicy::full)
+      : Wrapper(std::move(inner), "Checkpoint"), policy_(policy) {}
+  CheckpointPolicy policy() const { return policy_; }
 
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
-  std::string name() const override { return "Checkpoint(" + inner_->name() + ")"; }
+  std::string name() const override {
+    return std::string(policy_ == CheckpointPolicy::full ? "Checkpoint("
+                                                         : "Checkpoint(selective, ") +
+           inner_->name() + ")";
+  }
   bool has_saved() const override { return input_.defined() || inner_->has_saved(); }
   void drop_saved() override {
     input_ = Tensor();
@@ -34,6 +49,7 @@ class Checkpoint final : public Wrapper {
   }
 
  private:
+  CheckpointPolicy policy_;
   Tensor input_;
   uint64_t step_ = 0;
 };

@@ -30,6 +30,9 @@ class LayerNorm final : public Module {
   std::string name() const override;
   void set_path(std::string path) override;
 
+  bool recomputes_output() const override { return input_.defined(); }
+  Tensor recompute_output(Context& ctx) override;  // the forward again, from the saved input
+
   Parameter& weight();  // throws without affine
   Parameter& bias();
   int64_t features() const { return features_; }

@@ -34,10 +34,19 @@ class Linear final : public Module {
     input_ = Tensor();
     pre_ = Tensor();
     weight_used_ = Tensor();
+    input_released_ = false;
   }
-  bool has_saved() const override { return input_.defined(); }
+  bool has_saved() const override { return input_.defined() || input_released_; }
   std::string name() const override;
   void set_path(std::string path) override;
+
+  bool releases_input() const override { return input_.defined(); }
+  Tensor release_input() override;
+  void restore_input(const Tensor& input) override;
+  // act(pre) from the saved pre-activation: exact when pre is f32 (under autocast pre was
+  // rounded to 16 bits before the activation, so the output is not remade then).
+  bool recomputes_output() const override { return pre_.defined() && pre_.dtype() == DType::f32; }
+  Tensor recompute_output(Context& ctx) override;
 
   Parameter& weight() { return weight_; }
   Parameter& bias();  // throws when the layer has no bias
@@ -54,6 +63,7 @@ class Linear final : public Module {
   // x W^T + b when there is an activation; x's own dtype, which dx gets.
   Tensor input_, weight_used_, pre_;
   DType input_dtype_ = DType::f32;
+  bool input_released_ = false;  // input_ handed over (selective checkpointing)
 };
 
 }  // namespace ember::nn

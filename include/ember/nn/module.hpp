@@ -58,6 +58,20 @@ class Module {
   // and then nothing is written.
   void load_state_dict(const StateDict& state);
 
+  // Selective checkpointing (nn::Checkpoint's selective policy). A module whose training forward
+  // saved its input can hand that input over and take it back before its backward; a module
+  // that can remake its last training forward's output from what it saved does so (cheaply:
+  // normalization and pointwise work, or a fused activation of a saved matmul output). The
+  // defaults say no.
+  virtual bool releases_input() const { return false; }
+  virtual Tensor release_input() { return Tensor(); }
+  virtual void restore_input(const Tensor& input) { (void)input; }
+  virtual bool recomputes_output() const { return false; }
+  virtual Tensor recompute_output(Context& ctx) {
+    (void)ctx;
+    return Tensor();
+  }
+
   // Calls f on this module and on every module inside it, parents first.
   virtual void for_each_module(const std::function<void(Module&)>& f) { f(*this); }
   // The grad-ready callback set on this module (empty when none).

@@ -44,6 +44,10 @@ class Sequential final : public Module {
   const GradReadyCallback& grad_ready_callback() const override { return callback_; }
 
   size_t size() const { return modules_.size(); }
+  // Selective checkpointing: after a training forward, each child whose saved input its
+  // predecessor can recompute hands it over; backward recomputes it just before that child's
+  // backward. Returns the bytes released.
+  int64_t release_recomputable_inputs();
   // Replaces child i by wrap(child) (e.g. a Checkpoint around it), under the same name and path.
   void wrap_child(size_t i,
                   const std::function<std::shared_ptr<Module>(std::shared_ptr<Module>)>& wrap);
@@ -54,6 +58,7 @@ class Sequential final : public Module {
  private:
   std::vector<std::shared_ptr<Module>> modules_;
   std::vector<std::string> names_;
+  std::vector<bool> released_;  // child i's input was handed over (release_recomputable_inputs)
   GradReadyCallback callback_;
 };
 

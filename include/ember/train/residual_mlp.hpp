@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "ember/nn/checkpoint.hpp"
 #include "ember/nn/sequential.hpp"
 
 namespace ember::train {
@@ -23,8 +24,9 @@ struct ResidualMlpOptions {
   int64_t depth = 4;      // residual blocks
   int64_t expansion = 4;  // hidden width of a block: expansion * width
   int64_t outputs = 10;
-  float dropout = 0.0f;  // each block's dropout probability
-  bool checkpoint = false;
+  float dropout = 0.0f;     // each block's dropout probability
+  bool checkpoint = false;  // wrap every block in nn::Checkpoint, with this policy:
+  nn::CheckpointPolicy checkpoint_policy = nn::CheckpointPolicy::full;
   // Layer i is seeded from (seed, i); without a seed each layer takes the next default seed.
   std::optional<uint64_t> seed;
   Device device;
