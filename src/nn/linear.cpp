@@ -93,12 +93,14 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
 Tensor Linear::release_input() {
   EMBER_CHECK(input_.defined(), "{}: no saved input to release", name());
   input_released_ = true;
+  released_shape_ = input_.shape();
   return std::exchange(input_, Tensor());
 }
 
 void Linear::restore_input(const Tensor& input) {
-  EMBER_CHECK(input_released_ && input.defined() && input.shape() == Shape({input.shape()[0], in_}),
-              "{}: restore_input needs the released input back ([batch, {}]), not {}", name(), in_,
+  EMBER_CHECK(input_released_ && input.defined() && input.shape() == released_shape_,
+              "{}: restore_input needs the released input back ({}), not {}", name(),
+              released_shape_.to_string(),
               input.defined() ? input.view().describe() : std::string("undefined"));
   input_released_ = false;
   // Forward saved the input in its compute dtype (weight_used_'s): cast a recomputed one.

@@ -119,9 +119,11 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
 }
 
 int64_t Sequential::release_recomputable_inputs() {
-  released_.assign(modules_.size(), false);
+  // Releases already made (by a selective Checkpoint nested inside another) stay recorded.
+  if (released_.size() != modules_.size()) released_.assign(modules_.size(), false);
   int64_t bytes = 0;
   for (size_t i = 1; i < modules_.size(); ++i) {
+    if (released_[i]) continue;
     if (!modules_[i]->releases_input() || !modules_[i - 1]->recomputes_output()) continue;
     bytes += static_cast<int64_t>(modules_[i]->release_input().nbytes());
     released_[i] = true;

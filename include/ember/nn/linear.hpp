@@ -35,6 +35,7 @@ class Linear final : public Module {
     pre_ = Tensor();
     weight_used_ = Tensor();
     input_released_ = false;
+    released_shape_ = Shape();
   }
   bool has_saved() const override { return input_.defined() || input_released_; }
   std::string name() const override;
@@ -64,6 +65,7 @@ class Linear final : public Module {
   Tensor input_, weight_used_, pre_;
   DType input_dtype_ = DType::f32;
   bool input_released_ = false;  // input_ handed over (selective checkpointing)
+  Shape released_shape_;
 };
 
 }  // namespace ember::nn
