@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "ember/core/device.hpp"
+#include "ember/core/error.hpp"
 
 namespace example {
 
@@ -88,6 +89,28 @@ inline ember::Device choose_device(const std::string& requested) {
 // "12.34%", or "n/a" without samples (no accuracy to report, not 0%).
 inline std::string percent_or_none(double fraction, int64_t samples) {
   return samples == 0 ? std::string("    n/a") : fmt::format("{:6.2f}%", 100 * fraction);
+}
+
+// An example's main: parse (a UsageError or a bad value: exit 2 with the usage hint), then run
+// (an ember::Error: exit 1).
+template <class Config, class Parse, class Run>
+int run_main(const char* name, int argc, char** argv, Parse&& parse, Run&& run) {
+  Config config;
+  try {
+    config = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s (run with --help for the options)\n", name, e.message.c_str());
+    return 2;
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.message().c_str());
+    return 2;
+  }
+  try {
+    return run(config);
+  } catch (const ember::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 1;
+  }
 }
 
 }  // namespace example

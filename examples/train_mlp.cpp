@@ -271,20 +271,5 @@ int run(const Config& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Config config;
-  try {
-    config = parse_args(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "train_mlp: %s (run with --help for the options)\n", e.message.c_str());
-    return 2;
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "train_mlp: %s\n", e.message().c_str());
-    return 2;
-  }
-  try {
-    return run(config);
-  } catch (const ember::Error& e) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", e.what());
-    return 1;
-  }
+  return example::run_main<Config>("train_mlp", argc, argv, parse_args, run);
 }

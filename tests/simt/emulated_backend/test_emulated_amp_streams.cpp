@@ -22,6 +22,7 @@
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/sgd.hpp"
+#include "stream_test_support.hpp"
 
 namespace {
 
@@ -34,28 +35,11 @@ namespace amp = ember::amp;
 namespace nn = ember::nn;
 namespace train = ember::train;
 
-const Device kGpu = Device::cuda(0);
+using ember::testing::LazyStreams;
+using ember::testing::message_of;
+using ember::testing::RaceCheck;
 
-struct LazyStreams {
-  simt::StreamOptions saved = simt::stream_options();
-  explicit LazyStreams(uint64_t seed = 1) {
-    simt::set_stream_options({.mode = simt::StreamMode::deferred, .lazy = true, .seed = seed});
-  }
-  ~LazyStreams() { simt::set_stream_options(saved); }
-};
-struct RaceCheck {
-  bool saved = simt::race_check_enabled();
-  RaceCheck() { simt::set_race_check(true); }
-  ~RaceCheck() { simt::set_race_check(saved); }
-};
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  return "";
-}
+const Device kGpu = Device::cuda(0);
 
 // unscale_ on a stream of its own; the gradients live on the device's current stream, which is
 // also where the scaler was made. The doc: "later work there sees the unscaled gradients".

@@ -16,6 +16,7 @@
 #include "ember/simt/shim.hpp"
 #include "ember/train/accumulation.hpp"
 #include "ember/train/residual_mlp.hpp"
+#include "stream_test_support.hpp"
 
 namespace {
 
@@ -29,20 +30,11 @@ namespace nn = ember::nn;
 namespace train = ember::train;
 namespace ops = ember::ops;
 
-const Device kGpu = Device::cuda(0);
+using ember::testing::LazyStreams;
+using ember::testing::message_of;
+using ember::testing::RaceCheck;
 
-struct LazyStreams {
-  simt::StreamOptions saved = simt::stream_options();
-  explicit LazyStreams(uint64_t seed = 1) {
-    simt::set_stream_options({.mode = simt::StreamMode::deferred, .lazy = true, .seed = seed});
-  }
-  ~LazyStreams() { simt::set_stream_options(saved); }
-};
-struct RaceCheck {
-  bool saved = simt::race_check_enabled();
-  RaceCheck() { simt::set_race_check(true); }
-  ~RaceCheck() { simt::set_race_check(saved); }
-};
+const Device kGpu = Device::cuda(0);
 
 // More than 65535 chunks of 32 rows: the dgamma/dbeta partials grid's y dimension.
 TEST(EmulatedLayerNormEdges, ManyRowsParameterGradients) {

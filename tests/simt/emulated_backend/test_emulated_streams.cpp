@@ -27,6 +27,7 @@
 #include "ember/simt/race_check.hpp"
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
+#include "stream_test_support.hpp"
 
 namespace {
 
@@ -36,16 +37,11 @@ using ember::Stream;
 using ember::Tensor;
 namespace simt = ember::simt;
 
-const Device kGpu = Device::cuda(0);
+using ember::testing::LazyStreams;
+using ember::testing::message_of;
+using ember::testing::RaceCheck;
 
-// Lazy streams for the test's length, whatever EMBER_SIMT_STREAMS says.
-struct LazyStreams {
-  simt::StreamOptions saved = simt::stream_options();
-  explicit LazyStreams(uint64_t seed = 1) {
-    simt::set_stream_options({.mode = simt::StreamMode::deferred, .lazy = true, .seed = seed});
-  }
-  ~LazyStreams() { simt::set_stream_options(saved); }
-};
+const Device kGpu = Device::cuda(0);
 
 cudaStream_t native(const Stream& s) {
   return static_cast<cudaStream_t>(s.native());
@@ -426,29 +422,13 @@ TEST(EmulatedStreams, AFailedHostReadLeavesNoCopyBehind) {
   EXPECT_EQ(x.to_vector<float>(), std::vector<float>(64, 3.0f));
 }
 
-// The stream-race checker on for the test's length.
-struct RaceCheck {
-  bool saved = simt::race_check_enabled();
-  RaceCheck() { simt::set_race_check(true); }
-  ~RaceCheck() { simt::set_race_check(saved); }
-};
-
-std::string race_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
 // The mistake train_mlp made: tensors on the device's current stream, the step on a new stream.
 TEST(EmulatedStreamRaces, AnOpOnAnotherStreamWithoutAWaitIsReported) {
   const RaceCheck check;
   Tensor x = Tensor::full({64}, 1.0, DType::f32, kGpu);  // written on the current stream
   Stream other(kGpu);
   Tensor y = Tensor::empty({64}, DType::f32, other);
-  const std::string message = race_message([&] { ember::ops::scale(other, y, x, 2.0f); });
+  const std::string message = message_of([&] { ember::ops::scale(other, y, x, 2.0f); });
   EXPECT_NE(message.find("stream race on device memory"), std::string::npos) << message;
   EXPECT_NE(message.find("kernel ember::kernels::map_kernel"), std::string::npos) << message;
   EXPECT_NE(message.find("it, but kernel ember::kernels::fill_kernel"), std::string::npos)
@@ -470,7 +450,7 @@ TEST(EmulatedStreamRaces, WritingWhatAnotherStreamStillReadsIsReported) {
   other.wait(s);
   ember::ops::scale(other, y, x, 2.0f);  // other reads x
   Stream writer = s;
-  const std::string message = race_message([&] { ember::ops::scale(writer, x, x, 3.0f); });
+  const std::string message = message_of([&] { ember::ops::scale(writer, x, x, 3.0f); });
   EXPECT_NE(message.find("writes it, but kernel"), std::string::npos) << message;
   EXPECT_NE(message.find("still reads it"), std::string::npos) << message;
   // Once the host has waited for the reader, the write is ordered after it.
@@ -493,8 +473,8 @@ TEST(EmulatedStreamRaces, ReadsFromTwoStreamsAndEventOrderingAreClean) {
   EXPECT_NO_THROW(ember::ops::scale(b, yb, x, 4.0f));
   // Raw copies are checked too: a third stream writes ya's bytes with no ordering at all.
   Stream raw(kGpu);
-  const std::string message = race_message(
-      [&] { ASSERT_EQ(cudaMemsetAsync(ya.data(), 0, 256, native(raw)), cudaSuccess); });
+  const std::string message =
+      message_of([&] { ASSERT_EQ(cudaMemsetAsync(ya.data(), 0, 256, native(raw)), cudaSuccess); });
   EXPECT_NE(message.find("cudaMemsetAsync of 256 bytes on stream"), std::string::npos) << message;
   // A copy between the two results, ordered by copy_'s own wait.
   EXPECT_NO_THROW(yb.copy_(ya));
