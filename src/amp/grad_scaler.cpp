@@ -268,6 +268,19 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
     EMBER_THROW("GradScaler: {} needs a build with CUDA", device_.to_string());
 #endif
   }
+  if (options_.sync_found_inf) {
+    // Data parallelism: every rank's flag becomes the maximum over ranks, so that all skip the
+    // same steps and back off alike.
+    options_.sync_found_inf(stream, st.found_inf);
+    if (device_.is_cpu()) {
+      if (*st.found_inf.data<float>() != 0.0f) state->found_any = 1.0f;
+    } else {
+#if EMBER_WITH_CUDA
+      cuda::merge_found(st.found_inf.data<float>(), state,
+                        static_cast<cudaStream_t>(stream.native()));
+#endif
+    }
+  }
   last_stream_ = stream;
   keep_scale_ordered();
   st.stage = Stage::unscaled;

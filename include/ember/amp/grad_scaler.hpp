@@ -61,6 +61,10 @@ struct GradScalerOptions {
   int64_t collapse_window = 100;
   // Where the warning goes (default: a line on stderr).
   std::function<void(const std::string&)> warn;
+  // Data parallelism (dist::found_inf_all_reduce): called by unscale_ with the optimizer's
+  // found-inf flag (f32 [1] on the device, written on `stream`); it must make the flag the
+  // maximum over all ranks, ordered on `stream`, so that every rank skips the same steps.
+  std::function<void(Stream& stream, const Tensor& found_inf)> sync_found_inf;
 };
 
 // One update() whose scale changed or whose step was skipped.

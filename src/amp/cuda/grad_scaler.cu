@@ -52,7 +52,15 @@ __global__ void update_kernel(detail::ScaleRule rule, float* scale, detail::Scal
   detail::update_scale(rule, scale, state, record);
 }
 
+__global__ void merge_found_kernel(const float* found_inf, detail::ScalerState* state) {
+  if (*found_inf != 0.0f) state->found_any = 1.0f;
+}
+
 }  // namespace
+
+void merge_found(const float* found_inf, detail::ScalerState* state, cudaStream_t stream) {
+  launch(merge_found_kernel, dim3(1), dim3(1), 0, stream, found_inf, state);
+}
 
 void unscale(const std::vector<std::pair<float*, int64_t>>& grads, const float* scale,
              int32_t* flags, float* found_inf, detail::ScalerState* state, cudaStream_t stream) {

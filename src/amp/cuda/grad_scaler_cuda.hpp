@@ -17,6 +17,9 @@ namespace ember::amp::cuda {
 void unscale(const std::vector<std::pair<float*, int64_t>>& grads, const float* scale,
              int32_t* flags, float* found_inf, detail::ScalerState* state, cudaStream_t stream);
 
+// state->found_any = 1 when *found_inf is nonzero (a flag reduced across ranks).
+void merge_found(const float* found_inf, detail::ScalerState* state, cudaStream_t stream);
+
 // update_scale (scaler_state.hpp) in one thread.
 void update(const detail::ScaleRule& rule, float* scale, detail::ScalerState* state,
             detail::ScaleRecord* record, cudaStream_t stream);

@@ -1,0 +1,248 @@
+#include "ember/dist/communicator.hpp"
+
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "dist/backend.hpp"
+
+namespace ember::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
+  }
+  return "?";
+}
+
+namespace detail {
+
+void Broken::check(const std::string& what) const {
+  EMBER_CHECK(!is(),
+              "dist: {} refused: this communicator failed earlier and cannot be used again "
+              "({})",
+              what, message_);
+}
+
+void throw_timeout(const std::string& what, int rank, int world, double seconds,
+                   const std::string& engine_note) {
+  EMBER_THROW(
+      "dist: {} timed out after {} s on rank {} of {}: a peer rank did not take part in time (it "
+      "died, hangs, or called a different collective). The communicator is unusable now; end "
+      "the job (dist::abort_job) and resume from a checkpoint. {}",
+      what, seconds, rank, world, engine_note);
+}
+
+void backoff(int iteration) {
+  if (iteration < 64) return;  // spin: a collective of a few KiB is done in microseconds
+  if (iteration < 256) {
+    std::this_thread::yield();
+    return;
+  }
+  const int micros = std::min(1000, 10 * (iteration - 255));
+  std::this_thread::sleep_for(std::chrono::microseconds(micros));
+}
+
+std::string describe(const Tensor& t) {
+  return t.view().describe();
+}
+
+}  // namespace detail
+
+namespace {
+
+double default_timeout() {
+  if (const char* text = std::getenv("EMBER_DIST_TIMEOUT")) {
+    char* end = nullptr;
+    const double s = std::strtod(text, &end);
+    EMBER_CHECK(*text != '\0' && *end == '\0' && s > 0 && s < 1e9,
+                "EMBER_DIST_TIMEOUT='{}' is not a number of seconds > 0", text);
+    return s;
+  }
+  return 600.0;
+}
+
+bool default_check() {
+  if (const char* text = std::getenv("EMBER_DIST_CHECK")) {
+    const std::string v = text;
+    EMBER_CHECK(v == "0" || v == "1", "EMBER_DIST_CHECK='{}' must be 0 or 1", v);
+    return v == "1";
+  }
+#ifdef NDEBUG
+  return false;
+#else
+  return true;
+#endif
+}
+
+// Metadata compared across ranks: collective kind, dtype, elements, root, op.
+enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
+
+const char* kind_name(int64_t kind) {
+  switch (kind) {
+    case kAllReduce:
+      return "all_reduce";
+    case kBroadcast:
+      return "broadcast";
+    case kAllGather:
+      return "all_gather";
+    case kReduceScatter:
+      return "reduce_scatter";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Device rank_device(const Launch& launch) {
+  const int count = cuda_device_count();
+  EMBER_CHECK(count > 0, "dist: rank {} needs a GPU for CUDA collectives, but none is visible",
+              launch.rank);
+  if (count == 1) return Device::cuda(0);
+  EMBER_CHECK(launch.local_rank < count,
+              "dist: rank {} has local rank {}, which picks cuda:{}, but this node has {} GPUs: "
+              "start at most one rank per GPU",
+              launch.rank, launch.local_rank, launch.local_rank, count);
+  return Device::cuda(launch.local_rank);
+}
+
+Communicator::Communicator(const Launch& launch, CommOptions options)
+    : launch_(launch),
+      timeout_(options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout()),
+      check_metadata_(options.check_metadata < 0 ? default_check() : options.check_metadata != 0) {
+  EMBER_CHECK(options.timeout_seconds >= 0 && options.timeout_seconds < 1e9,
+              "dist: CommOptions::timeout_seconds must be > 0 (or 0 for the default), not {}",
+              options.timeout_seconds);
+  EMBER_CHECK(launch.world_size >= 1 && launch.rank >= 0 && launch.rank < launch.world_size,
+              "dist: rank {} of {} is not a valid launch", launch.rank, launch.world_size);
+  if (launch.world_size == 1) {
+    local_ = detail::make_local_backend();
+  } else if (launch.launcher != "env" && detail::built_with_mpi()) {
+    mpi_ = detail::make_mpi_backend(launch, timeout_);
+  }
+}
+
+Communicator::~Communicator() = default;
+
+detail::Backend& Communicator::backend_for(const Tensor& t, const char* what) {
+  EMBER_CHECK(t.defined(), "dist: {}: the tensor is undefined", what);
+  if (local_) return *local_;
+  if (t.device().is_cuda()) {
+    if (!nccl_) nccl_ = detail::make_nccl_backend(launch_, timeout_, mpi_.get());
+    return *nccl_;
+  }
+  if (!mpi_) {
+    EMBER_CHECK(launch_.launcher != "env",
+                "dist: {} of a CPU tensor across {} ranks needs MPI, but this is a {} launch "
+                "(RANK/WORLD_SIZE): start the job with mpirun or srun, or use CUDA tensors (NCCL)",
+                what, launch_.world_size, launch_.launcher);
+    mpi_ = detail::make_mpi_backend(launch_, timeout_);  // throws: built without MPI
+  }
+  return *mpi_;
+}
+
+void Communicator::check(const char* what, const Tensor& t, int64_t elements, int root,
+                         ReduceOp op) {
+  if (!check_metadata_ || local_) return;
+  detail::Backend* host = mpi_ ? mpi_.get() : nccl_.get();
+  if (host == nullptr) return;
+  const int64_t kind = std::string_view(what) == "all_reduce"   ? kAllReduce
+                       : std::string_view(what) == "broadcast"  ? kBroadcast
+                       : std::string_view(what) == "all_gather" ? kAllGather
+                                                                : kReduceScatter;
+  const std::vector<int64_t> mine{kind, static_cast<int64_t>(t.dtype()), elements, root,
+                                  static_cast<int64_t>(op)};
+  const std::vector<int64_t> all =
+      host->host_all_gather(mine, fmt::format("{}'s metadata check", what));
+  bool same = true;
+  for (size_t i = 0; i < all.size(); ++i) same = same && all[i] == mine[i % mine.size()];
+  if (same) return;
+  std::string table;
+  for (int r = 0; r < launch_.world_size; ++r) {
+    const int64_t* m = &all[static_cast<size_t>(r) * mine.size()];
+    const bool reduces = m[0] == kAllReduce || m[0] == kReduceScatter;
+    table +=
+        fmt::format("\n  rank {}: {}{} of {} x {}{}", r, kind_name(m[0]),
+                    reduces ? fmt::format("({})", reduce_op_name(static_cast<ReduceOp>(m[4]))) : "",
+                    dtype_name(static_cast<DType>(m[1])), m[2],
+                    m[0] == kBroadcast ? fmt::format(" from rank {}", m[3]) : "");
+  }
+  EMBER_THROW(
+      "dist: the ranks called mismatched collectives (rank {} is at {}); each would "
+      "corrupt or hang the others:{}",
+      launch_.rank, what, table);
+}
+
+Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op) {
+  detail::Backend& b = backend_for(tensor, "all_reduce");
+  check("all_reduce", tensor, tensor.numel(), -1, op);
+  ++collectives_;
+  return Work(b.all_reduce(
+      stream, tensor, op,
+      fmt::format("all_reduce({}, {})", reduce_op_name(op), detail::describe(tensor))));
+}
+
+Work Communicator::broadcast(Stream& stream, const Tensor& tensor, int root) {
+  EMBER_CHECK(root >= 0 && root < launch_.world_size,
+              "dist: broadcast from rank {}: there are {} ranks", root, launch_.world_size);
+  detail::Backend& b = backend_for(tensor, "broadcast");
+  check("broadcast", tensor, tensor.numel(), root, ReduceOp::sum);
+  ++collectives_;
+  return Work(
+      b.broadcast(stream, tensor, root,
+                  fmt::format("broadcast({} from rank {})", detail::describe(tensor), root)));
+}
+
+Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& in) {
+  EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
+                  out.device() == in.device() && out.numel() == in.numel() * launch_.world_size,
+              "dist: all_gather needs an output of {} x the input's elements, dtype and device: "
+              "got output {} and input {}",
+              launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
+              in.defined() ? detail::describe(in) : "undefined");
+  detail::Backend& b = backend_for(in, "all_gather");
+  check("all_gather", in, in.numel(), -1, ReduceOp::sum);
+  ++collectives_;
+  return Work(b.all_gather(stream, out, in, fmt::format("all_gather({})", detail::describe(in))));
+}
+
+Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tensor& in,
+                                  ReduceOp op) {
+  EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
+                  out.device() == in.device() && in.numel() == out.numel() * launch_.world_size,
+              "dist: reduce_scatter needs an input of {} x the output's elements, dtype and "
+              "device: got output {} and input {}",
+              launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
+              in.defined() ? detail::describe(in) : "undefined");
+  detail::Backend& b = backend_for(in, "reduce_scatter");
+  check("reduce_scatter", in, in.numel(), -1, op);
+  ++collectives_;
+  return Work(b.reduce_scatter(
+      stream, out, in, op,
+      fmt::format("reduce_scatter({}, {})", reduce_op_name(op), detail::describe(in))));
+}
+
+void Communicator::barrier() {
+  if (local_) return;
+  detail::Backend* b = mpi_ ? mpi_.get() : nccl_.get();
+  if (b == nullptr) {
+    EMBER_CHECK(launch_.launcher != "env" || nccl_,
+                "dist: barrier on a {} launch needs a CUDA collective first (NCCL carries it)",
+                launch_.launcher);
+    mpi_ = detail::make_mpi_backend(launch_, timeout_);
+    b = mpi_.get();
+  }
+  b->barrier();
+}
+
+std::unique_ptr<Communicator> init(CommOptions options) {
+  return std::make_unique<Communicator>(detect_launch(), options);
+}
+
+}  // namespace ember::dist
