@@ -1,15 +1,321 @@
-// The NCCL engine: CUDA tensors. Placeholder until the NCCL backend lands.
+// The NCCL engine: CUDA tensors on the rank's GPU, collectives on a communication stream ordered
+// after the calling stream by an event. Failures follow NCCL's documented handling: waits poll
+// the work's event and ncclCommGetAsyncError; past the timeout, or on an asynchronous error, the
+// communicator is aborted (ncclCommAbort: its kernels return) and the wait throws. A watchdog
+// thread does the same for work that only a stream waits for (Work::wait(stream)), so that a lost
+// peer can never hang the GPU: the next call reports it. The emulated-CUDA build runs this file
+// against ember's NCCL shim (include/ember/simt/shim/nccl.h), over MPI.
 #include "dist/backend.hpp"
 
 namespace ember::dist::detail {
-
 bool built_with_nccl() {
   return EMBER_WITH_NCCL != 0;
 }
+}  // namespace ember::dist::detail
 
+#if !EMBER_WITH_NCCL
+namespace ember::dist::detail {
 std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double, Backend*) {
   EMBER_THROW("dist: rank {} of {}: CUDA collectives need NCCL, which this ember was built without",
               launch.rank, launch.world_size);
 }
+}  // namespace ember::dist::detail
+#else
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "ember/core/check_cuda.hpp"
+#include "ember/core/check_nccl.hpp"
+
+namespace ember::dist::detail {
+namespace {
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::u8:
+      return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+class NcclBackend;
+
+class NcclWork final : public PendingWork {
+ public:
+  NcclWork(NcclBackend& backend, std::string what, std::vector<Tensor> keep, Device device)
+      : backend_(backend),
+        what_(std::move(what)),
+        keep_(std::move(keep)),
+        done_event_(device),
+        deadline_(std::chrono::steady_clock::now()) {}
+  bool test() override;
+  void wait() override;
+  void wait(const Stream& stream) override;
+  std::string describe() const override { return what_; }
+  Event& event() { return done_event_; }
+  void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
+  bool finished() const { return finished_; }
+
+ private:
+  NcclBackend& backend_;
+  std::string what_;
+  std::vector<Tensor> keep_;
+  Event done_event_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool finished_ = false;
+};
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend(const Launch& launch, double timeout, Backend* host)
+      : launch_(launch), timeout_(timeout), device_(rank_device(launch)), stream_(device_) {
+    EMBER_CHECK(host != nullptr,
+                "dist: rank {} of {} ({} launch): NCCL's unique id travels over MPI, and this job "
+                "has none; start it with mpirun or srun (the TCP rendezvous of torchrun-style "
+                "launches is not built yet)",
+                launch.rank, launch.world_size, launch.launcher);
+    ncclUniqueId id{};
+    if (launch.rank == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
+    host->host_broadcast(&id, sizeof(id), 0, "the NCCL unique id's broadcast");
+    EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
+    EMBER_NCCL_CHECK(ncclCommInitRank(&comm_, launch.world_size, id, launch.rank));
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclBackend() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    watchdog_.join();
+    if (!broken_.is()) {
+      try {
+        stream_.synchronize();
+      } catch (...) {
+      }
+      ncclCommDestroy(comm_);
+    }
+  }
+
+  std::shared_ptr<PendingWork> all_reduce(Stream& stream, const Tensor& t, ReduceOp op,
+                                          std::string what) override {
+    return run(stream, std::move(what), {t},
+               [&](cudaStream_t s) {
+                 return ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
+                                      nccl_type(t.dtype()), nccl_op(op), comm_, s);
+               },
+               {t});
+  }
+  std::shared_ptr<PendingWork> broadcast(Stream& stream, const Tensor& t, int root,
+                                         std::string what) override {
+    return run(stream, std::move(what), {t},
+               [&](cudaStream_t s) {
+                 return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, comm_, s);
+               },
+               {t});
+  }
+  std::shared_ptr<PendingWork> all_gather(Stream& stream, const Tensor& out, const Tensor& in,
+                                          std::string what) override {
+    return run(stream, std::move(what), {out, in},
+               [&](cudaStream_t s) {
+                 return ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8, comm_, s);
+               },
+               {out});
+  }
+  std::shared_ptr<PendingWork> reduce_scatter(Stream& stream, const Tensor& out, const Tensor& in,
+                                              ReduceOp op, std::string what) override {
+    return run(stream, std::move(what), {out, in},
+               [&](cudaStream_t s) {
+                 return ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
+                                          nccl_type(out.dtype()), nccl_op(op), comm_, s);
+               },
+               {out});
+  }
+  void barrier() override {
+    Tensor t = Tensor::zeros({1}, DType::f32, stream_);
+    all_reduce(stream_, t, ReduceOp::sum, "barrier")->wait();
+  }
+  std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine,
+                                       const std::string& what) override {
+    const auto n = static_cast<int64_t>(mine.size());
+    Tensor in = Tensor::from_vector(mine, {n}, stream_);
+    Tensor out = Tensor::empty({n * launch_.world_size}, DType::i64, stream_);
+    all_gather(stream_, out, in, what)->wait();
+    return out.to_vector<int64_t>();
+  }
+  void host_broadcast(void* bytes, size_t n, int root, const std::string& what) override {
+    std::vector<uint8_t> host(static_cast<const uint8_t*>(bytes),
+                              static_cast<const uint8_t*>(bytes) + n);
+    Tensor t = Tensor::from_vector(host, {static_cast<int64_t>(n)}, stream_);
+    broadcast(stream_, t, root, what)->wait();
+    const auto got = t.to_vector<uint8_t>();
+    std::copy(got.begin(), got.end(), static_cast<uint8_t*>(bytes));
+  }
+
+  // Called by NcclWork: throws when the communicator failed (or fails now: an async error).
+  void check(const std::string& what) {
+    std::lock_guard lock(mutex_);
+    check_locked(what);
+  }
+  [[noreturn]] void time_out(const std::string& what) {
+    {
+      std::lock_guard lock(mutex_);
+      abort_locked(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout_,
+                               launch_.rank, launch_.world_size));
+    }
+    throw_timeout(what, launch_.rank, launch_.world_size, timeout_,
+                  "(NCCL: the communicator was aborted with ncclCommAbort)");
+  }
+  double timeout() const { return timeout_; }
+
+ private:
+  template <class Call>
+  std::shared_ptr<PendingWork> run(Stream& stream, std::string what, std::vector<Tensor> keep,
+                                   Call call, std::vector<Tensor> written) {
+    for (const Tensor& t : keep) {
+      EMBER_CHECK(t.device() == device_,
+                  "dist: {}: the tensor is on {}, but rank {}'s GPU is {} (NCCL runs on the rank's "
+                  "own GPU: see dist::rank_device)",
+                  what, t.device().to_string(), launch_.rank, device_.to_string());
+    }
+    std::lock_guard lock(mutex_);
+    check_locked(what);
+    // After the work queued on the caller's stream (which produced the inputs).
+    if (!(stream == stream_)) stream_.wait(stream);
+    for (const Tensor& t : keep) t.record_stream(stream_);
+    EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
+    const ncclResult_t rc = call(static_cast<cudaStream_t>(stream_.native()));
+    if (rc != ncclSuccess) {
+      abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
+                               launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
+      check_locked(what);
+    }
+    for (const Tensor& t : written) mark_written(t);
+    auto work = std::make_shared<NcclWork>(*this, std::move(what), std::move(keep), device_);
+    work->event().record(stream_);
+    work->set_deadline(std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(timeout_)));
+    in_flight_.push_back(work);
+    wake_.notify_all();
+    return work;
+  }
+
+  void check_locked(const std::string& what) {
+    if (!broken_.is()) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        abort_locked(fmt::format("dist: NCCL reported an asynchronous error on rank {} of {}: {}",
+                                 launch_.rank, launch_.world_size, ncclGetErrorString(async)));
+      }
+    }
+    broken_.check(what);
+  }
+
+  void abort_locked(const std::string& message) {
+    if (broken_.is()) return;
+    broken_.set(message);
+    ncclCommAbort(comm_);  // as NCCL documents: pending kernels return, the stream moves on
+  }
+
+  // The watchdog: aborts the communicator when an unfinished collective passes its deadline or
+  // NCCL reports an asynchronous error, even when only the GPU waits for it.
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      wake_.wait_for(lock, std::chrono::milliseconds(50));
+      if (stopping_ || broken_.is()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(in_flight_, [](const std::weak_ptr<NcclWork>& w) {
+        auto work = w.lock();
+        return !work || work->finished() || work->event().query();
+      });
+      for (const auto& w : in_flight_) {
+        auto work = w.lock();
+        if (work && now >= work->deadline()) {
+          abort_locked(
+              fmt::format("dist: {} timed out after {} s on rank {} of {} (found by the "
+                          "watchdog; the communicator was aborted with ncclCommAbort)",
+                          work->describe(), timeout_, launch_.rank, launch_.world_size));
+          break;
+        }
+      }
+      if (!broken_.is()) {
+        try {
+          check_locked("the watchdog's check");
+        } catch (const Error&) {
+        }
+      }
+    }
+  }
+
+  Launch launch_;
+  double timeout_;
+  Device device_;
+  Stream stream_;  // the communication stream
+  ncclComm_t comm_ = nullptr;
+  Broken broken_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::weak_ptr<NcclWork> > in_flight_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+bool NcclWork::test() {
+  if (finished_) return true;
+  backend_.check(what_);
+  if (!done_event_.query()) return false;
+  finished_ = true;
+  keep_.clear();
+  return true;
+}
+
+void NcclWork::wait() {
+  const double left =
+      std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
+  if (!poll_until([&] { return test(); }, std::max(left, 0.0))) backend_.time_out(what_);
+}
+
+void NcclWork::wait(const Stream& stream) {
+  backend_.check(what_);
+  if (!finished_) stream.wait(done_event_);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double timeout, Backend* host) {
+  return std::make_unique<NcclBackend>(launch, timeout, host);
+}
 
 }  // namespace ember::dist::detail
+#endif

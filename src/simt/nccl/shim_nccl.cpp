@@ -1,0 +1,328 @@
+// Emulated NCCL over MPI (include/ember/simt/shim/nccl.h): each communicator is a duplicate of
+// MPI_COMM_WORLD; each collective is work queued on its emulated CUDA stream that runs the
+// matching non-blocking MPI collective and polls it, giving up when the communicator is aborted.
+#include "ember/simt/shim/nccl.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ember/core/dtype.hpp"
+#include "ember/core/tensor.hpp"
+#include "ember/simt/cuda_types.hpp"
+#include "ember/simt/race_check.hpp"
+
+struct ncclComm {
+  MPI_Comm mpi = MPI_COMM_NULL;
+  int rank = 0;
+  int nranks = 0;
+  std::atomic<bool> aborted{false};
+  std::atomic<int> async_error{ncclSuccess};
+  std::atomic<int> queued{0};  // collectives queued and not finished
+};
+
+namespace {
+
+size_t type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+bool valid_type(ncclDataType_t t) {
+  return t >= ncclInt8 && t <= ncclBfloat16;
+}
+bool valid_op(ncclRedOp_t op) {
+  return op >= ncclSum && op <= ncclAvg;
+}
+
+// Reduces `ranks` buffers of `count` elements (laid out one after another) into out, in rank order.
+template <class T>
+void reduce_typed(const T* all, T* out, size_t count, int ranks, ncclRedOp_t op) {
+  for (size_t i = 0; i < count; ++i) {
+    T acc = all[i];
+    for (int r = 1; r < ranks; ++r) {
+      const T v = all[static_cast<size_t>(r) * count + i];
+      switch (op) {
+        case ncclSum:
+        case ncclAvg:
+          acc = acc + v;
+          break;
+        case ncclProd:
+          acc = acc * v;
+          break;
+        case ncclMax:
+          acc = v > acc ? v : acc;
+          break;
+        case ncclMin:
+          acc = v < acc ? v : acc;
+          break;
+      }
+    }
+    if (op == ncclAvg) acc = static_cast<T>(acc / static_cast<T>(ranks));
+    out[i] = acc;
+  }
+}
+
+void reduce(const void* all, void* out, size_t count, int ranks, ncclDataType_t type,
+            ncclRedOp_t op) {
+  switch (type) {
+    case ncclInt8:
+      return reduce_typed(static_cast<const int8_t*>(all), static_cast<int8_t*>(out), count, ranks,
+                          op);
+    case ncclUint8:
+      return reduce_typed(static_cast<const uint8_t*>(all), static_cast<uint8_t*>(out), count,
+                          ranks, op);
+    case ncclInt32:
+      return reduce_typed(static_cast<const int32_t*>(all), static_cast<int32_t*>(out), count,
+                          ranks, op);
+    case ncclUint32:
+      return reduce_typed(static_cast<const uint32_t*>(all), static_cast<uint32_t*>(out), count,
+                          ranks, op);
+    case ncclInt64:
+      return reduce_typed(static_cast<const int64_t*>(all), static_cast<int64_t*>(out), count,
+                          ranks, op);
+    case ncclUint64:
+      return reduce_typed(static_cast<const uint64_t*>(all), static_cast<uint64_t*>(out), count,
+                          ranks, op);
+    case ncclFloat32:
+      return reduce_typed(static_cast<const float*>(all), static_cast<float*>(out), count, ranks,
+                          op);
+    case ncclFloat64:
+      return reduce_typed(static_cast<const double*>(all), static_cast<double*>(out), count, ranks,
+                          op);
+    case ncclFloat16:
+    case ncclBfloat16: {
+      // In f32, each result rounded once to the 16-bit type.
+      const ember::DType d = type == ncclFloat16 ? ember::DType::f16 : ember::DType::bf16;
+      const size_t n = count * static_cast<size_t>(ranks);
+      std::vector<float> wide(n), result(count);
+      ember::convert_host(wide.data(), ember::DType::f32, all, d, static_cast<int64_t>(n));
+      reduce_typed(wide.data(), result.data(), count, ranks, op);
+      ember::convert_host(out, d, result.data(), ember::DType::f32, static_cast<int64_t>(count));
+      return;
+    }
+  }
+}
+
+// Waits for `request` while polling for an abort; false when aborted (the request is left).
+bool finish(ncclComm* comm, MPI_Request* request) {
+  for (int i = 0;; ++i) {
+    int done = 0;
+    if (MPI_Test(request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      comm->async_error = ncclSystemError;
+      return false;
+    }
+    if (done) return true;
+    if (comm->aborted.load()) return false;
+    if (i > 100) std::this_thread::sleep_for(std::chrono::microseconds(i > 1000 ? 500 : 20));
+  }
+}
+
+// Queues `body` on `stream` as the collective's kernel would be.
+ncclResult_t enqueue(ncclComm* comm, cudaStream_t stream, std::vector<ember::simt::Access> accesses,
+                     const char* name, std::function<void()> body) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  if (comm->aborted.load()) return ncclInvalidUsage;
+  ++comm->queued;
+  ember::simt::stream_submit(
+      stream,
+      [comm, body = std::move(body)] {
+        if (!comm->aborted.load()) body();
+        --comm->queued;
+      },
+      std::move(accesses), name);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error";
+    case ncclSystemError:
+      return "unhandled system error (emulated NCCL: an MPI call failed)";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage (e.g. a call on an aborted communicator)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+  }
+  return "unknown result code";
+}
+
+ncclResult_t ncclGetVersion(int* version) {
+  if (!version) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (!id) return ncclInvalidArgument;
+  std::random_device device;
+  for (char& c : id->internal) c = static_cast<char>(device());
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id, int rank) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!out || !initialized || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != nranks) return ncclInvalidUsage;  // the emulation spans all of MPI_COMM_WORLD
+  auto comm = std::make_unique<ncclComm>();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  // Ranked as NCCL ranks them, and the same id everywhere (checked: a wrong id is a hang in NCCL).
+  if (MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &comm->mpi) != MPI_SUCCESS) return ncclSystemError;
+  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  ncclUniqueId root_id = id;
+  if (MPI_Bcast(root_id.internal, NCCL_UNIQUE_ID_BYTES, MPI_BYTE, 0, comm->mpi) != MPI_SUCCESS) {
+    return ncclSystemError;
+  }
+  if (std::memcmp(root_id.internal, id.internal, NCCL_UNIQUE_ID_BYTES) != 0) {
+    MPI_Comm_free(&comm->mpi);
+    return ncclInvalidUsage;
+  }
+  *out = comm.release();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  // NCCL waits for the communicator's pending work; an aborted one has none that will finish.
+  while (comm->queued.load() > 0 && !comm->aborted.load()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (!comm->aborted.load()) MPI_Comm_free(&comm->mpi);
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  // A running collective gives up at its next poll and queued ones skip their work. The
+  // communicator is not freed: queued work still refers to it, and with a peer gone its MPI
+  // communicator cannot be freed collectively (a small leak, once, after a fatal error).
+  comm->aborted = true;
+  if (comm->async_error.load() == ncclSuccess) comm->async_error = ncclRemoteError;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (!comm || !async_error) return ncclInvalidArgument;
+  *async_error = static_cast<ncclResult_t>(comm->async_error.load());
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!comm || !count) return ncclInvalidArgument;
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!comm || !rank) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_type(type) || !valid_op(op) || (count > 0 && (!send || !recv)))
+    return ncclInvalidArgument;
+  const size_t bytes = count * type_size(type);
+  return enqueue(comm, stream, {{send, bytes, false}, {recv, bytes, true}}, "ncclAllReduce", [=] {
+    std::vector<char> all(bytes * static_cast<size_t>(comm->nranks));
+    MPI_Request request;
+    MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
+                   MPI_BYTE, comm->mpi, &request);
+    if (finish(comm, &request)) reduce(all.data(), recv, count, comm->nranks, type, op);
+  });
+}
+
+ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_type(type) || !comm || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+  const size_t bytes = count * type_size(type);
+  return enqueue(comm, stream, {{send, bytes, false}, {recv, bytes, true}}, "ncclBroadcast", [=] {
+    if (comm->rank == root && send != recv) std::memmove(recv, send, bytes);
+    MPI_Request request;
+    MPI_Ibcast(recv, static_cast<int>(bytes), MPI_BYTE, root, comm->mpi, &request);
+    finish(comm, &request);
+  });
+}
+
+ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_type(type) || !comm) return ncclInvalidArgument;
+  const size_t bytes = count * type_size(type);
+  return enqueue(comm, stream,
+                 {{send, bytes, false}, {recv, bytes * static_cast<size_t>(comm->nranks), true}},
+                 "ncclAllGather", [=] {
+                   std::vector<char> mine(static_cast<const char*>(send),
+                                          static_cast<const char*>(send) + bytes);
+                   MPI_Request request;
+                   MPI_Iallgather(mine.data(), static_cast<int>(bytes), MPI_BYTE, recv,
+                                  static_cast<int>(bytes), MPI_BYTE, comm->mpi, &request);
+                   finish(comm, &request);
+                 });
+}
+
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (!valid_type(type) || !valid_op(op) || !comm) return ncclInvalidArgument;
+  const size_t bytes = count * type_size(type);
+  const size_t total = bytes * static_cast<size_t>(comm->nranks);
+  return enqueue(
+      comm, stream, {{send, total, false}, {recv, bytes, true}}, "ncclReduceScatter", [=] {
+        std::vector<char> all(total * static_cast<size_t>(comm->nranks));
+        MPI_Request request;
+        MPI_Iallgather(send, static_cast<int>(total), MPI_BYTE, all.data(), static_cast<int>(total),
+                       MPI_BYTE, comm->mpi, &request);
+        if (!finish(comm, &request)) return;
+        // Rank r's chunk of every rank's input, then reduced in rank order.
+        std::vector<char> chunks(bytes * static_cast<size_t>(comm->nranks));
+        for (int r = 0; r < comm->nranks; ++r) {
+          std::memcpy(
+              chunks.data() + static_cast<size_t>(r) * bytes,
+              all.data() + static_cast<size_t>(r) * total + static_cast<size_t>(comm->rank) * bytes,
+              bytes);
+        }
+        reduce(chunks.data(), recv, count, comm->nranks, type, op);
+      });
+}
+
+ncclResult_t ncclGroupStart() {
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd() {
+  return ncclSuccess;
+}
