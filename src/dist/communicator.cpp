@@ -40,13 +40,15 @@ void throw_timeout(const std::string& what, int rank, int world, double seconds,
 }
 
 void backoff(int iteration) {
-  if (iteration < 64) return;  // spin: a collective of a few KiB is done in microseconds
-  if (iteration < 256) {
+  // MPI moves a non-blocking collective along only inside MPI calls (MPI_Test): keep polling
+  // (yielding the core to other ranks on an oversubscribed node) for the first ~100k polls, a
+  // large collective's whole life; sleep only when waiting long (a slow or lost peer).
+  if (iteration < 1024) return;
+  if (iteration < 100000) {
     std::this_thread::yield();
     return;
   }
-  const int micros = std::min(1000, 10 * (iteration - 255));
-  std::this_thread::sleep_for(std::chrono::microseconds(micros));
+  std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 std::string describe(const Tensor& t) {

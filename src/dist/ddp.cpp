@@ -104,7 +104,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       view.copy_(p->grad);  // keeps what was accumulated so far
       p->grad = view;
       bucket.info.parameters.push_back(p->name);
-      slots_[p] = Slot{static_cast<int>(b), false};
+      EMBER_CHECK(slots_.emplace(p, Slot{static_cast<int>(b), false, view.data()}).second,
+                  "DistributedDataParallel: parameter '{}' appears twice in {}'s parameters(); "
+                  "list a shared (tied) parameter once",
+                  p->name, inner_->name());
       offset += align_up(count);
     }
     bucket.size = static_cast<int64_t>(plan[b].params.size());
@@ -137,7 +140,18 @@ void DistributedDataParallel::reset_backward() {
   for (auto& [p, slot] : slots_) slot.ready = false;
   next_launch_ = 0;
   ready_ = 0;
-  if (sync_) launches_.clear();
+  syncing_ = sync_;  // set_sync during a backward takes effect at the next one
+  if (syncing_) launches_.clear();
+}
+
+void DistributedDataParallel::drain_launched() noexcept {
+  for (BucketState& b : buckets_) {
+    if (!b.launched) continue;
+    try {
+      b.work.wait();
+    } catch (...) {  // the error that brought us here is the one to report
+    }
+  }
 }
 
 void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
@@ -148,6 +162,11 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
                 "construction",
                 p.name);
     Slot& slot = it->second;
+    EMBER_CHECK(p.grad.data() == slot.grad_data,
+                "DistributedDataParallel: the gradient of '{}' is no longer the view into its "
+                "bucket that DDP made (it was replaced after construction); reset gradients with "
+                "zero_grad() or fill_, never by assigning a new tensor",
+                p.name);
     EMBER_CHECK(!slot.ready,
                 "DistributedDataParallel: the gradient of '{}' became final twice in one backward "
                 "(a module used twice in the graph); its bucket would be reduced before the second "
@@ -155,7 +174,7 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
                 p.name);
     slot.ready = true;
     ++ready_;
-    if (sync_) {
+    if (syncing_) {
       --buckets_[static_cast<size_t>(slot.bucket)].pending;
       launch_ready_buckets(true);
       // MPI moves non-blocking collectives along inside MPI calls: poll the ones in flight.
@@ -185,22 +204,27 @@ Tensor DistributedDataParallel::backward(nn::Context& ctx, const Tensor& dy) {
   Tensor dx;
   try {
     dx = inner_->backward(ctx, dy);
+    in_backward_ = false;
+    std::string missing;
+    for (const nn::Parameter* p : order_) {
+      if (!slots_[p].ready) missing += (missing.empty() ? "" : ", ") + p->name;
+    }
+    EMBER_CHECK(missing.empty(),
+                "DistributedDataParallel: no gradient reached {} in this backward; every "
+                "parameter must take part in every step (their buckets would never be reduced)",
+                missing);
   } catch (...) {
+    // Launched buckets finish before the error leaves: their memory and results stay defined.
     in_backward_ = false;
     stream_ = nullptr;
+    drain_launched();
     throw;
   }
-  in_backward_ = false;
-  std::string missing;
-  for (const nn::Parameter* p : order_) {
-    if (!slots_[p].ready) missing += (missing.empty() ? "" : ", ") + p->name;
-  }
-  EMBER_CHECK(missing.empty(),
-              "DistributedDataParallel: no gradient reached {} in this backward; every parameter "
-              "must take part in every step (their buckets would never be reduced)",
-              missing);
-  if (sync_) {
+  if (syncing_) {
     launch_ready_buckets(false);
+    EMBER_CHECK(next_launch_ == static_cast<int>(buckets_.size()),
+                "DistributedDataParallel: only {} of {} buckets were launched", next_launch_,
+                buckets_.size());
     const auto start = std::chrono::steady_clock::now();
     for (BucketState& b : buckets_) b.work.wait(ctx.stream);
     exposed_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

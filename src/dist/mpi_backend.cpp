@@ -9,8 +9,11 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include <cstdlib>
 #include <mutex>
@@ -80,9 +83,10 @@ void ensure_mpi(const Launch& launch) {
   }
   int provided = 0;
   MPI_Query_thread(&provided);
-  EMBER_CHECK(provided >= MPI_THREAD_SERIALIZED,
-              "dist: MPI was initialized with thread level {} by the program; ember needs at "
-              "least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for emulated NCCL)",
+  EMBER_CHECK(provided >= MPI_THREAD_MULTIPLE,
+              "dist: MPI provides thread level {}, but ember needs MPI_THREAD_MULTIPLE (its "
+              "collectives run on a communication thread); initialize MPI with MPI_Init_thread("
+              "..., MPI_THREAD_MULTIPLE, ...) or let ember do it",
               provided);
   int size = 0;
   int rank = 0;
@@ -116,156 +120,247 @@ MPI_Op mpi_op(ReduceOp op) {
   return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
 }
 
-class MpiBackend;
+// One collective's outcome, shared by its Work handles and the communication thread.
+struct WorkState {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  int rc = MPI_SUCCESS;
+  std::string what;
+};
+
+// What the works need of their communicator, alive as long as any of them.
+struct Shared {
+  Launch launch;
+  double timeout = 0;
+  std::mutex mutex;
+  Broken broken;
+
+  void check(const std::string& what) {
+    std::lock_guard lock(mutex);
+    broken.check(what);
+  }
+  [[noreturn]] void fail(const std::string& message) {
+    {
+      std::lock_guard lock(mutex);
+      broken.set(message);
+    }
+    any_failure = true;
+    EMBER_THROW("{}", message);
+  }
+  [[noreturn]] void time_out(const std::string& what) {
+    {
+      std::lock_guard lock(mutex);
+      broken.set(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout,
+                             launch.rank, launch.world_size));
+    }
+    any_failure = true;
+    throw_timeout(what, launch.rank, launch.world_size, timeout,
+                  "(MPI: under mpirun a rank that exits makes mpirun end the job at once; the "
+                  "survivors see this only when mpirun lets them run on, e.g. "
+                  "--mca orte_abort_on_non_zero_status 0)");
+  }
+};
 
 class MpiWork final : public PendingWork {
  public:
-  MpiWork(MpiBackend& backend, std::string what, std::vector<Tensor> keep,
-          std::function<void()> finish)
-      : backend_(backend),
-        what_(std::move(what)),
-        keep_(std::move(keep)),
-        finish_(std::move(finish)) {}
-  MPI_Request* request() { return &request_; }
-  bool test() override;
-  void wait() override;
-  std::string describe() const override { return what_; }
+  MpiWork(std::shared_ptr<WorkState> state, std::shared_ptr<Shared> shared)
+      : state_(std::move(state)), shared_(std::move(shared)) {}
+  bool test() override {
+    {
+      std::lock_guard lock(state_->mutex);
+      if (state_->done) {
+        report(state_->rc);
+        return true;
+      }
+    }
+    shared_->check(state_->what);
+    return false;
+  }
+  void wait() override {
+    shared_->check(state_->what);
+    std::unique_lock lock(state_->mutex);
+    if (!state_->finished.wait_for(lock, std::chrono::duration<double>(shared_->timeout),
+                                   [&] { return state_->done; })) {
+      lock.unlock();
+      shared_->time_out(state_->what);
+    }
+    report(state_->rc);
+  }
+  std::string describe() const override { return state_->what; }
 
  private:
-  MpiBackend& backend_;
-  std::string what_;
-  std::vector<Tensor> keep_;      // alive until done
-  std::function<void()> finish_;  // after completion (avg: the division)
-  MPI_Request request_ = MPI_REQUEST_NULL;
-  bool done_ = false;
+  void report(int rc) {
+    if (rc != MPI_SUCCESS) {
+      shared_->fail(fmt::format("dist: {} failed on rank {} of {}: MPI error: {}", state_->what,
+                                shared_->launch.rank, shared_->launch.world_size,
+                                ::ember::detail::mpi_error_string(rc)));
+    }
+  }
+  std::shared_ptr<WorkState> state_;
+  std::shared_ptr<Shared> shared_;
 };
 
+// The MPI engine. Collectives run in call order on a communication thread, as MPI's blocking
+// collectives (OpenMPI's tuned algorithms, several times faster than its non-blocking ones here),
+// while the calling thread goes on: backward computes while buckets are reduced. Waits have the
+// timeout; a collective stuck on a lost peer is abandoned with its thread.
 class MpiBackend final : public Backend {
  public:
-  MpiBackend(const Launch& launch, double timeout) : launch_(launch), timeout_(timeout) {
+  MpiBackend(const Launch& launch, double timeout) : shared_(std::make_shared<Shared>()) {
+    shared_->launch = launch;
+    shared_->timeout = timeout;
     ensure_mpi(launch);
     EMBER_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    thread_ = std::thread([this] { serve(); });
   }
   ~MpiBackend() override {
-    // A communicator with abandoned requests cannot be freed collectively.
-    if (!broken_.is()) MPI_Comm_free(&comm_);
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_changed_.notify_all();
+    bool broken = false;
+    {
+      std::lock_guard lock(shared_->mutex);
+      broken = shared_->broken.is();
+    }
+    if (broken) {
+      thread_.detach();  // it may be stuck in a collective that will never complete
+      return;
+    }
+    thread_.join();  // after every queued collective: works outliving us have finished
+    MPI_Comm_free(&comm_);
   }
 
   std::shared_ptr<PendingWork> all_reduce(Stream&, const Tensor& t, ReduceOp op,
                                           std::string what) override {
     const MPI_Datatype type = mpi_type(t.dtype(), what);
-    std::function<void()> finish;
-    if (op == ReduceOp::avg) {
-      EMBER_CHECK(t.dtype() == DType::f32, "dist: {}: avg needs a float tensor", what);
-      finish = [t, w = launch_.world_size] {
-        float* x = t.data<float>();
-        const float n = static_cast<float>(w);
-        for (int64_t i = 0; i < t.numel(); ++i) x[i] /= n;
-        mark_written(t);
-      };
-    } else {
-      finish = [t] { mark_written(t); };
-    }
-    auto work = start(what, {t}, std::move(finish));
-    post(*work, MPI_Iallreduce(MPI_IN_PLACE, t.data(), count(t, what), type, mpi_op(op), comm_,
-                               work->request()));
-    return work;
+    EMBER_CHECK(op != ReduceOp::avg || t.dtype() == DType::f32,
+                "dist: {}: avg needs a float tensor", what);
+    const int n = count(t, what);
+    const int ranks = shared_->launch.world_size;
+    return post(
+        std::move(what),
+        [=, this] {
+          const int rc = MPI_Allreduce(MPI_IN_PLACE, t.data(), n, type, mpi_op(op), comm_);
+          if (rc == MPI_SUCCESS && op == ReduceOp::avg) divide(t, ranks);
+          return rc;
+        },
+        t);
   }
 
   std::shared_ptr<PendingWork> broadcast(Stream&, const Tensor& t, int root,
                                          std::string what) override {
-    auto work = start(what, {t}, [t] { mark_written(t); });
-    post(*work, MPI_Ibcast(t.data(), bytes(t, what), MPI_BYTE, root, comm_, work->request()));
-    return work;
+    const int n = bytes(t, what);
+    return post(
+        std::move(what), [=, this] { return MPI_Bcast(t.data(), n, MPI_BYTE, root, comm_); }, t);
   }
 
   std::shared_ptr<PendingWork> all_gather(Stream&, const Tensor& out, const Tensor& in,
                                           std::string what) override {
-    auto work = start(what, {out, in}, [out] { mark_written(out); });
-    post(*work, MPI_Iallgather(in.data(), bytes(in, what), MPI_BYTE, out.data(), bytes(in, what),
-                               MPI_BYTE, comm_, work->request()));
-    return work;
+    const int n = bytes(in, what);
+    return post(
+        std::move(what),
+        [=, this] {
+          return in.data() == out.data()
+                     ? MPI_ERR_BUFFER
+                     : MPI_Allgather(in.data(), n, MPI_BYTE, out.data(), n, MPI_BYTE, comm_);
+        },
+        out, in);
   }
 
   std::shared_ptr<PendingWork> reduce_scatter(Stream&, const Tensor& out, const Tensor& in,
                                               ReduceOp op, std::string what) override {
     const MPI_Datatype type = mpi_type(in.dtype(), what);
-    std::function<void()> finish = [out] { mark_written(out); };
-    if (op == ReduceOp::avg) {
-      EMBER_CHECK(out.dtype() == DType::f32, "dist: {}: avg needs a float tensor", what);
-      finish = [out, w = launch_.world_size] {
-        float* x = out.data<float>();
-        for (int64_t i = 0; i < out.numel(); ++i) x[i] /= static_cast<float>(w);
-        mark_written(out);
-      };
-    }
-    auto work = start(what, {out, in}, std::move(finish));
-    post(*work, MPI_Ireduce_scatter_block(in.data(), out.data(), count(out, what), type, mpi_op(op),
-                                          comm_, work->request()));
-    return work;
+    EMBER_CHECK(op != ReduceOp::avg || out.dtype() == DType::f32,
+                "dist: {}: avg needs a float tensor", what);
+    const int n = count(out, what);
+    const int ranks = shared_->launch.world_size;
+    return post(
+        std::move(what),
+        [=, this] {
+          const int rc =
+              MPI_Reduce_scatter_block(in.data(), out.data(), n, type, mpi_op(op), comm_);
+          if (rc == MPI_SUCCESS && op == ReduceOp::avg) divide(out, ranks);
+          return rc;
+        },
+        out, in);
   }
 
   void barrier() override {
-    auto work = start("barrier", {}, nullptr);
-    post(*work, MPI_Ibarrier(comm_, work->request()));
-    work->wait();
+    post("barrier", [this] { return MPI_Barrier(comm_); })->wait();
   }
 
   std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine,
                                        const std::string& what) override {
-    std::vector<int64_t> all(mine.size() * static_cast<size_t>(launch_.world_size));
-    auto work = start(what, {}, nullptr);
-    post(*work, MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
-                               static_cast<int>(mine.size()), MPI_INT64_T, comm_, work->request()));
-    work->wait();
+    std::vector<int64_t> all(mine.size() * static_cast<size_t>(shared_->launch.world_size));
+    post(what, [&] {
+      return MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                           static_cast<int>(mine.size()), MPI_INT64_T, comm_);
+    })->wait();
     return all;
   }
 
   void host_broadcast(void* data, size_t n, int root, const std::string& what) override {
-    auto work = start(what, {}, nullptr);
-    post(*work, MPI_Ibcast(data, static_cast<int>(n), MPI_BYTE, root, comm_, work->request()));
-    work->wait();
+    post(what, [&] { return MPI_Bcast(data, static_cast<int>(n), MPI_BYTE, root, comm_); })->wait();
   }
-
-  // Called by MpiWork.
-  bool poll(MPI_Request* request, const std::string& what) {
-    std::lock_guard lock(mutex_);
-    int done = 0;
-    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-      fail(fmt::format("dist: {} failed on rank {} of {}: MPI error: {}", what, launch_.rank,
-                       launch_.world_size, ::ember::detail::mpi_error_string(rc)));
-    return done != 0;
-  }
-  [[noreturn]] void time_out(const std::string& what) {
-    broken_.set(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout_,
-                            launch_.rank, launch_.world_size));
-    any_failure = true;
-    throw_timeout(what, launch_.rank, launch_.world_size, timeout_,
-                  "(MPI: under mpirun a rank that exits makes mpirun end the job at once; the "
-                  "survivors see this only when mpirun lets them run on, e.g. "
-                  "--mca orte_abort_on_non_zero_status 0)");
-  }
-  [[noreturn]] void fail(const std::string& message) {
-    broken_.set(message);
-    any_failure = true;
-    EMBER_THROW("{}", message);
-  }
-  double timeout() const { return timeout_; }
 
  private:
-  std::shared_ptr<MpiWork> start(const std::string& what, std::vector<Tensor> keep,
-                                 std::function<void()> finish) {
-    broken_.check(what);
-    return std::make_shared<MpiWork>(*this, what, std::move(keep), std::move(finish));
+  struct Task {
+    std::function<int()> run;  // the MPI call (and the average's division); its MPI code
+    std::shared_ptr<WorkState> state;
+    std::vector<Tensor> keep;  // alive until the collective has run
+  };
+
+  template <class... Rest>
+  static const Tensor& output(const Tensor& first, const Rest&...) {
+    return first;  // each collective's first tensor is the one it writes
   }
-  void post(MpiWork& work, int rc) {
-    if (rc != MPI_SUCCESS) {
-      fail(fmt::format("dist: {} failed to start on rank {} of {}: MPI error: {}", work.describe(),
-                       launch_.rank, launch_.world_size, ::ember::detail::mpi_error_string(rc)));
+
+  static void divide(const Tensor& t, int ranks) {
+    float* x = t.data<float>();
+    const float n = static_cast<float>(ranks);
+    for (int64_t i = 0; i < t.numel(); ++i) x[i] /= n;
+  }
+
+  template <class... Tensors>
+  std::shared_ptr<PendingWork> post(std::string what, std::function<int()> run,
+                                    const Tensors&... keep) {
+    shared_->check(what);
+    auto state = std::make_shared<WorkState>();
+    state->what = std::move(what);
+    if constexpr (sizeof...(keep) > 0) mark_written(output(keep...));
+    {
+      std::lock_guard lock(queue_mutex_);
+      queue_.push_back(Task{std::move(run), state, {keep...}});
+    }
+    queue_changed_.notify_all();
+    return std::make_shared<MpiWork>(state, shared_);
+  }
+
+  void serve() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(queue_mutex_);
+        queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, everything done
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      const int rc = task.run();
+      task.keep.clear();
+      {
+        std::lock_guard lock(task.state->mutex);
+        task.state->done = true;
+        task.state->rc = rc;
+      }
+      task.state->finished.notify_all();
     }
   }
+
   int count(const Tensor& t, const std::string& what) const {
     EMBER_CHECK(t.numel() <= std::numeric_limits<int>::max(),
                 "dist: {}: {} elements exceed MPI's int count; split the tensor", what, t.numel());
@@ -277,25 +372,14 @@ class MpiBackend final : public Backend {
     return static_cast<int>(t.nbytes());
   }
 
-  Launch launch_;
-  double timeout_;
+  std::shared_ptr<Shared> shared_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  Broken broken_;
-  std::mutex mutex_;  // MPI calls on comm_'s requests, one at a time
+  std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
 };
-
-bool MpiWork::test() {
-  if (done_) return true;
-  if (!backend_.poll(&request_, what_)) return false;
-  done_ = true;
-  if (finish_) finish_();
-  keep_.clear();
-  return true;
-}
-
-void MpiWork::wait() {
-  if (!poll_until([&] { return test(); }, backend_.timeout())) backend_.time_out(what_);
-}
 
 }  // namespace
 

@@ -214,6 +214,41 @@ TEST(SingleProcessDdp, MisuseIsAnError) {
         },
         "the gradient of 'a.weight' became final twice in one backward");
   }
+  // A tied parameter listed twice, and a gradient replaced after construction (found by outside
+  // testing: both left buckets unreduced without a word).
+  struct Tied : PartlyUsed {
+    Tied() : PartlyUsed(false) {}
+    std::vector<nn::Parameter*> parameters() override {
+      auto p = PartlyUsed::parameters();
+      p.push_back(p[0]);
+      return p;
+    }
+  };
+  testing::expect_error([&] { DistributedDataParallel(std::make_shared<Tied>(), comm); },
+                        "parameter 'a.weight' appears twice");
+  {
+    auto mlp = small_mlp(6);
+    DistributedDataParallel ddp(mlp, comm);
+    mlp->parameters()[0]->grad = Tensor::zeros(mlp->parameters()[0]->value.shape());
+    Tensor in = Tensor::zeros({2, 3});
+    ddp.forward(ctx, in);
+    testing::expect_error(
+        [&] {
+          ddp.backward(ctx, Tensor::zeros({2, 4}));
+        },
+        "the gradient of '0.weight' is no longer the view into its bucket");
+  }
+  {
+    // set_sync during a backward applies from the next one: this one still reduces everything.
+    auto mlp = small_mlp(7);
+    DistributedDataParallel ddp(mlp, comm);
+    ddp.set_grad_ready_callback([&](nn::Parameter&) { ddp.set_sync(false); });
+    Tensor in = Tensor::zeros({2, 3});
+    ddp.forward(ctx, in);
+    ddp.backward(ctx, Tensor::zeros({2, 4}));
+    EXPECT_EQ(ddp.last_launches().size(), ddp.buckets().size());
+    EXPECT_FALSE(ddp.sync());
+  }
   // Parameters of two dtypes or devices cannot share f32 buckets.
   auto model = small_mlp(4);
   model->parameters()[1]->grad = Tensor::zeros(model->parameters()[1]->value.shape(), DType::f16);

@@ -77,7 +77,8 @@ class DistributedDataParallel : public nn::Wrapper {
     bool before_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
-  // The same, as a switch: false skips communication until set back to true.
+  // The same, as a switch: false skips communication until set back to true (from the next
+  // backward on: a change during a backward does not affect it).
   void set_sync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }
 
@@ -115,11 +116,13 @@ class DistributedDataParallel : public nn::Wrapper {
   struct Slot {
     int bucket = 0;
     bool ready = false;
+    const void* grad_data = nullptr;  // the gradient view DDP made
   };
 
   void on_grad_ready(nn::Parameter& p);
   void launch_ready_buckets(bool during_backward);
   void reset_backward();
+  void drain_launched() noexcept;
 
   Communicator& comm_;
   DdpOptions options_;
@@ -129,6 +132,7 @@ class DistributedDataParallel : public nn::Wrapper {
   nn::GradReadyCallback user_callback_;
   Stream* stream_ = nullptr;  // ctx.stream during backward
   bool sync_ = true;
+  bool syncing_ = true;  // sync_ as the current backward began
   bool in_backward_ = false;
   int next_launch_ = 0;
   int64_t ready_ = 0;

@@ -132,6 +132,27 @@ TEST_P(Collectives, MismatchedSizesAreReportedNotCorrupted) {
   EXPECT_EQ(ok.to_vector<float>(), std::vector<float>(3, static_cast<float>(ranks())));
 }
 
+// Found by outside testing: an average whose Work was dropped stayed a sum, and a Work that
+// outlived its communicator crashed.
+TEST_P(Collectives, DroppedWorksCompleteAndWorksOutliveTheirCommunicator) {
+  Stream s = stream();
+  Tensor t = Tensor::full({5}, rank() + 1, DType::f32, s);
+  (void)world().all_reduce(s, t, ReduceOp::avg);  // never waited
+  Tensor u = Tensor::zeros({1}, DType::f32, s);
+  world().all_reduce(s, u).wait(s);  // after it, in call order
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, (ranks() + 1) / 2.0f));
+  if (device().is_cpu()) {
+    dist::Work w;
+    Tensor v = Tensor::full({3}, 1.0, DType::f32, s);
+    {
+      dist::Communicator c(world().launch(), {.timeout_seconds = 60});
+      w = c.all_reduce(s, v);
+    }
+    w.wait();
+    EXPECT_EQ(v.to_vector<float>(), std::vector<float>(3, static_cast<float>(ranks())));
+  }
+}
+
 TEST_P(Collectives, BadInputIsALocalError) {
   Stream s = stream();
   Tensor t = Tensor::zeros({4}, DType::f32, s);

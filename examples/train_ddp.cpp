@@ -1,0 +1,274 @@
+// train_ddp: trains the residual MLP of train_resmlp data-parallel, one replica per rank
+// (dist::DistributedDataParallel), with checkpointing, accumulation and mixed precision.
+//
+//   mpirun -np 4 train_ddp [--batch N] [--accumulate K] [--amp f16|bf16] [--checkpoint full] ...
+//   srun --ntasks 4 train_ddp ...
+//   RANK=0 WORLD_SIZE=1 train_ddp ...   (torchrun-style variables; CUDA tensors only across hosts)
+//
+// Each rank trains on its own shard of every epoch (data::DistributedSampler); rank 0 alone
+// prints progress.
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli.hpp"
+#include "ember/ember.hpp"
+#include "evaluate.hpp"
+
+namespace {
+
+using example::parse_double;
+using example::parse_int;
+using example::percent_or_none;
+using example::Setter;
+using example::UsageError;
+
+struct Config {
+  int64_t steps = 300;
+  int64_t depth = 4;
+  int64_t width = 128;
+  int64_t batch = 64;  // per rank and step
+  int64_t accumulate = 1;
+  double lr = 2e-3;
+  double dropout = 0.05;
+  double bucket_mb = 25;
+  int64_t classes = 10;
+  int64_t points = 2000;
+  uint64_t seed = 1;
+  int64_t log_every = 100;
+  std::string checkpoint = "none";
+  std::string amp = "f32";
+  std::string device = "auto";
+};
+
+constexpr const char* kUsage =
+    R"(usage: train_ddp [options]   (under mpirun -np N, srun, or RANK/WORLD_SIZE)
+
+Trains a residual MLP on the spirals with data parallelism: every rank holds a replica, trains on
+its shard of each epoch, and DistributedDataParallel averages the gradients in buckets while
+backward runs. Rank 0 prints the loss (averaged over ranks), validation accuracy and step time.
+
+options:
+  --steps N          optimizer steps (default 300)
+  --depth N          residual blocks (default 4)
+  --width N          block width (default 128)
+  --batch N          samples per rank and step (default 64)
+  --accumulate K     micro-batches per step, K - 1 of them without communication (default 1)
+  --lr X             peak learning rate (default 0.002)
+  --dropout P        dropout in each block (default 0.05)
+  --checkpoint C     none (default), full or selective (every block)
+  --amp P            f32 (default), f16 (GradScaler; skipped steps agree across ranks) or bf16
+  --bucket-mb X      DDP bucket size in MiB (default 25)
+  --classes N        spiral arms / classes (default 10)
+  --points N         spiral points per class (default 2000)
+  --device D         auto (the rank's GPU when there is one), cpu or cuda (default auto)
+  --seed N           seed for data, initialization, dropout and shuffling (default 1)
+  --log-every N      steps between progress lines (default 100)
+  -h, --help         show this help
+)";
+
+Config parse_args(int argc, char** argv) {
+  Config c;
+  const std::map<std::string_view, Setter> options = {
+      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
+      {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
+      {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
+      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
+      {"--accumulate",
+       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
+      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
+      {"--dropout",
+       [&](const std::string& v) {
+         c.dropout = parse_double("--dropout", v);
+         if (c.dropout > 1) throw UsageError{fmt::format("--dropout must be in [0, 1], not {}", v)};
+       }},
+      {"--bucket-mb",
+       [&](const std::string& v) {
+         c.bucket_mb = parse_double("--bucket-mb", v);
+         if (c.bucket_mb <= 0) throw UsageError{fmt::format("--bucket-mb must be > 0, not {}", v)};
+       }},
+      {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
+      {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
+      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
+      {"--seed",
+       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--checkpoint",
+       [&](const std::string& v) {
+         if (v != "none" && v != "full" && v != "selective") {
+           throw UsageError{
+               fmt::format("--checkpoint must be none, full or selective, not '{}'", v)};
+         }
+         c.checkpoint = v;
+       }},
+      {"--amp",
+       [&](const std::string& v) {
+         if (v != "f32" && v != "f16" && v != "bf16") {
+           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
+         }
+         c.amp = v;
+       }},
+      {"--device",
+       [&](const std::string& v) {
+         if (v != "auto" && v != "cpu" && v != "cuda") {
+           throw UsageError{fmt::format(
+               "--device must be auto, cpu or cuda (each rank takes its own GPU), not '{}'", v)};
+         }
+         c.device = v;
+       }},
+  };
+  example::parse_options(argc, argv, options, kUsage);
+  if (c.batch % c.accumulate != 0) {
+    throw UsageError{
+        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
+  }
+  return c;
+}
+
+int run(const Config& c) {
+  using namespace ember;
+  using Clock = std::chrono::steady_clock;
+  const auto comm = dist::init();
+  const int rank = comm->rank();
+  const int ranks = comm->world_size();
+  const bool gpu = c.device == "cuda" || (c.device == "auto" && cuda_device_count() > 0);
+  const Device device = gpu ? dist::rank_device(comm->launch()) : Device::cpu();
+  Stream stream = current_stream(device);
+  auto say = [&](const std::string& text) {  // rank 0 alone prints
+    if (rank == 0) {
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
+
+  auto [train_set, validation] = data::split(
+      data::make_spirals({.classes = c.classes, .points_per_class = c.points, .seed = c.seed}), 0.2,
+      c.seed);
+  data::DistributedSampler sampler(
+      train_set.size(), ranks, rank,
+      {.seed = c.seed, .remainder = data::DistributedSampler::Remainder::drop});
+  const int64_t micro = c.batch / c.accumulate;
+  EMBER_CHECK(sampler.rows_per_rank() >= c.batch,
+              "each rank's shard ({} samples) is smaller than --batch {}", sampler.rows_per_rank(),
+              c.batch);
+  say(fmt::format(
+      "ranks: {} ({} launch), each on {}; data: {}-class spirals, {} train samples ({} per rank "
+      "and epoch, the remainder dropped), {} validation\n",
+      ranks, comm->launch().launcher, device.to_string(), c.classes, train_set.size(),
+      sampler.rows_per_rank(), validation.size()));
+
+  auto ddp = std::make_shared<dist::DistributedDataParallel>(
+      train::make_residual_mlp({.inputs = train_set.inputs.shape()[1],
+                                .width = c.width,
+                                .depth = c.depth,
+                                .outputs = train_set.num_classes,
+                                .dropout = static_cast<float>(c.dropout),
+                                .checkpoint = c.checkpoint != "none",
+                                .checkpoint_policy = c.checkpoint == "selective"
+                                                         ? nn::CheckpointPolicy::selective
+                                                         : nn::CheckpointPolicy::full,
+                                .seed = c.seed,
+                                .device = device}),
+      *comm, dist::DdpOptions{.bucket_cap_mb = c.bucket_mb});
+  train::AdamW optimizer(ddp->parameters(), {.lr = static_cast<float>(c.lr)});
+  const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, c.steps / 20, c.lr / 10);
+  const nn::Precision precision = nn::parse_precision(c.amp);
+  amp::GradScalerOptions scaling;
+  scaling.enabled = precision == nn::Precision::f16;
+  scaling.sync_found_inf = dist::found_inf_all_reduce(*comm);
+  amp::GradScaler scaler(device, scaling);
+  nn::SoftmaxCrossEntropy criterion;
+  nn::Context ctx{stream, /*training=*/true, precision};
+  const train::Accumulation accumulation(c.accumulate);
+  say(fmt::format(
+      "model: {} residual blocks of {}, {} buckets, {} parameters; steps of {} x {} = {} "
+      "samples{}{}\n",
+      c.depth, c.width, ddp->buckets().size(),
+      [&] {
+        int64_t n = 0;
+        for (nn::Parameter* p : ddp->parameters()) n += p->value.numel();
+        return n;
+      }(),
+      ranks, c.batch, ranks * c.batch, c.checkpoint == "none" ? "" : ", checkpoint " + c.checkpoint,
+      precision == nn::Precision::f32 ? "" : ", autocast " + c.amp));
+
+  Tensor x_host = Tensor::empty({c.batch, train_set.inputs.shape()[1]});
+  Tensor y_host = Tensor::empty({c.batch}, DType::i32);
+  std::vector<int64_t> rows = sampler.indices();
+  int64_t cursor = 0;
+  double interval_seconds = 0, total_seconds = 0, exposed = 0, val_acc = 0, loss_value = 0;
+  int64_t interval_steps = 0;
+  Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
+  for (int64_t step = 1; step <= c.steps; ++step) {
+    const auto start = Clock::now();
+    if (cursor + c.batch > static_cast<int64_t>(rows.size())) {
+      sampler.set_epoch(sampler.epoch() + 1);
+      rows = sampler.indices();
+      cursor = 0;
+    }
+    data::gather(train_set,
+                 std::span<const int64_t>(rows).subspan(static_cast<size_t>(cursor),
+                                                        static_cast<size_t>(c.batch)),
+                 x_host, y_host);
+    cursor += c.batch;
+    const Tensor x = x_host.to(stream), y = y_host.to(stream);
+    schedule.apply(optimizer);
+    optimizer.zero_grad();
+    accumulation.run(
+        ctx,
+        [&](const train::MicroBatch& mb) {
+          ddp->set_sync(mb.last);  // only the last micro-batch communicates
+          const Tensor loss = criterion.forward(
+              ctx, ddp->forward(ctx, x.slice(mb.index * micro, (mb.index + 1) * micro)),
+              y.slice(mb.index * micro, (mb.index + 1) * micro));
+          ops::add(stream, loss_sum, loss_sum, loss);
+          ddp->backward(ctx, criterion.backward(ctx, mb.dloss));
+        },
+        scaler.scale());
+    ddp->set_sync(true);
+    scaler.step(stream, optimizer);
+    scaler.update(stream);
+    stream.synchronize();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    interval_seconds += seconds;
+    total_seconds += seconds;
+    exposed += ddp->last_exposed_wait_seconds();
+    ++interval_steps;
+    if (step % c.log_every == 0 || step == c.steps) {
+      // The mean loss of the interval over all ranks: one small all-reduce per progress line.
+      comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
+      loss_value = loss_sum.item() / static_cast<double>(interval_steps * c.accumulate);
+      loss_sum.fill_(0.0);
+      EMBER_CHECK(std::isfinite(loss_value), "the loss is {} at step {}: training diverged",
+                  loss_value, step);
+      if (rank == 0) {
+        ddp->eval();
+        val_acc = example::accuracy(*ddp, validation, stream, 1024, precision);
+        ddp->train();
+      }
+      say(fmt::format("step {:5d} | loss {:.4f} | val acc {} | {:7.2f} ms/step{}\n", step,
+                      loss_value, percent_or_none(val_acc, validation.size()),
+                      1000 * interval_seconds / static_cast<double>(interval_steps),
+                      scaler.enabled() ? fmt::format(" | scale {:g} | skipped {}",
+                                                     scaler.get_scale(), scaler.skipped_steps())
+                                       : ""));
+      interval_seconds = 0;
+      interval_steps = 0;
+    }
+  }
+  say(fmt::format(
+      "done: {} steps on {} ranks in {:.1f} s ({:.2f} ms/step, {:.1f}% of it waiting for "
+      "all-reduces after backward), loss {:.4f}, validation accuracy {}\n",
+      c.steps, ranks, total_seconds, 1000 * total_seconds / static_cast<double>(c.steps),
+      100 * exposed / total_seconds, loss_value, percent_or_none(val_acc, validation.size())));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return example::run_main<Config>("train_ddp", argc, argv, parse_args, run);
+}
