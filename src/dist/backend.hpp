@@ -68,6 +68,9 @@ std::unique_ptr<Backend> make_mpi_backend(const Launch& launch, double timeout);
 // The NCCL communicator of cuda:<local rank>; its unique id travels over `host` (MPI) or, with
 // none, the TCP rendezvous of the env launch.
 std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double timeout, Backend* host);
+// torchrun-style launches: rank 0's `n` bytes to every rank over TCP at MASTER_ADDR:MASTER_PORT
+// (rank 0 listens), within `timeout` seconds.
+void tcp_rendezvous_broadcast(const Launch& launch, void* data, size_t n, double timeout);
 bool built_with_mpi();
 bool built_with_nccl();
 

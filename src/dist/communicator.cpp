@@ -61,14 +61,29 @@ namespace {
 
 double default_timeout() {
   if (const char* text = std::getenv("EMBER_DIST_TIMEOUT")) {
+    // Decimal seconds only ("10", "2.5"): no hex, no exponents, at least a millisecond.
+    const std::string v = text;
     char* end = nullptr;
     const double s = std::strtod(text, &end);
-    EMBER_CHECK(*text != '\0' && *end == '\0' && s > 0 && s < 1e9,
-                "EMBER_DIST_TIMEOUT='{}' is not a number of seconds > 0", text);
+    EMBER_CHECK(!v.empty() && *end == '\0' &&
+                    v.find_first_not_of("0123456789.") == std::string::npos && s >= 1e-3 &&
+                    s <= 1e8,
+                "EMBER_DIST_TIMEOUT='{}' is not a number of seconds from 0.001 to 1e8", v);
     return s;
   }
   return 600.0;
 }
+
+double checked_timeout(const CommOptions& options) {
+  EMBER_CHECK(options.timeout_seconds == 0 ||
+                  (options.timeout_seconds >= 1e-3 && options.timeout_seconds <= 1e8),
+              "dist: CommOptions::timeout_seconds must be from 0.001 to 1e8 seconds (or 0 for the "
+              "default), not {}",
+              options.timeout_seconds);
+  return options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout();
+}
+
+bool checked_metadata(const CommOptions& options);
 
 bool default_check() {
   if (const char* text = std::getenv("EMBER_DIST_CHECK")) {
@@ -100,6 +115,13 @@ const char* kind_name(int64_t kind) {
   return "?";
 }
 
+bool checked_metadata(const CommOptions& options) {
+  EMBER_CHECK(options.check_metadata >= -1 && options.check_metadata <= 1,
+              "dist: CommOptions::check_metadata must be -1 (the default), 0 or 1, not {}",
+              options.check_metadata);
+  return options.check_metadata < 0 ? default_check() : options.check_metadata == 1;
+}
+
 }  // namespace
 
 Device rank_device(const Launch& launch) {
@@ -116,11 +138,8 @@ Device rank_device(const Launch& launch) {
 
 Communicator::Communicator(const Launch& launch, CommOptions options)
     : launch_(launch),
-      timeout_(options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout()),
-      check_metadata_(options.check_metadata < 0 ? default_check() : options.check_metadata != 0) {
-  EMBER_CHECK(options.timeout_seconds >= 0 && options.timeout_seconds < 1e9,
-              "dist: CommOptions::timeout_seconds must be > 0 (or 0 for the default), not {}",
-              options.timeout_seconds);
+      timeout_(checked_timeout(options)),
+      check_metadata_(checked_metadata(options)) {
   EMBER_CHECK(launch.world_size >= 1 && launch.rank >= 0 && launch.rank < launch.world_size,
               "dist: rank {} of {} is not a valid launch", launch.rank, launch.world_size);
   if (launch.world_size == 1) {

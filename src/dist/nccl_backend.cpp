@@ -64,12 +64,51 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-class NcclBackend;
+// What the works need of their communicator; alive as long as any of them.
+struct NcclShared {
+  Launch launch;
+  double timeout = 0;
+  std::mutex mutex;
+  Broken broken;
+  ncclComm_t comm = nullptr;  // null once destroyed
+
+  void abort_locked(const std::string& message) {
+    if (broken.is()) return;
+    broken.set(message);
+    if (comm) ncclCommAbort(comm);  // as NCCL documents: pending kernels return
+  }
+  // Throws when the communicator failed, or fails now (an asynchronous error).
+  void check_locked(const std::string& what) {
+    if (!broken.is() && comm) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        abort_locked(fmt::format("dist: NCCL reported an asynchronous error on rank {} of {}: {}",
+                                 launch.rank, launch.world_size, ncclGetErrorString(async)));
+      }
+    }
+    broken.check(what);
+  }
+  void check(const std::string& what) {
+    std::lock_guard lock(mutex);
+    check_locked(what);
+  }
+  [[noreturn]] void time_out(const std::string& what) {
+    {
+      std::lock_guard lock(mutex);
+      abort_locked(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout,
+                               launch.rank, launch.world_size));
+    }
+    throw_timeout(what, launch.rank, launch.world_size, timeout,
+                  "(NCCL: the communicator was aborted with ncclCommAbort)");
+  }
+};
 
 class NcclWork final : public PendingWork {
  public:
-  NcclWork(NcclBackend& backend, std::string what, std::vector<Tensor> keep, Device device)
-      : backend_(backend),
+  NcclWork(std::shared_ptr<NcclShared> shared, std::string what, std::vector<Tensor> keep,
+           Device device)
+      : shared_(std::move(shared)),
         what_(std::move(what)),
         keep_(std::move(keep)),
         done_event_(device),
@@ -84,7 +123,7 @@ class NcclWork final : public PendingWork {
   bool finished() const { return finished_; }
 
  private:
-  NcclBackend& backend_;
+  std::shared_ptr<NcclShared> shared_;
   std::string what_;
   std::vector<Tensor> keep_;
   Event done_event_;
@@ -96,33 +135,37 @@ class NcclBackend final : public Backend {
  public:
   NcclBackend(const Launch& launch, double timeout, Backend* host)
       : launch_(launch), timeout_(timeout), device_(rank_device(launch)), stream_(device_) {
-    EMBER_CHECK(host != nullptr,
-                "dist: rank {} of {} ({} launch): NCCL's unique id travels over MPI, and this job "
-                "has none; start it with mpirun or srun (the TCP rendezvous of torchrun-style "
-                "launches is not built yet)",
-                launch.rank, launch.world_size, launch.launcher);
+    shared_->launch = launch;
+    shared_->timeout = timeout;
     ncclUniqueId id{};
     if (launch.rank == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
-    host->host_broadcast(&id, sizeof(id), 0, "the NCCL unique id's broadcast");
+    if (host != nullptr) {
+      host->host_broadcast(&id, sizeof(id), 0, "the NCCL unique id's broadcast");
+    } else {
+      tcp_rendezvous_broadcast(launch, &id, sizeof(id), timeout);  // torchrun style, no MPI
+    }
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
-    EMBER_NCCL_CHECK(ncclCommInitRank(&comm_, launch.world_size, id, launch.rank));
+    EMBER_NCCL_CHECK(ncclCommInitRank(&shared_->comm, launch.world_size, id, launch.rank));
     watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclBackend() override {
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(shared_->mutex);
       stopping_ = true;
     }
     wake_.notify_all();
     watchdog_.join();
-    if (!broken_.is()) {
+    // Works may outlive us: they find the communicator gone (null), their events complete.
+    std::lock_guard lock(shared_->mutex);
+    if (!shared_->broken.is()) {
       try {
         stream_.synchronize();
       } catch (...) {
       }
-      ncclCommDestroy(comm_);
+      ncclCommDestroy(shared_->comm);
     }
+    shared_->comm = nullptr;
   }
 
   std::shared_ptr<PendingWork> all_reduce(Stream& stream, const Tensor& t, ReduceOp op,
@@ -130,7 +173,7 @@ class NcclBackend final : public Backend {
     return run(stream, std::move(what), {t},
                [&](cudaStream_t s) {
                  return ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
-                                      nccl_type(t.dtype()), nccl_op(op), comm_, s);
+                                      nccl_type(t.dtype()), nccl_op(op), shared_->comm, s);
                },
                {t});
   }
@@ -138,7 +181,8 @@ class NcclBackend final : public Backend {
                                          std::string what) override {
     return run(stream, std::move(what), {t},
                [&](cudaStream_t s) {
-                 return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, comm_, s);
+                 return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root,
+                                      shared_->comm, s);
                },
                {t});
   }
@@ -146,7 +190,8 @@ class NcclBackend final : public Backend {
                                           std::string what) override {
     return run(stream, std::move(what), {out, in},
                [&](cudaStream_t s) {
-                 return ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8, comm_, s);
+                 return ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8, shared_->comm,
+                                      s);
                },
                {out});
   }
@@ -155,7 +200,7 @@ class NcclBackend final : public Backend {
     return run(stream, std::move(what), {out, in},
                [&](cudaStream_t s) {
                  return ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
-                                          nccl_type(out.dtype()), nccl_op(op), comm_, s);
+                                          nccl_type(out.dtype()), nccl_op(op), shared_->comm, s);
                },
                {out});
   }
@@ -180,22 +225,6 @@ class NcclBackend final : public Backend {
     std::copy(got.begin(), got.end(), static_cast<uint8_t*>(bytes));
   }
 
-  // Called by NcclWork: throws when the communicator failed (or fails now: an async error).
-  void check(const std::string& what) {
-    std::lock_guard lock(mutex_);
-    check_locked(what);
-  }
-  [[noreturn]] void time_out(const std::string& what) {
-    {
-      std::lock_guard lock(mutex_);
-      abort_locked(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout_,
-                               launch_.rank, launch_.world_size));
-    }
-    throw_timeout(what, launch_.rank, launch_.world_size, timeout_,
-                  "(NCCL: the communicator was aborted with ncclCommAbort)");
-  }
-  double timeout() const { return timeout_; }
-
  private:
   template <class Call>
   std::shared_ptr<PendingWork> run(Stream& stream, std::string what, std::vector<Tensor> keep,
@@ -206,20 +235,20 @@ class NcclBackend final : public Backend {
                   "own GPU: see dist::rank_device)",
                   what, t.device().to_string(), launch_.rank, device_.to_string());
     }
-    std::lock_guard lock(mutex_);
-    check_locked(what);
+    std::lock_guard lock(shared_->mutex);
+    shared_->check_locked(what);
     // After the work queued on the caller's stream (which produced the inputs).
     if (!(stream == stream_)) stream_.wait(stream);
     for (const Tensor& t : keep) t.record_stream(stream_);
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
     const ncclResult_t rc = call(static_cast<cudaStream_t>(stream_.native()));
     if (rc != ncclSuccess) {
-      abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
-                               launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
-      check_locked(what);
+      shared_->abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
+                                        launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
+      shared_->check_locked(what);
     }
     for (const Tensor& t : written) mark_written(t);
-    auto work = std::make_shared<NcclWork>(*this, std::move(what), std::move(keep), device_);
+    auto work = std::make_shared<NcclWork>(shared_, std::move(what), std::move(keep), device_);
     work->event().record(stream_);
     work->set_deadline(std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -229,31 +258,13 @@ class NcclBackend final : public Backend {
     return work;
   }
 
-  void check_locked(const std::string& what) {
-    if (!broken_.is()) {
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress) {
-        abort_locked(fmt::format("dist: NCCL reported an asynchronous error on rank {} of {}: {}",
-                                 launch_.rank, launch_.world_size, ncclGetErrorString(async)));
-      }
-    }
-    broken_.check(what);
-  }
-
-  void abort_locked(const std::string& message) {
-    if (broken_.is()) return;
-    broken_.set(message);
-    ncclCommAbort(comm_);  // as NCCL documents: pending kernels return, the stream moves on
-  }
-
   // The watchdog: aborts the communicator when an unfinished collective passes its deadline or
   // NCCL reports an asynchronous error, even when only the GPU waits for it.
   void watch() {
-    std::unique_lock lock(mutex_);
+    std::unique_lock lock(shared_->mutex);
     while (!stopping_) {
       wake_.wait_for(lock, std::chrono::milliseconds(50));
-      if (stopping_ || broken_.is()) continue;
+      if (stopping_ || shared_->broken.is()) continue;
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(in_flight_, [](const std::weak_ptr<NcclWork>& w) {
         auto work = w.lock();
@@ -262,29 +273,27 @@ class NcclBackend final : public Backend {
       for (const auto& w : in_flight_) {
         auto work = w.lock();
         if (work && now >= work->deadline()) {
-          abort_locked(
+          shared_->abort_locked(
               fmt::format("dist: {} timed out after {} s on rank {} of {} (found by the "
                           "watchdog; the communicator was aborted with ncclCommAbort)",
                           work->describe(), timeout_, launch_.rank, launch_.world_size));
           break;
         }
       }
-      if (!broken_.is()) {
+      if (!shared_->broken.is()) {
         try {
-          check_locked("the watchdog's check");
+          shared_->check_locked("the watchdog's check");
         } catch (const Error&) {
         }
       }
     }
   }
 
+  std::shared_ptr<NcclShared> shared_ = std::make_shared<NcclShared>();
   Launch launch_;
   double timeout_;
   Device device_;
   Stream stream_;  // the communication stream
-  ncclComm_t comm_ = nullptr;
-  Broken broken_;
-  std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::weak_ptr<NcclWork> > in_flight_;
   bool stopping_ = false;
@@ -293,7 +302,7 @@ class NcclBackend final : public Backend {
 
 bool NcclWork::test() {
   if (finished_) return true;
-  backend_.check(what_);
+  shared_->check(what_);
   if (!done_event_.query()) return false;
   finished_ = true;
   keep_.clear();
@@ -303,11 +312,11 @@ bool NcclWork::test() {
 void NcclWork::wait() {
   const double left =
       std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
-  if (!poll_until([&] { return test(); }, std::max(left, 0.0))) backend_.time_out(what_);
+  if (!poll_until([&] { return test(); }, std::max(left, 0.0))) shared_->time_out(what_);
 }
 
 void NcclWork::wait(const Stream& stream) {
-  backend_.check(what_);
+  shared_->check(what_);
   if (!finished_) stream.wait(done_event_);
 }
 

@@ -3,6 +3,7 @@
 // tested under mpirun (tests/dist/mpi).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -53,7 +54,16 @@ TEST(SingleProcessCommunicator, BadArgumentsAreErrors) {
   testing::expect_error([&] { comm.all_reduce(s, Tensor::zeros({2}, DType::i32), ReduceOp::avg); },
                         "avg needs a float tensor");
   testing::expect_error([&] { Communicator(Launch{}, CommOptions{.timeout_seconds = -1}); },
-                        "timeout_seconds must be > 0");
+                        "timeout_seconds must be from 0.001 to 1e8 seconds");
+  testing::expect_error([&] { Communicator(Launch{}, CommOptions{.check_metadata = 7}); },
+                        "check_metadata must be -1 (the default), 0 or 1, not 7");
+  {
+    ::setenv("EMBER_DIST_TIMEOUT", "0x10", 1);
+    testing::expect_error([&] { Communicator(Launch{}); }, "EMBER_DIST_TIMEOUT='0x10' is not");
+    ::setenv("EMBER_DIST_TIMEOUT", "2.5", 1);
+    EXPECT_EQ(Communicator(Launch{}).timeout_seconds(), 2.5);
+    ::unsetenv("EMBER_DIST_TIMEOUT");
+  }
   testing::expect_error([&] { Communicator(Launch{.rank = 2, .world_size = 2}); },
                         "rank 2 of 2 is not a valid launch");
 }

@@ -31,8 +31,8 @@ enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
 
 struct CommOptions {
-  // How long any wait lasts before it is an Error (the collective, the rank, the seconds).
-  // Default 600 s, or EMBER_DIST_TIMEOUT (seconds) when set.
+  // How long any wait lasts before it is an Error (the collective, the rank, the seconds): from
+  // 0.001 to 1e8 s. Default 600 s, or EMBER_DIST_TIMEOUT (decimal seconds) when set.
   double timeout_seconds = 0;  // 0: the default
   // Compare (collective, dtype, elements, root) across ranks before each collective: one small
   // extra collective each. Default: EMBER_DIST_CHECK=1, or a build without NDEBUG.
@@ -62,8 +62,8 @@ class Communicator {
   double timeout_seconds() const { return timeout_; }
   bool checks_metadata() const { return check_metadata_; }
 
-  // In place: every rank's `tensor` becomes the sum (average, maximum) over ranks. f32, f16,
-  // bf16, i32 or i64 (avg: float types only).
+  // In place: every rank's `tensor` becomes the sum (average, maximum) over ranks. CUDA (NCCL):
+  // f32, f16, bf16, i32, i64, u8; CPU (MPI): f32, i32, i64, u8. avg: float types only.
   virtual Work all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op = ReduceOp::sum);
   // In place: every rank's `tensor` becomes rank `root`'s.
   virtual Work broadcast(Stream& stream, const Tensor& tensor, int root);
