@@ -1,0 +1,120 @@
+// Training state: save, resume bitwise, survive preemption.
+//
+//   train::TrainingState state;
+//   state.add_module("model", *model);          // parameters, and each Dropout's seed and step
+//   state.add_optimizer("optimizer", optimizer); // moments, step counts, learning rate
+//   state.add_state("scaler", [&] { return scaler.state_dict(); },
+//                   [&](const StateDict& d) { scaler.load_state_dict(d); });
+//   train::Checkpointer checkpoints({.dir = "ckpt", .keep_last = 3});
+//   if (auto step = checkpoints.resume(state)) { ...continue from state.progress... }
+//   ... every N steps: state.progress = {...}; checkpoints.save(state);
+//
+// A checkpoint is a directory `<dir>/step-<12 digits>` holding `replicated.safetensors` (every
+// registered tensor; PyTorch and Hugging Face tools open it), one `rank-<r>.json` per rank (its
+// progress: step, epoch, data position, micro-step) and `manifest.json` (format version, ember
+// version, world size, step, each tensor's dtype and shape, each file's size and XXH3-64
+// checksum, the user's metadata). Saving writes a temporary directory, fsyncs every file,
+// renames it into place and fsyncs the parent: a crash at any moment leaves the previous
+// checkpoints intact. resume() takes the newest checkpoint whose every file verifies (a corrupt
+// or truncated one is skipped with a warning naming it); one that does not fit the registered
+// state (names, shapes, dtypes, world size, dropout seeds) is an Error listing the differences,
+// and nothing is loaded.
+//
+// Data parallel: pass a CheckpointGroup (dist::checkpoint_group(comm)). Rank 0 writes the
+// replicated state, every rank its own progress; all ranks resume from the same checkpoint (the
+// newest that verifies on every rank).
+//
+// Asynchronous save (options.async): save() copies the state to host memory at the step
+// boundary and returns; a background thread writes it while training goes on; at most one save
+// is in flight (the next save(), wait() or the destructor waits for it; with several ranks the
+// commit happens there, on the calling thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/core/state_dict.hpp"
+#include "ember/nn/module.hpp"
+#include "ember/train/optimizer.hpp"
+
+namespace ember::train {
+
+// Where a rank is in training. Saved per rank.
+struct Progress {
+  int64_t step = 0;           // optimizer steps done
+  int64_t epoch = 0;          // of the data
+  int64_t data_position = 0;  // this rank's position in the epoch (samples or batches: yours)
+  uint64_t micro_step = 0;    // nn::Context::step, the dropout RNG's counter
+};
+
+// The ranks a checkpoint spans. The default: one process.
+struct CheckpointGroup {
+  int rank = 0;
+  int world_size = 1;
+  // Every rank's `mine` (one length on every rank), in rank order (dist::checkpoint_group).
+  std::function<std::vector<int64_t>(const std::vector<int64_t>&)> all_gather;
+};
+
+class TrainingState {
+ public:
+  // Replicated state: the same on every rank; rank 0 saves it. Names must be unique and may not
+  // contain '/'.
+  void add_module(std::string name, nn::Module& module);
+  void add_optimizer(std::string name, Optimizer& optimizer);
+  void add_state(std::string name, std::function<StateDict()> save,
+                 std::function<void(const StateDict&)> load);
+
+  Progress progress;                            // this rank's
+  std::map<std::string, std::string> metadata;  // the user's (replicated)
+
+  // Internal: what save and resume walk over.
+  struct Component {
+    std::string name;
+    std::function<StateDict()> save;
+    std::function<void(const StateDict&)> load;
+  };
+  const std::vector<Component>& components() const { return components_; }
+
+ private:
+  void add(Component c);
+  std::vector<Component> components_;
+};
+
+struct CheckpointOptions {
+  std::string dir;     // created when missing
+  int keep_last = 3;   // committed checkpoints kept (older ones are deleted); >= 1
+  bool async = false;  // see the header
+  // Where warnings go (a skipped corrupt checkpoint); default: a line on stderr.
+  std::function<void(const std::string&)> warn;
+};
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(CheckpointOptions options, CheckpointGroup group = {});
+  ~Checkpointer();  // waits for a save in flight (its error is printed, not thrown)
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Saves `state` as checkpoint state.progress.step (an existing one of that step is replaced).
+  void save(TrainingState& state);
+  // Waits until the save in flight is committed; rethrows its error.
+  void wait();
+  // Loads the newest checkpoint that verifies on every rank into `state` (progress included);
+  // its step, or nullopt when there is none.
+  std::optional<int64_t> resume(TrainingState& state);
+  // The committed checkpoints' steps, newest first.
+  std::vector<int64_t> steps() const;
+  std::string path_of(int64_t step) const;  // <dir>/step-<12 digits>
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember::train

@@ -1,0 +1,31 @@
+// Tensors in the safetensors format (Hugging Face's: an 8-byte little-endian header size, a
+// JSON header naming each tensor's dtype, shape and byte range, then the bytes), so that
+// PyTorch and Hugging Face tools open ember's weights and ember opens theirs (F32, F16, BF16,
+// I32, I64, U8). Reading checks everything: any malformed file is an ember::Error naming the
+// file and what is wrong, never a crash or an out-of-bounds read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ember/core/state_dict.hpp"
+
+namespace ember::train {
+
+struct Safetensors {
+  StateDict tensors;                            // CPU tensors, in the file's order of offsets
+  std::map<std::string, std::string> metadata;  // the header's "__metadata__"
+};
+
+// The file's bytes for `tensors` (any devices: copied to the host, waiting for each tensor's
+// stream) and `metadata`. Names must be unique and non-empty.
+std::string encode_safetensors(const StateDict& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+// Parses a whole file's bytes; `name` is for messages.
+Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name);
+Safetensors read_safetensors(const std::string& path);
+
+}  // namespace ember::train

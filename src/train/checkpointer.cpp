@@ -1,0 +1,529 @@
+#include "ember/train/checkpointer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "ember/core/error.hpp"
+#include "ember/nn/dropout.hpp"
+#include "ember/train/safetensors.hpp"
+
+namespace ember::train {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kEmberVersion = "0.1.0";
+constexpr const char* kReplicated = "replicated.safetensors";
+
+std::string rank_file(int rank) {
+  return fmt::format("rank-{:05d}.json", rank);
+}
+
+std::string hex(uint64_t h) {
+  return fmt::format("{:016x}", h);
+}
+
+// Writes `bytes` to `path` and fsyncs it: when this returns, the file is on the disk.
+void write_durably(const fs::path& path, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(fd >= 0, "checkpoint: cannot create '{}': {}", path.string(), std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      EMBER_THROW("checkpoint: writing '{}' failed after {} of {} bytes: {}", path.string(), done,
+                  bytes.size(), std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int e = errno;
+  ::close(fd);
+  EMBER_CHECK(synced, "checkpoint: fsync of '{}' failed: {}", path.string(), std::strerror(e));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EMBER_CHECK(fd >= 0, "checkpoint: cannot open directory '{}': {}", dir.string(),
+              std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  EMBER_CHECK(synced, "checkpoint: fsync of directory '{}' failed", dir.string());
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) throw std::runtime_error(fmt::format("cannot open '{}'", path.string()));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+uint64_t checksum(std::string_view bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
+// What one save writes, prepared on the calling thread (copies when asynchronous).
+struct Snapshot {
+  int64_t step = 0;
+  StateDict tensors;  // "<component>/<key>"
+  std::map<std::string, std::string> metadata;
+  Progress progress;
+};
+
+struct FileRecord {
+  int64_t bytes = 0;
+  uint64_t hash = 0;
+};
+
+json progress_json(const Progress& p, int rank) {
+  return {{"rank", rank},
+          {"step", p.step},
+          {"epoch", p.epoch},
+          {"data_position", p.data_position},
+          {"micro_step", p.micro_step}};
+}
+
+}  // namespace
+
+// ---- TrainingState -------------------------------------------------------------------------
+
+void TrainingState::add(Component c) {
+  EMBER_CHECK(!c.name.empty() && c.name.find('/') == std::string::npos,
+              "TrainingState: the name '{}' must be non-empty and without '/'", c.name);
+  for (const Component& other : components_) {
+    EMBER_CHECK(other.name != c.name, "TrainingState: '{}' is registered twice", c.name);
+  }
+  components_.push_back(std::move(c));
+}
+
+void TrainingState::add_module(std::string name, nn::Module& module) {
+  // Each Dropout's Philox seed and last finished step ("rng.<i>": i64 [2], -1 for none), in
+  // module order, beside the parameters.
+  auto dropouts = [&module] {
+    std::vector<nn::Dropout*> out;
+    module.for_each_module([&](nn::Module& m) {
+      if (auto* d = dynamic_cast<nn::Dropout*>(&m)) out.push_back(d);
+    });
+    return out;
+  };
+  add(Component{
+      std::move(name),
+      [&module, dropouts] {
+        StateDict d = module.state_dict();
+        const auto ds = dropouts();
+        for (size_t i = 0; i < ds.size(); ++i) {
+          const auto finished = ds[i]->finished_step();
+          d.insert(fmt::format("rng.{}", i),
+                   Tensor::from_vector<int64_t>({static_cast<int64_t>(ds[i]->seed()),
+                                                 finished ? static_cast<int64_t>(*finished) : -1},
+                                                {2}, Device::cpu()));
+        }
+        return d;
+      },
+      [&module, dropouts](const StateDict& given) {
+        StateDict params;
+        for (const auto& [key, t] : given) {
+          if (!key.starts_with("rng.")) params.insert(key, t);
+        }
+        const auto ds = dropouts();
+        for (size_t i = 0; i < ds.size(); ++i) {
+          const auto v = given.at(fmt::format("rng.{}", i)).to_vector<int64_t>();
+          EMBER_CHECK(static_cast<uint64_t>(v[0]) == ds[i]->seed(),
+                      "TrainingState: dropout {} ({}) has seed {}, but the checkpoint's has seed "
+                      "{}: the model was built with other seeds",
+                      i, ds[i]->name(), ds[i]->seed(), v[0]);
+        }
+        module.load_state_dict(params);
+        for (size_t i = 0; i < ds.size(); ++i) {
+          const auto v = given.at(fmt::format("rng.{}", i)).to_vector<int64_t>();
+          ds[i]->set_finished_step(v[1] < 0 ? std::nullopt
+                                            : std::optional<uint64_t>(static_cast<uint64_t>(v[1])));
+        }
+      }});
+}
+
+void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
+  add(Component{std::move(name),
+                [&optimizer] {
+                  StateDict d = optimizer.state_dict();
+                  d.insert("lr", Tensor::full({1}, optimizer.lr(), DType::f32, Device::cpu()));
+                  return d;
+                },
+                [&optimizer](const StateDict& given) {
+                  StateDict rest;
+                  for (const auto& [key, t] : given) {
+                    if (key != "lr") rest.insert(key, t);
+                  }
+                  optimizer.load_state_dict(rest);
+                  optimizer.set_lr(given.at("lr").to_vector<float>()[0]);
+                }});
+}
+
+void TrainingState::add_state(std::string name, std::function<StateDict()> save,
+                              std::function<void(const StateDict&)> load) {
+  EMBER_CHECK(save && load, "TrainingState::add_state('{}'): save and load are both needed", name);
+  add(Component{std::move(name), std::move(save), std::move(load)});
+}
+
+// ---- Checkpointer --------------------------------------------------------------------------
+
+struct Checkpointer::Impl {
+  CheckpointOptions options;
+  CheckpointGroup group;
+  fs::path dir;
+
+  // The save in flight (asynchronous).
+  std::thread writer;
+  std::exception_ptr writer_error;
+  bool pending_commit = false;  // files written, the commit left to wait() (several ranks)
+  Snapshot pending;
+  std::vector<int64_t> pending_records;
+
+  void warn(const std::string& text) const {
+    if (options.warn) {
+      options.warn(text);
+    } else {
+      std::fprintf(stderr, "ember: %s\n", text.c_str());
+    }
+  }
+
+  std::vector<int64_t> gather(const std::vector<int64_t>& mine) const {
+    if (group.world_size == 1) return mine;
+    return group.all_gather(mine);
+  }
+
+  std::string name_of(int64_t step) const { return fmt::format("step-{:012d}", step); }
+  fs::path tmp_of(int64_t step) const { return dir / (".tmp-" + name_of(step)); }
+
+  Snapshot snapshot(TrainingState& state, bool copy) const {
+    Snapshot s;
+    s.step = state.progress.step;
+    s.progress = state.progress;
+    s.metadata = state.metadata;
+    if (group.rank != 0) return s;  // rank 0 alone writes the replicated state
+    for (const auto& c : state.components()) {
+      for (const auto& [key, t] : c.save()) {
+        s.tensors.insert(c.name + "/" + key,
+                         !copy ? t : (t.device().is_cpu() ? t.clone() : t.to(Device::cpu())));
+      }
+    }
+    return s;
+  }
+
+  // This rank's files into the temporary directory: {rank file bytes, hash, replicated bytes,
+  // hash}.
+  std::vector<int64_t> write_files(const Snapshot& s) const {
+    const fs::path tmp = tmp_of(s.step);
+    fs::create_directories(tmp);
+    const std::string progress = progress_json(s.progress, group.rank).dump(2);
+    write_durably(tmp / rank_file(group.rank), progress);
+    std::vector<int64_t> records{static_cast<int64_t>(progress.size()),
+                                 static_cast<int64_t>(checksum(progress)), 0, 0};
+    if (group.rank == 0) {
+      const std::string bytes = encode_safetensors(s.tensors, s.metadata);
+      write_durably(tmp / kReplicated, bytes);
+      records[2] = static_cast<int64_t>(bytes.size());
+      records[3] = static_cast<int64_t>(checksum(bytes));
+    }
+    return records;
+  }
+
+  // Every rank's records gathered: rank 0 writes the manifest and renames the directory into
+  // place; then every rank knows it is committed.
+  void commit(const Snapshot& s, const std::vector<int64_t>& records) {
+    const std::vector<int64_t> all = gather(records);
+    if (group.rank == 0) {
+      json files = json::object();
+      files[kReplicated] = {{"bytes", all[2]}, {"xxh3", hex(static_cast<uint64_t>(all[3]))}};
+      for (int r = 0; r < group.world_size; ++r) {
+        const int64_t* rec = &all[static_cast<size_t>(r) * 4];
+        files[rank_file(r)] = {{"bytes", rec[0]}, {"xxh3", hex(static_cast<uint64_t>(rec[1]))}};
+      }
+      json tensors = json::object();
+      for (const auto& [key, t] : s.tensors) {
+        std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
+        tensors[key] = {{"dtype", dtype_name(t.dtype())}, {"shape", shape}};
+      }
+      const json manifest = {{"format", "ember-checkpoint"},
+                             {"format_version", kFormatVersion},
+                             {"ember_version", kEmberVersion},
+                             {"world_size", group.world_size},
+                             {"step", s.step},
+                             {"files", files},
+                             {"tensors", tensors},
+                             {"metadata", s.metadata}};
+      const fs::path tmp = tmp_of(s.step);
+      write_durably(tmp / "manifest.json", manifest.dump(2));
+      fsync_dir(tmp);
+      const fs::path final_path = dir / name_of(s.step);
+      fs::path old;
+      if (fs::exists(final_path)) {  // the same step saved again: replace it
+        old = dir / fmt::format(".old-{}-{}", name_of(s.step), std::random_device{}());
+        fs::rename(final_path, old);
+      }
+      fs::rename(tmp, final_path);
+      fsync_dir(dir);
+      if (!old.empty()) fs::remove_all(old);
+      prune();
+    }
+    gather({1});  // every rank: committed
+  }
+
+  void prune() const {
+    std::vector<int64_t> all = steps();
+    for (size_t i = static_cast<size_t>(options.keep_last); i < all.size(); ++i) {
+      std::error_code ignored;
+      fs::remove_all(dir / name_of(all[i]), ignored);
+    }
+    // Leftovers of interrupted saves (their step is not in flight: we just committed).
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string n = entry.path().filename().string();
+      if (n.starts_with(".tmp-") || n.starts_with(".old-")) {
+        std::error_code ignored;
+        fs::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+
+  std::vector<int64_t> steps() const {
+    std::vector<int64_t> out;
+    if (!fs::is_directory(dir)) return out;
+    static const std::regex pattern("step-([0-9]{12})");
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      std::smatch m;
+      const std::string n = entry.path().filename().string();
+      if (entry.is_directory() && std::regex_match(n, m, pattern)) out.push_back(std::stoll(m[1]));
+    }
+    std::sort(out.rbegin(), out.rend());
+    return out;
+  }
+
+  void join_writer() {
+    if (writer.joinable()) writer.join();
+    if (writer_error) {
+      std::exception_ptr e = writer_error;
+      writer_error = nullptr;
+      pending_commit = false;
+      std::rethrow_exception(e);
+    }
+    if (pending_commit) {
+      pending_commit = false;
+      commit(pending, pending_records);
+    }
+  }
+};
+
+Checkpointer::Checkpointer(CheckpointOptions options, CheckpointGroup group)
+    : impl_(std::make_unique<Impl>()) {
+  EMBER_CHECK(!options.dir.empty(), "Checkpointer: CheckpointOptions::dir is empty");
+  EMBER_CHECK(options.keep_last >= 1, "Checkpointer: keep_last must be >= 1, not {}",
+              options.keep_last);
+  EMBER_CHECK(group.world_size >= 1 && group.rank >= 0 && group.rank < group.world_size &&
+                  (group.world_size == 1 || group.all_gather),
+              "Checkpointer: rank {} of {} is not a valid group (several ranks need all_gather: "
+              "dist::checkpoint_group)",
+              group.rank, group.world_size);
+  impl_->options = std::move(options);
+  impl_->group = std::move(group);
+  impl_->dir = impl_->options.dir;
+  std::error_code error;
+  fs::create_directories(impl_->dir, error);
+  EMBER_CHECK(fs::is_directory(impl_->dir), "Checkpointer: cannot create the directory '{}'{}",
+              impl_->options.dir, error ? ": " + error.message() : "");
+}
+
+Checkpointer::~Checkpointer() {
+  try {
+    impl_->join_writer();
+  } catch (const std::exception& e) {
+    impl_->warn(fmt::format("the last asynchronous checkpoint save failed: {}", e.what()));
+  }
+}
+
+void Checkpointer::save(TrainingState& state) {
+  EMBER_CHECK(state.progress.step >= 0 && state.progress.step < 1'000'000'000'000,
+              "Checkpointer::save: the step {} is outside [0, 10^12)", state.progress.step);
+  impl_->join_writer();  // at most one save in flight
+  if (!impl_->options.async) {
+    const Snapshot s = impl_->snapshot(state, /*copy=*/false);
+    impl_->commit(s, impl_->write_files(s));
+    return;
+  }
+  impl_->pending = impl_->snapshot(state, /*copy=*/true);
+  const bool alone = impl_->group.world_size == 1;
+  impl_->pending_commit = !alone;
+  impl_->writer = std::thread([this, alone] {
+    try {
+      impl_->pending_records = impl_->write_files(impl_->pending);
+      if (alone) impl_->commit(impl_->pending, impl_->pending_records);
+    } catch (...) {
+      impl_->writer_error = std::current_exception();
+    }
+  });
+}
+
+void Checkpointer::wait() {
+  impl_->join_writer();
+}
+
+std::vector<int64_t> Checkpointer::steps() const {
+  return impl_->steps();
+}
+
+std::string Checkpointer::path_of(int64_t step) const {
+  return (impl_->dir / impl_->name_of(step)).string();
+}
+
+namespace {
+
+// One checkpoint as this rank reads it, verified.
+struct Loaded {
+  Safetensors replicated;
+  Progress progress;
+};
+
+int64_t get_int(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) {
+    throw std::runtime_error(fmt::format("'{}' is missing or not an integer", key));
+  }
+  return j[key].get<int64_t>();
+}
+
+// Verifies `path` for `rank` (sizes and checksums of its files): the loaded state, or a
+// std::runtime_error saying what is wrong (the caller skips it). A world size that differs is an
+// ember::Error (the job does not fit the checkpoint).
+Loaded load_verified(const fs::path& path, int rank, int world_size) {
+  json manifest;
+  try {
+    manifest = json::parse(read_file(path / "manifest.json"));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(fmt::format("its manifest is not valid JSON: {}", e.what()));
+  }
+  if (!manifest.is_object() || manifest.value("format", "") != "ember-checkpoint") {
+    throw std::runtime_error("its manifest is not an ember checkpoint's");
+  }
+  if (get_int(manifest, "format_version") != kFormatVersion) {
+    throw std::runtime_error(fmt::format("format version {} is not {}",
+                                         get_int(manifest, "format_version"), kFormatVersion));
+  }
+  const int64_t saved_world = get_int(manifest, "world_size");
+  EMBER_CHECK(saved_world == world_size,
+              "checkpoint '{}' was saved by {} ranks, but this job has {}: resume with the same "
+              "world size",
+              path.string(), saved_world, world_size);
+  if (!manifest.contains("files") || !manifest["files"].is_object()) {
+    throw std::runtime_error("its manifest lists no files");
+  }
+  auto verified = [&](const std::string& file) {
+    const json& files = manifest["files"];
+    if (!files.contains(file)) throw std::runtime_error(fmt::format("the manifest lacks {}", file));
+    std::string bytes = read_file(path / file);
+    const json& rec = files[file];
+    if (static_cast<int64_t>(bytes.size()) != get_int(rec, "bytes")) {
+      throw std::runtime_error(fmt::format("{} has {} bytes, not {} (truncated?)", file,
+                                           bytes.size(), get_int(rec, "bytes")));
+    }
+    if (!rec.contains("xxh3") || !rec["xxh3"].is_string() || hex(checksum(bytes)) != rec["xxh3"]) {
+      throw std::runtime_error(fmt::format("{}'s checksum does not match the manifest", file));
+    }
+    return bytes;
+  };
+  Loaded out;
+  const std::string replicated = verified(kReplicated);
+  out.replicated = decode_safetensors(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(replicated.data()),
+                               replicated.size()),
+      (path / kReplicated).string());
+  json progress;
+  try {
+    progress = json::parse(verified(rank_file(rank)));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(fmt::format("{} is not valid JSON: {}", rank_file(rank), e.what()));
+  }
+  out.progress.step = get_int(progress, "step");
+  out.progress.epoch = get_int(progress, "epoch");
+  out.progress.data_position = get_int(progress, "data_position");
+  out.progress.micro_step = static_cast<uint64_t>(get_int(progress, "micro_step"));
+  return out;
+}
+
+}  // namespace
+
+std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
+  impl_->join_writer();
+  const std::vector<int64_t> candidates = impl_->steps();
+  // Every rank sees the same directory; each verifies its files; the newest checkpoint that
+  // verifies on every rank wins.
+  const std::vector<int64_t> count = impl_->gather({static_cast<int64_t>(candidates.size())});
+  for (int64_t c : count) {
+    EMBER_CHECK(c == static_cast<int64_t>(candidates.size()),
+                "Checkpointer::resume: the ranks see different checkpoints in '{}' ({} here): is "
+                "the directory shared by every rank?",
+                impl_->options.dir, candidates.size());
+  }
+  for (int64_t step : candidates) {
+    const fs::path path = impl_->dir / impl_->name_of(step);
+    std::optional<Loaded> loaded;
+    std::string reason;
+    try {
+      loaded = load_verified(path, impl_->group.rank, impl_->group.world_size);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    if (!loaded) impl_->warn(fmt::format("skipping checkpoint '{}': {}", path.string(), reason));
+    const std::vector<int64_t> valid = impl_->gather({loaded ? 1 : 0});
+    if (std::find(valid.begin(), valid.end(), 0) != valid.end()) continue;
+
+    // The checkpoint must fit everything registered before anything is loaded.
+    std::vector<std::pair<const TrainingState::Component*, StateDict>> parts;
+    std::string problems;
+    std::set<std::string> used;
+    for (const auto& c : state.components()) {
+      StateDict given;
+      for (const auto& [key, t] : loaded->replicated.tensors) {
+        if (key.starts_with(c.name + "/")) {
+          given.insert(key.substr(c.name.size() + 1), t);
+          used.insert(key);
+        }
+      }
+      const StateDictMismatch m = compare_state_dicts(c.save(), given);
+      if (!m.empty()) problems += fmt::format("\n  {}: {}", c.name, m.describe());
+      parts.emplace_back(&c, std::move(given));
+    }
+    for (const auto& [key, t] : loaded->replicated.tensors) {
+      if (!used.contains(key)) problems += fmt::format("\n  unexpected entry '{}'", key);
+    }
+    EMBER_CHECK(problems.empty(),
+                "checkpoint '{}' does not fit this training state (nothing was loaded):{}",
+                path.string(), problems);
+    for (auto& [c, given] : parts) c->load(given);
+    state.progress = loaded->progress;
+    state.metadata = loaded->replicated.metadata;
+    return step;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ember::train

@@ -1,0 +1,190 @@
+#include "ember/train/safetensors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ember/core/error.hpp"
+
+namespace ember::train {
+namespace {
+
+using json = nlohmann::json;
+
+// The header may not exceed 100 MB (safetensors' own limit).
+constexpr uint64_t kMaxHeader = 100'000'000;
+
+const char* st_dtype(DType d) {
+  switch (d) {
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u8:
+      return "U8";
+  }
+  return "?";
+}
+
+bool parse_dtype(const std::string& s, DType* d) {
+  static const std::pair<const char*, DType> known[] = {{"F32", DType::f32},   {"F16", DType::f16},
+                                                        {"BF16", DType::bf16}, {"I32", DType::i32},
+                                                        {"I64", DType::i64},   {"U8", DType::u8}};
+  for (const auto& [name, dtype] : known) {
+    if (s == name) {
+      *d = dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string encode_safetensors(const StateDict& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    EMBER_CHECK(!name.empty() && name != "__metadata__",
+                "safetensors: a tensor cannot be named '{}'", name);
+    std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
+    header[name] = {{"dtype", st_dtype(t.dtype())},
+                    {"shape", shape},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += text;
+  const size_t data_start = out.size();
+  out.resize(data_start + offset);
+  uint64_t at = 0;
+  for (const auto& [name, t] : tensors) {
+    const Tensor host = t.to(Device::cpu());  // waits for the tensor's stream
+    if (host.nbytes() > 0) std::memcpy(out.data() + data_start + at, host.data(), host.nbytes());
+    at += host.nbytes();
+  }
+  return out;
+}
+
+Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name) {
+  EMBER_CHECK(bytes.size() >= 8, "safetensors '{}': {} bytes is too short for a header size", name,
+              bytes.size());
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[static_cast<size_t>(i)]) << (8 * i);
+  EMBER_CHECK(n <= kMaxHeader && n <= bytes.size() - 8,
+              "safetensors '{}': the header size {} exceeds the file ({} bytes) or 100 MB", name, n,
+              bytes.size());
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  } catch (const json::exception& e) {
+    EMBER_THROW("safetensors '{}': the header is not valid JSON: {}", name, e.what());
+  }
+  EMBER_CHECK(header.is_object(), "safetensors '{}': the header is not a JSON object", name);
+  const uint64_t data_size = bytes.size() - 8 - n;
+  const uint8_t* data = bytes.data() + 8 + n;
+  Safetensors out;
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      EMBER_CHECK(value.is_object(), "safetensors '{}': __metadata__ is not an object", name);
+      for (const auto& [k, v] : value.items()) {
+        EMBER_CHECK(v.is_string(), "safetensors '{}': metadata '{}' is not a string", name, k);
+        out.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const char* what) {
+      EMBER_THROW("safetensors '{}': tensor '{}': {}", name, key, what);
+    };
+    if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") ||
+        !value.contains("data_offsets")) {
+      bad("needs dtype, shape and data_offsets");
+    }
+    const json& d = value["dtype"];
+    const json& s = value["shape"];
+    const json& o = value["data_offsets"];
+    Entry e{key, DType::f32, Shape(), 0, 0};
+    if (!d.is_string() || !parse_dtype(d.get<std::string>(), &e.dtype)) {
+      bad("its dtype is not one of F32, F16, BF16, I32, I64, U8");
+    }
+    if (!s.is_array() || s.size() > static_cast<size_t>(Shape::kMaxRank))
+      bad("its shape is not an array of at most 6 sizes");
+    std::vector<int64_t> dims;
+    uint64_t elements = 1;
+    for (const json& x : s) {
+      if (!x.is_number_unsigned() || x.get<uint64_t>() > (uint64_t{1} << 40)) {
+        bad("a shape entry is not a size");
+      }
+      const uint64_t v = x.get<uint64_t>();
+      if (v != 0 && elements > std::numeric_limits<uint64_t>::max() / v / 8) bad("it is too large");
+      elements *= v;
+      dims.push_back(static_cast<int64_t>(v));
+    }
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() ||
+        !o[1].is_number_unsigned()) {
+      bad("its data_offsets are not two sizes");
+    }
+    e.begin = o[0].get<uint64_t>();
+    e.end = o[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size) bad("its data_offsets lie outside the data");
+    if (e.end - e.begin != elements * dtype_size(e.dtype)) {
+      bad("its byte range does not match its shape and dtype");
+    }
+    e.shape = Shape(dims);
+    entries.push_back(std::move(e));
+  }
+  // The byte ranges tile the data exactly (safetensors' rule): no overlap, no hole.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
+  uint64_t expected = 0;
+  for (const Entry& e : entries) {
+    EMBER_CHECK(e.begin == expected,
+                "safetensors '{}': tensor '{}' starts at byte {}, not {}: the data ranges overlap "
+                "or leave a hole",
+                name, e.name, e.begin, expected);
+    expected = e.end;
+  }
+  EMBER_CHECK(expected == data_size, "safetensors '{}': {} data bytes, but the tensors cover {}",
+              name, data_size, expected);
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+    if (t.nbytes() > 0) std::memcpy(t.data(), data + e.begin, t.nbytes());
+    out.tensors.insert(e.name, std::move(t));
+  }
+  return out;
+}
+
+Safetensors read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EMBER_CHECK(in.good(), "safetensors: cannot open '{}'", path);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  EMBER_CHECK(!in.bad(), "safetensors: reading '{}' failed", path);
+  return decode_safetensors(bytes, path);
+}
+
+}  // namespace ember::train

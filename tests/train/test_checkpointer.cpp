@@ -1,0 +1,389 @@
+// train::Checkpointer on the CPU: retention, atomicity under kill -9, corrupt and truncated
+// checkpoints skipped with a warning, checkpoints that do not fit, asynchronous saves, and the
+// safetensors reader and the manifest under malformed input (fuzzed).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "ember/nn/mlp.hpp"
+#include "ember/train/checkpointer.hpp"
+#include "ember/train/safetensors.hpp"
+#include "ember/train/sgd.hpp"
+#include "test_support.hpp"
+
+namespace ember::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("ember_ckpt_{}_{}", name, ::getpid());
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// A state of one tensor whose every element is the step it was saved at.
+struct Counter {
+  Tensor value = Tensor::zeros({1000});
+  TrainingState state;
+  Counter() {
+    state.add_state(
+        "counter",
+        [this] {
+          StateDict d;
+          d.insert("value", value);
+          return d;
+        },
+        [this](const StateDict& d) { value.copy_(d.at("value")); });
+  }
+  void set(int64_t step) {
+    value.fill_(static_cast<double>(step));
+    state.progress.step = step;
+  }
+  bool consistent(int64_t step) const {
+    const auto v = value.to_vector<float>();
+    return std::all_of(v.begin(), v.end(), [&](float x) { return x == static_cast<float>(step); });
+  }
+};
+
+TEST(Checkpointer, KeepsTheLastNAndLeavesNoTemporaries) {
+  const std::string dir = fresh_dir("keep");
+  Counter c;
+  Checkpointer ck({.dir = dir, .keep_last = 2});
+  for (int64_t step = 1; step <= 5; ++step) {
+    c.set(step);
+    ck.save(c.state);
+  }
+  EXPECT_EQ(ck.steps(), (std::vector<int64_t>{5, 4}));
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_FALSE(e.path().filename().string().starts_with(".")) << e.path();
+  }
+  // The files a checkpoint holds.
+  for (const char* f : {"manifest.json", "replicated.safetensors", "rank-00000.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(ck.path_of(5)) / f)) << f;
+  }
+  c.set(0);
+  EXPECT_EQ(Checkpointer({.dir = dir}).resume(c.state), std::optional<int64_t>(5));
+  EXPECT_TRUE(c.consistent(5));
+  // The same step again replaces it.
+  c.set(5);
+  c.value.fill_(42.0);
+  ck.save(c.state);
+  c.set(0);
+  ck.resume(c.state);
+  EXPECT_EQ(c.value.to_vector<float>()[0], 42.0f);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, CorruptAndTruncatedCheckpointsAreSkippedWithAWarning) {
+  const std::string dir = fresh_dir("corrupt");
+  Counter c;
+  {
+    Checkpointer ck({.dir = dir, .keep_last = 5});
+    for (int64_t step = 1; step <= 4; ++step) {
+      c.set(step);
+      ck.save(c.state);
+    }
+  }
+  std::vector<std::string> warnings;
+  auto resume = [&] {
+    Checkpointer ck({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+    c.set(0);
+    return ck.resume(c.state);
+  };
+  Checkpointer probe({.dir = dir});
+  {  // one flipped byte in step 4's tensors
+    std::fstream f(fs::path(probe.path_of(4)) / "replicated.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-10, std::ios::end);
+    f.put('\x7f');
+  }
+  fs::resize_file(fs::path(probe.path_of(3)) / "replicated.safetensors", 100);  // truncated
+  {
+    std::ofstream(fs::path(probe.path_of(2)) / "manifest.json") << "{\"format\": ";  // cut JSON
+  }
+  EXPECT_EQ(resume(), std::optional<int64_t>(1));
+  EXPECT_TRUE(c.consistent(1));
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_NE(warnings[0].find(probe.path_of(4)), std::string::npos);
+  EXPECT_NE(warnings[0].find("checksum does not match"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("truncated"), std::string::npos) << warnings[1];
+  EXPECT_NE(warnings[2].find("manifest is not valid JSON"), std::string::npos) << warnings[2];
+  fs::remove(fs::path(probe.path_of(1)) / "rank-00000.json");
+  warnings.clear();
+  EXPECT_EQ(resume(), std::nullopt);
+  EXPECT_EQ(warnings.size(), 4u);
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, ACheckpointThatDoesNotFitIsAnErrorListingTheDifferences) {
+  const std::string dir = fresh_dir("fit");
+  auto a = nn::make_mlp({.inputs = 3, .hidden = 8, .depth = 1, .outputs = 2, .seed = 1});
+  SGD sgd(a->parameters(), {.lr = 0.1f});
+  TrainingState sa;
+  sa.add_module("model", *a);
+  sa.add_optimizer("optimizer", sgd);
+  Checkpointer({.dir = dir}).save(sa);
+
+  auto b = nn::make_mlp({.inputs = 3, .hidden = 9, .depth = 1, .outputs = 2, .seed = 1});
+  const auto before = b->parameters()[0]->value.to_vector<float>();
+  SGD sgd_b(b->parameters(), {.lr = 0.1f});
+  TrainingState sb;
+  sb.add_module("model", *b);
+  sb.add_optimizer("optimizer", sgd_b);
+  testing::expect_error([&] { Checkpointer({.dir = dir}).resume(sb); },
+                        {"does not fit this training state (nothing was loaded)",
+                         "model:", "0.weight (expected [9, 3] f32, got [8, 3] f32)"});
+  EXPECT_EQ(b->parameters()[0]->value.to_vector<float>(), before);
+  // Another component set: missing and unexpected entries.
+  TrainingState sc;
+  sc.add_module("net", *a);
+  testing::expect_error([&] { Checkpointer({.dir = dir}).resume(sc); },
+                        {"net:", "unexpected entry 'model/0.weight'"});
+  // Another world size.
+  CheckpointGroup two{.rank = 0, .world_size = 2, .all_gather = [](const std::vector<int64_t>& v) {
+                        auto out = v;
+                        out.insert(out.end(), v.begin(), v.end());
+                        return out;
+                      }};
+  testing::expect_error([&] { Checkpointer({.dir = dir}, two).resume(sa); },
+                        "was saved by 1 ranks, but this job has 2");
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, AsynchronousSaveKeepsTheStepBoundaryValues) {
+  const std::string dir = fresh_dir("async");
+  Counter c;
+  {
+    Checkpointer ck({.dir = dir, .async = true});
+    c.set(7);
+    ck.save(c.state);
+    c.value.fill_(-1.0);  // training goes on while the save is written
+    c.set(8);
+    ck.save(c.state);  // waits for the first: at most one in flight
+    c.value.fill_(-2.0);
+    ck.wait();
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{8, 7}));
+  }
+  c.set(0);
+  Checkpointer ck({.dir = dir});
+  EXPECT_EQ(ck.resume(c.state), std::optional<int64_t>(8));
+  EXPECT_TRUE(c.consistent(8));
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, BadOptionsAreErrors) {
+  testing::expect_error([] { Checkpointer({.dir = ""}); }, "CheckpointOptions::dir is empty");
+  testing::expect_error([] { Checkpointer({.dir = "/tmp/x", .keep_last = 0}); },
+                        "keep_last must be >= 1, not 0");
+  testing::expect_error([] { Checkpointer({.dir = "/proc/version/ckpt"}); },
+                        "cannot create the directory '/proc/version/ckpt'");
+  TrainingState s;
+  testing::expect_error(
+      [&] {
+        s.add_state(
+            "a/b", [] { return StateDict(); }, [](const StateDict&) {});
+      },
+      "without '/'");
+  s.add_state(
+      "a", [] { return StateDict(); }, [](const StateDict&) {});
+  testing::expect_error(
+      [&] {
+        s.add_state(
+            "a", [] { return StateDict(); }, [](const StateDict&) {});
+      },
+      "'a' is registered twice");
+}
+
+// kill -9 at random moments while a child saves in a loop: whatever checkpoint resume picks
+// afterwards loads and verifies, and holds the values of its step.
+TEST(Checkpointer, KillNineWhileSavingNeverLeavesABrokenNewestCheckpoint) {
+  const std::string dir = fresh_dir("kill");
+  std::mt19937 rng(12345);
+  int64_t last = 0;
+  for (int round = 0; round < 25; ++round) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      Counter c;
+      Checkpointer ck({.dir = dir, .keep_last = 2, .warn = [](const std::string&) {}});
+      if (auto step = ck.resume(c.state)) c.state.progress.step = *step;
+      for (int64_t step = c.state.progress.step + 1;; ++step) {
+        c.set(step);
+        ck.save(c.state);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    Counter c;
+    Checkpointer ck({.dir = dir, .warn = [](const std::string&) {}});
+    const auto step = ck.resume(c.state);
+    if (!step) {
+      EXPECT_EQ(last, 0) << "a checkpoint existed before round " << round;
+      continue;
+    }
+    EXPECT_GE(*step, last) << "round " << round;
+    EXPECT_TRUE(c.consistent(*step)) << "round " << round << " step " << *step;
+    last = *step;
+  }
+  EXPECT_GT(last, 0);
+  fs::remove_all(dir);
+}
+
+// ---- safetensors ------------------------------------------------------------------------------
+
+TEST(Safetensors, RoundTripsEveryDtypeEmptyTensorsAndMetadata) {
+  StateDict d;
+  d.insert("f32", Tensor::from_vector<float>({1.5f, -2.0f, 3.25f}, {3}));
+  d.insert("f16", Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}).to(DType::f16));
+  d.insert("bf16", Tensor::from_vector<float>({-1}, {1}).to(DType::bf16));
+  d.insert("i32", Tensor::from_vector<int32_t>({7, -8}, {2}));
+  d.insert("i64", Tensor::from_vector<int64_t>({int64_t{1} << 40}, {1}));
+  d.insert("u8", Tensor::from_vector<uint8_t>({255, 0, 1}, {3, 1}));
+  d.insert("empty", Tensor::zeros({0, 4}));
+  const std::string bytes = encode_safetensors(d, {{"who", "ember"}});
+  const Safetensors back = decode_safetensors(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "roundtrip");
+  EXPECT_EQ(back.metadata.at("who"), "ember");
+  ASSERT_EQ(back.tensors.size(), d.size());
+  for (const auto& [k, t] : d) {
+    const Tensor& g = back.tensors.at(k);
+    EXPECT_EQ(g.shape(), t.shape()) << k;
+    EXPECT_EQ(g.dtype(), t.dtype()) << k;
+    ASSERT_EQ(g.nbytes(), t.nbytes()) << k;
+    EXPECT_EQ(std::memcmp(g.data(), t.data(), t.nbytes()), 0) << k;
+  }
+  // The data starts 8-byte aligned (the header is padded with spaces).
+  uint64_t header = 0;
+  for (int i = 0; i < 8; ++i)
+    header |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  EXPECT_EQ(header % 8, 0u);
+}
+
+TEST(Safetensors, MalformedFilesAreErrors) {
+  auto decode = [](const std::string& bytes) {
+    return decode_safetensors(
+        std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), "bad.safetensors");
+  };
+  auto file = [](const std::string& header, size_t data) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return out + header + std::string(data, '\0');
+  };
+  testing::expect_error([&] { decode("abc"); }, "too short");
+  testing::expect_error([&] { decode(std::string(8, '\xff')); }, "exceeds the file");
+  testing::expect_error([&] { decode(file("{nope", 0)); }, "not valid JSON");
+  testing::expect_error([&] { decode(file("[]", 0)); }, "not a JSON object");
+  testing::expect_error(
+      [&] { decode(file(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8)); },
+      "dtype is not one of");
+  testing::expect_error(
+      [&] { decode(file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)); },
+      "does not match its shape");
+  testing::expect_error(
+      [&] { decode(file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4)); },
+      "outside the data");
+  testing::expect_error(
+      [&] {
+        decode(file(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+            4));
+      },
+      "overlap");
+  testing::expect_error(
+      [&] { decode(file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4)); },
+      "not a size");
+  testing::expect_error([&] { decode(file(R"({"__metadata__":{"k":1}})", 0)); },
+                        "metadata 'k' is not a string");
+}
+
+// Every truncation and thousands of random byte changes of a valid file: a clean Error or a
+// successful decode, never a crash (the debug preset runs this under ASan and UBSan).
+TEST(Safetensors, FuzzedBytesNeverCrash) {
+  StateDict d;
+  d.insert("w", Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  d.insert("b", Tensor::from_vector<int64_t>({9}, {1}));
+  const std::string good = encode_safetensors(d, {{"m", "x"}});
+  std::mt19937 rng(7);
+  int errors = 0;
+  auto attempt = [&](const std::string& bytes) {
+    try {
+      decode_safetensors(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                         "fuzz");
+    } catch (const Error&) {
+      ++errors;
+    }
+  };
+  for (size_t n = 0; n < good.size(); ++n) attempt(good.substr(0, n));
+  for (int i = 0; i < 5000; ++i) {
+    std::string bytes = good;
+    const int changes = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < changes; ++k) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    attempt(bytes);
+  }
+  EXPECT_GT(errors, static_cast<int>(good.size()));  // every truncation at least
+}
+
+// The manifest and the progress file, fuzzed on disk: resume skips (with a warning) or loads,
+// never crashes.
+TEST(Checkpointer, FuzzedManifestsAreSkippedOrLoaded) {
+  const std::string dir = fresh_dir("fuzz");
+  Counter c;
+  c.set(3);
+  Checkpointer({.dir = dir}).save(c.state);
+  const fs::path manifest = fs::path(Checkpointer({.dir = dir}).path_of(3)) / "manifest.json";
+  std::ifstream in(manifest);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::mt19937 rng(11);
+  int skipped = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    if (i % 3 == 0) {
+      bytes.resize(rng() % bytes.size());
+    } else {
+      bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    }
+    std::ofstream(manifest, std::ios::trunc | std::ios::binary) << bytes;
+    int warned = 0;
+    Checkpointer ck({.dir = dir, .warn = [&](const std::string&) { ++warned; }});
+    try {
+      const auto step = ck.resume(c.state);
+      if (!step) ++skipped;
+      EXPECT_TRUE(step || warned == 1);
+    } catch (const Error&) {  // e.g. a world size changed into another number
+    }
+  }
+  EXPECT_GT(skipped, 100);
+  fs::remove_all(dir);
+}
+
+// Python's safetensors package reads ember's file (when Python has it; else skipped).
+TEST(Safetensors, PythonReadsEmbersFiles) {
+  if (std::system("python3 -c 'import safetensors.numpy' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "Python's safetensors package is not installed";
+  }
+  const std::string dir = fresh_dir("python");
+  fs::create_directories(dir);
+  StateDict d;
+  d.insert("w", Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  const std::string bytes = encode_safetensors(d, {{"m", "x"}});
+  std::ofstream(dir + "/w.safetensors", std::ios::binary) << bytes;
+  const std::string cmd = "python3 -c \"from safetensors.numpy import load_file; t = load_file('" +
+                          dir +
+                          "/w.safetensors')['w']; assert t.shape == (2, 3) and t[1, 2] == 6\"";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ember::train
