@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -47,9 +48,10 @@ inline double parse_double(std::string_view flag, const std::string& text) {
 
 using Setter = std::function<void(const std::string&)>;
 
-// "--name value" or "--name=value" for each option; -h/--help prints `usage` and exits 0.
+// "--name value" or "--name=value" for each option; a name in `flags` takes no value (its setter
+// gets ""); -h/--help prints `usage` and exits 0.
 inline void parse_options(int argc, char** argv, const std::map<std::string_view, Setter>& options,
-                          const char* usage) {
+                          const char* usage, const std::set<std::string_view>& flags = {}) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -65,6 +67,11 @@ inline void parse_options(int argc, char** argv, const std::map<std::string_view
     }
     const auto it = options.find(arg);
     if (it == options.end()) throw UsageError{fmt::format("unknown option '{}'", arg)};
+    if (flags.contains(arg)) {
+      if (has_value) throw UsageError{fmt::format("{} takes no value", arg)};
+      it->second("");
+      continue;
+    }
     if (!has_value) {
       if (i + 1 >= argc) throw UsageError{fmt::format("{} needs a value", arg)};
       value = argv[++i];

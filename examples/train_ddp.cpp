@@ -18,6 +18,7 @@
 #include "cli.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
+#include "resume.hpp"
 
 namespace {
 
@@ -43,6 +44,7 @@ struct Config {
   std::string checkpoint = "none";
   std::string amp = "f32";
   std::string device = "auto";
+  example::SaveConfig save;
 };
 
 constexpr const char* kUsage =
@@ -68,12 +70,17 @@ options:
   --device D         auto (the rank's GPU when there is one), cpu or cuda (default auto)
   --seed N           seed for data, initialization, dropout and shuffling (default 1)
   --log-every N      steps between progress lines (default 100)
+  --save-dir DIR     checkpoints go to DIR (a directory every rank sees); SIGTERM or
+                     SIGUSR1 on any rank (mpirun forwards SIGUSR1) then saves at the end
+                     of the current step on every rank and exits 0
+  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
+  --resume           continue from the newest checkpoint that verifies on every rank
   -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
-  const std::map<std::string_view, Setter> options = {
+  std::map<std::string_view, Setter> options = {
       {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
       {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
       {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
@@ -120,7 +127,9 @@ Config parse_args(int argc, char** argv) {
          c.device = v;
        }},
   };
-  example::parse_options(argc, argv, options, kUsage);
+  example::add_save_options(options, c.save);
+  example::parse_options(argc, argv, options, kUsage, {"--resume"});
+  example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
         fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
@@ -197,12 +206,49 @@ int run(const Config& c) {
 
   Tensor x_host = Tensor::empty({c.batch, train_set.inputs.shape()[1]});
   Tensor y_host = Tensor::empty({c.batch}, DType::i32);
-  std::vector<int64_t> rows = sampler.indices();
   int64_t cursor = 0;
   double interval_seconds = 0, total_seconds = 0, exposed = 0, val_acc = 0, loss_value = 0;
   int64_t interval_steps = 0;
   Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
-  for (int64_t step = 1; step <= c.steps; ++step) {
+
+  // Training state: rank 0 writes the replicated part, each rank its data position.
+  train::TrainingState state;
+  state.add_module("model", *ddp);
+  state.add_optimizer("optimizer", optimizer);
+  state.add_state(
+      "scaler", [&] { return scaler.state_dict(); },
+      [&](const StateDict& d) { scaler.load_state_dict(d); });
+  std::optional<train::Checkpointer> checkpoints;
+  std::optional<train::PreemptionGuard> guard;
+  int64_t first_step = 1;
+  if (!c.save.dir.empty()) {
+    checkpoints.emplace(train::CheckpointOptions{.dir = c.save.dir}, dist::checkpoint_group(*comm));
+    guard.emplace();
+    if (c.save.resume) {
+      if (const auto resumed = checkpoints->resume(state)) {
+        first_step = *resumed + 1;
+        sampler.set_epoch(static_cast<uint64_t>(state.progress.epoch));
+        cursor = state.progress.data_position;
+        ctx.step = state.progress.micro_step;
+        say(fmt::format("resumed from {} (step {})\n", checkpoints->path_of(*resumed), *resumed));
+      } else {
+        say(fmt::format("no checkpoint in {}: starting from step 1\n", c.save.dir));
+      }
+    }
+  }
+  if (first_step > c.steps) {
+    say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
+    return 0;
+  }
+  std::vector<int64_t> rows = sampler.indices();
+  auto save = [&](int64_t step) {
+    state.progress = {.step = step,
+                      .epoch = static_cast<int64_t>(sampler.epoch()),
+                      .data_position = cursor,
+                      .micro_step = ctx.step};
+    checkpoints->save(state);
+  };
+  for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     if (cursor + c.batch > static_cast<int64_t>(rows.size())) {
       sampler.set_epoch(sampler.epoch() + 1);
@@ -257,6 +303,14 @@ int run(const Config& c) {
                                        : ""));
       interval_seconds = 0;
       interval_steps = 0;
+    }
+    if (checkpoints && c.save.every > 0 && step % c.save.every == 0) save(step);
+    // A signal reaches one rank or all: every rank stops after the same step.
+    if (guard && dist::any_rank(*comm, guard->requested())) {
+      save(step);
+      say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
+                      checkpoints->path_of(step)));
+      return 0;
     }
   }
   say(fmt::format(

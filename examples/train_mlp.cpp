@@ -21,6 +21,7 @@
 #include "cli.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
+#include "resume.hpp"
 
 namespace {
 
@@ -49,6 +50,7 @@ struct Config {
   std::string device = "auto";
   std::string log_csv;  // empty: none
   std::string amp = "f32";
+  example::SaveConfig save;
 };
 
 constexpr const char* kUsage = R"(usage: train_mlp [options]
@@ -74,12 +76,16 @@ options:
   --log-every N      steps between progress lines (default 250)
   --log-csv FILE     write step, loss, learning rate, validation accuracy (on progress
                      steps) and samples/s of every step to FILE
+  --save-dir DIR     checkpoints (training state) go to DIR; SIGTERM or SIGUSR1 then
+                     saves at the end of the current step and exits 0
+  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
+  --resume           continue from the newest valid checkpoint in --save-dir, if any
   -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
-  const std::map<std::string_view, Setter> options = {
+  std::map<std::string_view, Setter> options = {
       {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
       {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
       {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
@@ -122,7 +128,9 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
-  parse_options(argc, argv, options, kUsage);
+  example::add_save_options(options, c.save);
+  parse_options(argc, argv, options, kUsage, {"--resume"});
+  example::check_save_options(c.save);
   return c;
 }
 
@@ -198,14 +206,51 @@ int run(const Config& c) {
 
   Tensor x_host = Tensor::empty({batch, features});
   Tensor y_host = Tensor::empty({batch}, DType::i32);
-  std::vector<int64_t> order = data::permutation(train.size(), c.seed, 0);
   uint64_t epoch = 0;
   int64_t cursor = 0;
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, first_loss = 0;
   int64_t interval_samples = 0;
   double val_acc = 0;
 
-  for (int64_t step = 1; step <= c.steps; ++step) {
+  // Training state: the model, AdamW's moments and step, the scaler, and where the data is.
+  train::TrainingState state;
+  state.add_module("model", *model);
+  state.add_optimizer("optimizer", optimizer);
+  state.add_state(
+      "scaler", [&] { return scaler.state_dict(); },
+      [&](const StateDict& d) { scaler.load_state_dict(d); });
+  std::optional<train::Checkpointer> checkpoints;
+  std::optional<train::PreemptionGuard> guard;
+  int64_t first_step = 1;
+  if (!c.save.dir.empty()) {
+    checkpoints.emplace(train::CheckpointOptions{.dir = c.save.dir});
+    guard.emplace();
+    if (c.save.resume) {
+      if (const auto resumed = checkpoints->resume(state)) {
+        first_step = *resumed + 1;
+        epoch = static_cast<uint64_t>(state.progress.epoch);
+        cursor = state.progress.data_position;
+        ctx.step = state.progress.micro_step;
+        fmt::print("resumed from {} (step {})\n", checkpoints->path_of(*resumed), *resumed);
+      } else {
+        fmt::print("no checkpoint in {}: starting from step 1\n", c.save.dir);
+      }
+    }
+  }
+  if (first_step > c.steps) {
+    fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
+    return 0;
+  }
+  std::vector<int64_t> order = data::permutation(train.size(), c.seed, epoch);
+  auto save = [&](int64_t step) {
+    state.progress = {.step = step,
+                      .epoch = static_cast<int64_t>(epoch),
+                      .data_position = cursor,
+                      .micro_step = ctx.step};
+    checkpoints->save(state);
+  };
+
+  for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     if (cursor + batch > train.size()) {  // next epoch: a fresh shuffle
       order = data::permutation(train.size(), c.seed, ++epoch);
@@ -228,7 +273,7 @@ int run(const Config& c) {
     scaler.step(stream, optimizer);  // unscales; skips the step on inf/nan gradients
     scaler.update(stream);
     last_loss = loss.item();  // synchronizes with the device
-    if (step == 1) first_loss = last_loss;
+    if (step == first_step) first_loss = last_loss;
     EMBER_CHECK(std::isfinite(last_loss),
                 "the loss is {} at step {}: training diverged. Lower --lr (now {:g}) or "
                 "--weight-decay (now {:g})",
@@ -258,13 +303,23 @@ int run(const Config& c) {
       interval_seconds = 0;
       interval_samples = 0;
     }
+    if (checkpoints && c.save.every > 0 && step % c.save.every == 0) save(step);
+    if (guard && guard->requested()) {
+      save(step);
+      close_csv();
+      fmt::print("stopped by signal {} after step {}: saved {}; continue with --resume\n",
+                 guard->signal(), step, checkpoints->path_of(step));
+      return 0;
+    }
   }
   close_csv();
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} samples/s), loss {:.4f} -> {:.4f}, validation accuracy "
       "{} (chance {:.2f}%)\n",
-      c.steps, total_seconds, c.steps * batch / total_seconds, first_loss, last_loss,
-      percent_or_none(val_acc, validation.size()), 100.0 / static_cast<double>(train.num_classes));
+      c.steps, total_seconds,
+      static_cast<double>((c.steps - first_step + 1) * batch) / total_seconds, first_loss,
+      last_loss, percent_or_none(val_acc, validation.size()),
+      100.0 / static_cast<double>(train.num_classes));
   return 0;
 }
 

@@ -262,6 +262,27 @@ void Communicator::barrier() {
   b->barrier();
 }
 
+std::vector<int64_t> Communicator::host_all_gather(const std::vector<int64_t>& mine) {
+  if (local_) return mine;
+  detail::Backend* b = mpi_ ? mpi_.get() : nccl_.get();
+  if (b == nullptr) {
+    EMBER_CHECK(launch_.launcher != "env",
+                "dist: host_all_gather on a {} launch needs a CUDA collective first (NCCL carries "
+                "it)",
+                launch_.launcher);
+    mpi_ = detail::make_mpi_backend(launch_, timeout_);
+    b = mpi_.get();
+  }
+  const std::vector<int64_t> n =
+      b->host_all_gather({static_cast<int64_t>(mine.size())}, "host_all_gather's size check");
+  for (int64_t k : n) {
+    EMBER_CHECK(k == static_cast<int64_t>(mine.size()),
+                "dist: host_all_gather: rank {} gives {} values, another rank {}", launch_.rank,
+                mine.size(), k);
+  }
+  return b->host_all_gather(mine, "host_all_gather");
+}
+
 std::unique_ptr<Communicator> init(CommOptions options) {
   return std::make_unique<Communicator>(detect_launch(), options);
 }

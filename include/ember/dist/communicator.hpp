@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ember/core/device.hpp"
 #include "ember/core/stream.hpp"
@@ -74,6 +75,9 @@ class Communicator {
                               ReduceOp op = ReduceOp::sum);
   // Returns when every rank has called it (within the timeout).
   virtual void barrier();
+  // Every rank's `mine` (the same length on every rank), in rank order, on the host; blocks
+  // (with the timeout). For small agreements: which checkpoint to resume, whether to stop.
+  std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine);
 
   // Collectives issued through this communicator (barriers and metadata checks excluded).
   uint64_t collectives() const { return collectives_.load(); }

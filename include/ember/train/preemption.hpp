@@ -1,0 +1,31 @@
+// PreemptionGuard: a graceful stop on SIGTERM (spot instances' notice, Kubernetes, Slurm at the
+// time limit) and SIGUSR1 (Slurm's `--signal=USR1@120`): while a guard lives, those signals set
+// a flag instead of killing the process; the training loop checks it at each step boundary,
+// saves, and exits 0.
+//
+//   train::PreemptionGuard guard;
+//   for (...) {
+//     train_step();
+//     if (guard.requested()) { checkpoints.save(state); return 0; }  // data parallel:
+//   }                                                   // dist::any_rank(comm, guard.requested())
+//
+// One guard at a time; the previous handlers come back when it is destroyed.
+#pragma once
+
+namespace ember::train {
+
+class PreemptionGuard {
+ public:
+  PreemptionGuard();
+  ~PreemptionGuard();
+  PreemptionGuard(const PreemptionGuard&) = delete;
+  PreemptionGuard& operator=(const PreemptionGuard&) = delete;
+
+  // True once SIGTERM or SIGUSR1 arrived (since construction or the last reset()).
+  bool requested() const;
+  // The signal that arrived first (0: none).
+  int signal() const;
+  void reset();
+};
+
+}  // namespace ember::train

@@ -1,0 +1,120 @@
+// Training state across ranks: DDP training saved and resumed bitwise, rank 0 writing the
+// replicated state and every rank its progress; every rank resumes from the same checkpoint even
+// when one rank's file of the newest is corrupt; preemption agreed across ranks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dist_test_support.hpp"
+#include "ember/dist/checkpoint_group.hpp"
+#include "ember/dist/ddp.hpp"
+#include "ember/nn/loss.hpp"
+#include "ember/train/adamw.hpp"
+#include "ember/train/residual_mlp.hpp"
+
+namespace ember::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DistCheckpoint : public DistOnDevice {
+ protected:
+  // A directory every rank names alike (rank 0's pid).
+  std::string shared_dir(const char* name) {
+    const int64_t pid = world().host_all_gather({static_cast<int64_t>(::getpid())})[0];
+    return (fs::temp_directory_path() / fmt::format("ember_dist_{}_{}", name, pid)).string();
+  }
+};
+
+struct Replica {
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<train::AdamW> opt;
+  train::TrainingState state;
+
+  explicit Replica(Device device) {
+    ddp = std::make_shared<dist::DistributedDataParallel>(
+        train::make_residual_mlp({.inputs = 4,
+                                  .width = 8,
+                                  .depth = 2,
+                                  .expansion = 2,
+                                  .outputs = 3,
+                                  .dropout = 0.1f,
+                                  .seed = 5,
+                                  .device = device}),
+        world());
+    opt = std::make_unique<train::AdamW>(ddp->parameters(), train::AdamWOptions{.lr = 1e-2f});
+    state.add_module("model", *ddp);
+    state.add_optimizer("optimizer", *opt);
+  }
+  void train_to(int64_t until, Device device, Stream s) {
+    nn::Context ctx{s};
+    ctx.step = state.progress.micro_step;
+    nn::SoftmaxCrossEntropy loss;
+    for (int64_t step = state.progress.step; step < until; ++step) {
+      Tensor x = Tensor::empty({6, 4});
+      x.uniform_(static_cast<uint64_t>(100 * world().rank() + step), -1, 1);
+      std::vector<int32_t> y(6);
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>((i + step) % 3);
+      opt->zero_grad();
+      loss.forward(ctx, ddp->forward(ctx, x.to(device)), Tensor::from_vector(y, {6}).to(device));
+      ddp->backward(ctx, loss.backward(ctx));
+      opt->step(s);
+      ++ctx.step;
+      state.progress = {.step = step + 1,
+                        .epoch = 0,
+                        .data_position = (step + 1) * 6 + world().rank(),
+                        .micro_step = ctx.step};
+    }
+  }
+  std::vector<float> values() {
+    std::vector<float> out;
+    for (nn::Parameter* p : ddp->parameters()) {
+      const auto v = p->value.to(Device::cpu()).to_vector<float>();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+};
+
+TEST_P(DistCheckpoint, ResumesBitwiseAndEveryRankAgrees) {
+  const std::string dir = shared_dir("resume");
+  Replica straight(device());
+  straight.train_to(6, device(), stream());
+  const auto expected = straight.values();
+  {
+    Replica first(device());
+    train::Checkpointer ck({.dir = dir, .keep_last = 3}, dist::checkpoint_group(world()));
+    first.train_to(2, device(), stream());
+    ck.save(first.state);
+    first.train_to(3, device(), stream());
+    ck.save(first.state);
+  }
+  // Rank 1's progress file of the newest checkpoint is damaged: every rank takes step 2.
+  if (rank() == 1) {
+    std::ofstream(fs::path(dir) / "step-000000000003" / "rank-00001.json") << "{}";
+  }
+  world().barrier();
+  Replica second(device());
+  std::vector<std::string> warnings;
+  train::Checkpointer ck({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }},
+                         dist::checkpoint_group(world()));
+  ASSERT_EQ(ck.resume(second.state), std::optional<int64_t>(2));
+  EXPECT_EQ(warnings.size(), rank() == 1 ? 1u : 0u);
+  EXPECT_EQ(second.state.progress.data_position, 2 * 6 + rank());  // this rank's own
+  second.train_to(6, device(), stream());
+  EXPECT_EQ(second.values(), expected);
+  world().barrier();
+  if (rank() == 0) fs::remove_all(dir);
+}
+
+TEST_P(DistCheckpoint, APreemptionSignalOnOneRankStopsEveryRank) {
+  EXPECT_TRUE(dist::any_rank(world(), rank() == ranks() - 1));
+  EXPECT_FALSE(dist::any_rank(world(), false));
+}
+
+INSTANTIATE_DIST_DEVICES(DistCheckpoint);
+
+}  // namespace
+}  // namespace ember::testing
