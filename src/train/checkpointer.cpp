@@ -72,10 +72,13 @@ void fsync_dir(const fs::path& dir) {
   EMBER_CHECK(synced, "checkpoint: fsync of directory '{}' failed", dir.string());
 }
 
+// A file's bytes; a std::runtime_error (the checkpoint is skipped) when it cannot be read.
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) throw std::runtime_error(fmt::format("cannot open '{}'", path.string()));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return read_whole_file(path.string());
+  } catch (const Error& e) {
+    throw std::runtime_error(e.message());
+  }
 }
 
 uint64_t checksum(std::string_view bytes) {
@@ -240,10 +243,9 @@ struct Checkpointer::Impl {
     std::vector<int64_t> records{static_cast<int64_t>(progress.size()),
                                  static_cast<int64_t>(checksum(progress)), 0, 0};
     if (group.rank == 0) {
-      const std::string bytes = encode_safetensors(s.tensors, s.metadata);
-      write_durably(tmp / kReplicated, bytes);
-      records[2] = static_cast<int64_t>(bytes.size());
-      records[3] = static_cast<int64_t>(checksum(bytes));
+      const WrittenFile f = write_safetensors((tmp / kReplicated).string(), s.tensors, s.metadata);
+      records[2] = f.bytes;
+      records[3] = static_cast<int64_t>(f.xxh3);
     }
     return records;
   }

@@ -1,6 +1,12 @@
 #include "ember/train/safetensors.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -50,8 +56,11 @@ bool parse_dtype(const std::string& s, DType* d) {
 
 }  // namespace
 
-std::string encode_safetensors(const StateDict& tensors,
-                               const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header (size and padded JSON) for `tensors`.
+std::string header_bytes(const StateDict& tensors,
+                         const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -70,15 +79,58 @@ std::string encode_safetensors(const StateDict& tensors,
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)
     out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += text;
-  const size_t data_start = out.size();
-  out.resize(data_start + offset);
-  uint64_t at = 0;
+  return out + text;
+}
+
+}  // namespace
+
+std::string encode_safetensors(const StateDict& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::string out = header_bytes(tensors, metadata);
   for (const auto& [name, t] : tensors) {
     const Tensor host = t.to(Device::cpu());  // waits for the tensor's stream
-    if (host.nbytes() > 0) std::memcpy(out.data() + data_start + at, host.data(), host.nbytes());
-    at += host.nbytes();
+    out.append(static_cast<const char*>(host.data()), host.nbytes());
   }
+  return out;
+}
+
+WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(fd >= 0, "safetensors: cannot create '{}': {}", path, std::strerror(errno));
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  WrittenFile out;
+  auto put = [&](const void* data, size_t n) {
+    XXH3_64bits_update(hash, data, n);
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t k = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        const int e = errno;
+        ::close(fd);
+        XXH3_freeState(hash);
+        EMBER_THROW("safetensors: writing '{}' failed after {} bytes: {}", path, out.bytes,
+                    std::strerror(e));
+      }
+      p += k;
+      n -= static_cast<size_t>(k);
+      out.bytes += k;
+    }
+  };
+  const std::string header = header_bytes(tensors, metadata);
+  put(header.data(), header.size());
+  for (const auto& [name, t] : tensors) {
+    const Tensor host = t.to(Device::cpu());  // no copy for host tensors
+    if (host.nbytes() > 0) put(host.data(), host.nbytes());
+  }
+  out.xxh3 = XXH3_64bits_digest(hash);
+  XXH3_freeState(hash);
+  const bool synced = ::fsync(fd) == 0;
+  const int e = errno;
+  ::close(fd);
+  EMBER_CHECK(synced, "safetensors: fsync of '{}' failed: {}", path, std::strerror(e));
   return out;
 }
 
@@ -178,13 +230,31 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
   return out;
 }
 
+std::string read_whole_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EMBER_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    EMBER_THROW("'{}' is not a regular file", path);
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t k = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    done += static_cast<size_t>(k);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
 Safetensors read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EMBER_CHECK(in.good(), "safetensors: cannot open '{}'", path);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  EMBER_CHECK(!in.bad(), "safetensors: reading '{}' failed", path);
-  return decode_safetensors(bytes, path);
+  const std::string bytes = read_whole_file(path);
+  return decode_safetensors(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), path);
 }
 
 }  // namespace ember::train

@@ -24,8 +24,18 @@ struct Safetensors {
 // stream) and `metadata`. Names must be unique and non-empty.
 std::string encode_safetensors(const StateDict& tensors,
                                const std::map<std::string, std::string>& metadata = {});
+// Writes the same bytes to `path` straight from the tensors' host memory (device tensors are
+// copied to the host first), then fsyncs it: {bytes written, their XXH3-64 checksum}.
+struct WrittenFile {
+  int64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 // Parses a whole file's bytes; `name` is for messages.
 Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name);
 Safetensors read_safetensors(const std::string& path);
+// A regular file's bytes, read at once (an Error for a missing file, a directory, a FIFO).
+std::string read_whole_file(const std::string& path);
 
 }  // namespace ember::train

@@ -1,0 +1,195 @@
+// bench_checkpoint_io: training-state checkpoints against plain file I/O of the same bytes, and
+// the step-time cost of saving.
+//
+//   save/ember/<MiB>  Checkpointer::save (safetensors + manifest + XXH3 checksums + fsync +
+//                     rename) of a model and its AdamW state of about <MiB> MiB
+//   save/plain/<MiB>  one write() of as many bytes into one file, then fsync
+//   load/ember/<MiB>  Checkpointer::resume (read, verify every checksum, load into the model)
+//   load/plain/<MiB>  one read of that file
+// The ratio tables print ember's speed relative to plain I/O (GB/s as bytes_per_second), and a
+// training step that saves every step asynchronously or synchronously relative to one that
+// never saves (step_async_save, step_sync_save vs step_no_save).
+//
+//   bench_checkpoint_io [--benchmark_filter=...]   (files under $TMPDIR or /tmp)
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "ember/ember.hpp"
+#include "ratio_reporter.hpp"
+
+namespace {
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+fs::path work_dir(const std::string& name) {
+  return fs::temp_directory_path() / fmt::format("ember_bench_ckpt_{}_{}", name, ::getpid());
+}
+
+// A residual MLP whose parameters, AdamW moments and counters come to about `mib` MiB.
+struct Model {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<train::AdamW> opt;
+  train::TrainingState state;
+  int64_t bytes = 0;
+
+  explicit Model(int64_t mib) {
+    // A block of width w and expansion 4 has ~8 w^2 parameters; with two AdamW moments, 3 copies.
+    const auto width =
+        static_cast<int64_t>(std::sqrt(static_cast<double>(mib << 20) / (4 * 8 * 3 * 2)));
+    model = train::make_residual_mlp(
+        {.inputs = 16, .width = width, .depth = 2, .outputs = 10, .seed = 1});
+    opt = std::make_unique<train::AdamW>(model->parameters(), train::AdamWOptions{});
+    step();  // the moments exist
+    state.add_module("model", *model);
+    state.add_optimizer("optimizer", *opt);
+    for (const auto& c : state.components()) {
+      for (const auto& [k, t] : c.save()) bytes += static_cast<int64_t>(t.nbytes());
+    }
+  }
+  void step() {
+    Stream s;
+    nn::Context ctx{s};
+    Tensor x = Tensor::empty({64, 16});
+    x.uniform_(1, -1, 1);
+    Tensor y = Tensor::zeros({64}, DType::i32);
+    nn::SoftmaxCrossEntropy loss;
+    opt->zero_grad();
+    loss.forward(ctx, model->forward(ctx, x), y);
+    model->backward(ctx, loss.backward(ctx));
+    opt->step(s);
+  }
+};
+
+void save_ember(benchmark::State& state) {
+  Model m(state.range(0));
+  const fs::path dir = work_dir("save");
+  train::Checkpointer ck({.dir = dir.string(), .keep_last = 1});
+  int64_t step = 0;
+  for (auto _ : state) {
+    m.state.progress.step = ++step;
+    ck.save(m.state);
+  }
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+  fs::remove_all(dir);
+}
+
+void save_plain(benchmark::State& state) {
+  Model m(state.range(0));
+  const std::string bytes(static_cast<size_t>(m.bytes), 'x');
+  fs::create_directories(work_dir("plain"));
+  const fs::path file = work_dir("plain") / "blob";
+  for (auto _ : state) {
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t done = 0;
+    while (done < bytes.size())
+      done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
+    ::fsync(fd);
+    ::close(fd);
+  }
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+  fs::remove_all(work_dir("plain"));
+}
+
+void load_ember(benchmark::State& state) {
+  Model m(state.range(0));
+  const fs::path dir = work_dir("load");
+  train::Checkpointer ck({.dir = dir.string(), .keep_last = 1});
+  m.state.progress.step = 1;
+  ck.save(m.state);
+  for (auto _ : state) benchmark::DoNotOptimize(ck.resume(m.state));
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+  fs::remove_all(dir);
+}
+
+void load_plain(benchmark::State& state) {
+  Model m(state.range(0));
+  const std::string bytes(static_cast<size_t>(m.bytes), 'x');
+  fs::create_directories(work_dir("plain_load"));
+  const fs::path file = work_dir("plain_load") / "blob";
+  {
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    size_t done = 0;
+    while (done < bytes.size())
+      done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
+    ::close(fd);
+  }
+  std::string back(bytes.size(), '\0');
+  for (auto _ : state) {
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    size_t done = 0;
+    while (done < back.size()) {
+      const ssize_t n = ::read(fd, back.data() + done, back.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+  fs::remove_all(work_dir("plain_load"));
+}
+
+// A training step, saving after each (asynchronously or not) or never.
+void step_with(benchmark::State& state, int mode) {
+  Model m(state.range(0));
+  const fs::path dir = work_dir(fmt::format("step{}", mode));
+  std::optional<train::Checkpointer> ck;
+  if (mode > 0)
+    ck.emplace(train::CheckpointOptions{.dir = dir.string(), .keep_last = 1, .async = mode == 1});
+  int64_t step = 0;
+  for (auto _ : state) {
+    m.step();
+    if (ck) {
+      m.state.progress.step = ++step;
+      ck->save(m.state);
+    }
+  }
+  if (ck) ck->wait();
+  fs::remove_all(dir);
+}
+void step_no_save(benchmark::State& s) {
+  step_with(s, 0);
+}
+void step_async_save(benchmark::State& s) {
+  step_with(s, 1);
+}
+void step_sync_save(benchmark::State& s) {
+  step_with(s, 2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int64_t mib : {16, 128}) {
+    benchmark::RegisterBenchmark("save/ember", save_ember)
+        ->Arg(mib)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("save/plain", save_plain)
+        ->Arg(mib)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("load/ember", load_ember)
+        ->Arg(mib)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark("load/plain", load_plain)
+        ->Arg(mib)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
+  using Fn = void (*)(benchmark::State&);
+  const std::pair<const char*, Fn> steps[] = {{"step_no_save/ember", step_no_save},
+                                              {"step_async_save/ember", step_async_save},
+                                              {"step_sync_save/ember", step_sync_save}};
+  for (const auto& [name, fn] : steps) {
+    benchmark::RegisterBenchmark(name, fn)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  return ember::bench::run_with_ratios(
+      argc, argv, {"plain"},
+      {{"step_async_save", "step_no_save"}, {"step_sync_save", "step_no_save"}});
+}
