@@ -29,6 +29,8 @@ class Backend {
   virtual std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine,
                                                const std::string& what) = 0;
   virtual void host_broadcast(void* bytes, size_t n, int root, const std::string& what) = 0;
+  // The error that broke this engine ("" while it works): its communicator then refuses all.
+  virtual std::string failure() const { return ""; }
 };
 
 // The first error that broke a communicator: later calls repeat it.

@@ -151,8 +151,19 @@ Communicator::Communicator(const Launch& launch, CommOptions options)
 
 Communicator::~Communicator() = default;
 
+void Communicator::refuse_if_failed(const char* what) const {
+  for (const auto* b : {mpi_.get(), nccl_.get()}) {
+    if (b == nullptr) continue;
+    const std::string failure = b->failure();
+    EMBER_CHECK(failure.empty(),
+                "dist: {} refused: this communicator failed earlier and cannot be used again ({})",
+                what, failure);
+  }
+}
+
 detail::Backend& Communicator::backend_for(const Tensor& t, const char* what) {
   EMBER_CHECK(t.defined(), "dist: {}: the tensor is undefined", what);
+  refuse_if_failed(what);
   if (local_) return *local_;
   if (t.device().is_cuda()) {
     if (!nccl_) nccl_ = detail::make_nccl_backend(launch_, timeout_, mpi_.get());
@@ -202,6 +213,8 @@ void Communicator::check(const char* what, const Tensor& t, int64_t elements, in
 
 Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op) {
   detail::Backend& b = backend_for(tensor, "all_reduce");
+  EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()),
+              "dist: all_reduce: avg needs a float tensor, not {}", detail::describe(tensor));
   check("all_reduce", tensor, tensor.numel(), -1, op);
   ++collectives_;
   return Work(b.all_reduce(
@@ -242,6 +255,8 @@ Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tenso
               launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
               in.defined() ? detail::describe(in) : "undefined");
   detail::Backend& b = backend_for(in, "reduce_scatter");
+  EMBER_CHECK(op != ReduceOp::avg || is_floating(in.dtype()),
+              "dist: reduce_scatter: avg needs a float tensor, not {}", detail::describe(in));
   check("reduce_scatter", in, in.numel(), -1, op);
   ++collectives_;
   return Work(b.reduce_scatter(
@@ -251,6 +266,7 @@ Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tenso
 
 void Communicator::barrier() {
   if (local_) return;
+  refuse_if_failed("barrier");
   detail::Backend* b = mpi_ ? mpi_.get() : nccl_.get();
   if (b == nullptr) {
     EMBER_CHECK(launch_.launcher != "env" || nccl_,
@@ -264,6 +280,7 @@ void Communicator::barrier() {
 
 std::vector<int64_t> Communicator::host_all_gather(const std::vector<int64_t>& mine) {
   if (local_) return mine;
+  refuse_if_failed("host_all_gather");
   detail::Backend* b = mpi_ ? mpi_.get() : nccl_.get();
   if (b == nullptr) {
     EMBER_CHECK(launch_.launcher != "env",

@@ -299,6 +299,10 @@ class MpiBackend final : public Backend {
   void barrier() override {
     post("barrier", [this] { return MPI_Barrier(comm_); })->wait();
   }
+  std::string failure() const override {
+    std::lock_guard lock(shared_->mutex);
+    return shared_->broken.message();
+  }
 
   std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine,
                                        const std::string& what) override {

@@ -24,6 +24,7 @@ std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double, Backend
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -120,7 +121,10 @@ class NcclWork final : public PendingWork {
   Event& event() { return done_event_; }
   void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
-  bool finished() const { return finished_; }
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // The done event is recorded (the collective is queued): the watchdog may query it.
+  void mark_recorded() { recorded_.store(true, std::memory_order_release); }
+  bool recorded() const { return recorded_.load(std::memory_order_acquire); }
 
  private:
   std::shared_ptr<NcclShared> shared_;
@@ -128,7 +132,8 @@ class NcclWork final : public PendingWork {
   std::vector<Tensor> keep_;
   Event done_event_;
   std::chrono::steady_clock::time_point deadline_;
-  bool finished_ = false;
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> recorded_{false};
 };
 
 class NcclBackend final : public Backend {
@@ -150,6 +155,19 @@ class NcclBackend final : public Backend {
   }
 
   ~NcclBackend() override {
+    // Collectives in flight finish, or pass their deadline and the watchdog aborts them: a peer
+    // that never joins cannot hang the destructor (it runs while an error unwinds, too).
+    for (;;) {
+      {
+        std::lock_guard lock(shared_->mutex);
+        std::erase_if(in_flight_, [](const std::weak_ptr<NcclWork>& w) {
+          auto work = w.lock();
+          return !work || work->finished() || (work->recorded() && work->event().query());
+        });
+        if (in_flight_.empty() || shared_->broken.is()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     {
       std::lock_guard lock(shared_->mutex);
       stopping_ = true;
@@ -204,6 +222,10 @@ class NcclBackend final : public Backend {
                },
                {out});
   }
+  std::string failure() const override {
+    std::lock_guard lock(shared_->mutex);
+    return shared_->broken.message();
+  }
   void barrier() override {
     Tensor t = Tensor::zeros({1}, DType::f32, stream_);
     all_reduce(stream_, t, ReduceOp::sum, "barrier")->wait();
@@ -235,26 +257,44 @@ class NcclBackend final : public Backend {
                   "own GPU: see dist::rank_device)",
                   what, t.device().to_string(), launch_.rank, device_.to_string());
     }
-    std::lock_guard lock(shared_->mutex);
-    shared_->check_locked(what);
-    // After the work queued on the caller's stream (which produced the inputs).
-    if (!(stream == stream_)) stream_.wait(stream);
-    for (const Tensor& t : keep) t.record_stream(stream_);
-    EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
-    const ncclResult_t rc = call(static_cast<cudaStream_t>(stream_.native()));
-    if (rc != ncclSuccess) {
-      shared_->abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
-                                        launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
-      shared_->check_locked(what);
-    }
-    for (const Tensor& t : written) mark_written(t);
-    auto work = std::make_shared<NcclWork>(shared_, std::move(what), std::move(keep), device_);
-    work->event().record(stream_);
+    EMBER_CHECK(stream.device() == device_,
+                "dist: {}: the stream is on {}, but the tensors are on {}: pass the stream that "
+                "produced them (the collective is ordered after it)",
+                what, stream.device().to_string(), device_.to_string());
+    for (const Tensor& t : keep) t.record_stream(stream_);  // used there until it is done
+    auto work = std::make_shared<NcclWork>(shared_, what, std::move(keep), device_);
     work->set_deadline(std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                            std::chrono::duration<double>(timeout_)));
-    in_flight_.push_back(work);
+    {
+      // Registered before the call: the watchdog can abort a call that blocks (the emulator's
+      // immediate streams run the collective inside it). The lock is not held across the call.
+      std::lock_guard lock(shared_->mutex);
+      shared_->check_locked(what);
+      in_flight_.push_back(work);
+    }
     wake_.notify_all();
+    // After the work queued on the caller's stream (which produced the inputs).
+    if (!(stream == stream_)) stream_.wait(stream);
+    EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
+    const ncclResult_t rc = call(static_cast<cudaStream_t>(stream_.native()));
+    if (rc != ncclSuccess) {
+      std::lock_guard lock(shared_->mutex);
+      shared_->abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
+                                        launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
+    }
+    {
+      // Aborted by the watchdog while the call blocked (a peer that never came): the timeout.
+      std::unique_lock lock(shared_->mutex);
+      if (shared_->broken.message().starts_with("dist: " + what + " timed out")) {
+        lock.unlock();
+        shared_->time_out(what);
+      }
+      shared_->check_locked(what);
+    }
+    for (const Tensor& t : written) mark_written(t);
+    work->event().record(stream_);
+    work->mark_recorded();
     return work;
   }
 
@@ -268,7 +308,7 @@ class NcclBackend final : public Backend {
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(in_flight_, [](const std::weak_ptr<NcclWork>& w) {
         auto work = w.lock();
-        return !work || work->finished() || work->event().query();
+        return !work || work->finished() || (work->recorded() && work->event().query());
       });
       for (const auto& w : in_flight_) {
         auto work = w.lock();
@@ -301,11 +341,11 @@ class NcclBackend final : public Backend {
 };
 
 bool NcclWork::test() {
-  if (finished_) return true;
+  if (finished()) return true;
   shared_->check(what_);
   if (!done_event_.query()) return false;
-  finished_ = true;
   keep_.clear();
+  finished_.store(true, std::memory_order_release);
   return true;
 }
 
@@ -316,8 +356,12 @@ void NcclWork::wait() {
 }
 
 void NcclWork::wait(const Stream& stream) {
+  if (stream.device().is_cpu()) {  // a CPU stream runs on the host: the host waits
+    wait();
+    return;
+  }
   shared_->check(what_);
-  if (!finished_) stream.wait(done_event_);
+  if (!finished()) stream.wait(done_event_);
 }
 
 }  // namespace

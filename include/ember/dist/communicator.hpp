@@ -84,6 +84,7 @@ class Communicator {
 
  private:
   detail::Backend& backend_for(const Tensor& t, const char* what);
+  void refuse_if_failed(const char* what) const;
   void check(const char* what, const Tensor& t, int64_t elements, int root, ReduceOp op);
 
   Launch launch_;

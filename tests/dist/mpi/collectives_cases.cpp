@@ -153,6 +153,42 @@ TEST_P(Collectives, DroppedWorksCompleteAndWorksOutliveTheirCommunicator) {
   }
 }
 
+// Found by outside testing on emulated NCCL: misuse accepted, a wait on a CPU stream that did not
+// wait, a lost peer that hung the destructor, a failed communicator still taking CPU work.
+TEST_P(Collectives, CudaMisuseAndFailuresAreErrors) {
+  if (!device().is_cuda()) GTEST_SKIP() << "the NCCL path";
+  Stream s = stream();
+  Tensor t = Tensor::full({4}, rank() + 1, DType::f32, s);
+  Stream cpu;
+  expect_error([&] { world().all_reduce(cpu, t); },
+               "the stream is on cpu, but the tensors are on cuda:0");
+  expect_error([&] { world().all_reduce(s, Tensor::zeros({2}, DType::i32, s), ReduceOp::avg); },
+               "avg needs a float tensor");
+  // A CPU stream's wait is a host wait.
+  world().all_reduce(s, t).wait(Stream());
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, ranks() * (ranks() + 1) / 2.0f));
+
+  // Rank 0 alone calls a second collective: its wait times out, the communicator then refuses
+  // everything (CPU work too), and destroying it returns.
+  {
+    dist::Communicator c(world().launch(), {.timeout_seconds = 2, .check_metadata = 0});
+    Tensor u = Tensor::full({3}, 1.0, DType::f32, s);
+    c.all_reduce(s, u).wait(s);  // both ranks: the NCCL communicator exists
+    if (rank() == 0) {
+      try {
+        c.all_reduce(s, u).wait();
+        ADD_FAILURE() << "no timeout";
+      } catch (const Error& e) {
+        EXPECT_NE(e.message().find("timed out after 2 s on rank 0"), std::string::npos)
+            << e.message();
+      }
+      expect_error([&] { c.all_reduce(cpu, Tensor::zeros({1})); },
+                   "refused: this communicator failed earlier");
+    }
+  }
+  world().barrier();
+}
+
 TEST_P(Collectives, BadInputIsALocalError) {
   Stream s = stream();
   Tensor t = Tensor::zeros({4}, DType::f32, s);
