@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "ember/core/error.hpp"
+#include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/nn/dropout.hpp"
 #include "ember/train/safetensors.hpp"
 
@@ -86,9 +87,23 @@ uint64_t checksum(std::string_view bytes) {
 }
 
 // What one save writes, prepared on the calling thread (copies when asynchronous).
+// Page-locked host memory for asynchronous snapshots of device tensors, reused across saves
+// (at most one is in flight).
+struct PinnedBuffer {
+  memory::PinnedHostUpstream upstream;
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~PinnedBuffer() {
+    if (data) upstream.deallocate(data, bytes);
+  }
+};
+
 struct Snapshot {
   int64_t step = 0;
-  StateDict tensors;  // "<component>/<key>"
+  StateDict tensors;  // "<component>/<key>": the live tensors, or host copies (asynchronous)
+  NamedViews views;   // what is written, in order: host memory
+  std::vector<Stream> copies_on;  // streams the device-to-pinned copies were queued on
+  std::vector<std::shared_ptr<Event>> copies_done;  // recorded after them: the writer waits
   std::map<std::string, std::string> metadata;
   Progress progress;
 };
@@ -218,24 +233,69 @@ struct Checkpointer::Impl {
   std::string name_of(int64_t step) const { return fmt::format("step-{:012d}", step); }
   fs::path tmp_of(int64_t step) const { return dir / (".tmp-" + name_of(step)); }
 
-  Snapshot snapshot(TrainingState& state, bool copy) const {
+  std::shared_ptr<PinnedBuffer> pinned;
+
+  // What a save writes. Synchronous: the live tensors (device ones copied to the host). Async:
+  // copies made now, at the step boundary: host tensors cloned; device tensors copied into
+  // pinned memory on their own streams (queued: the host does not wait; the writer thread does).
+  Snapshot snapshot(TrainingState& state, bool copy) {
     Snapshot s;
     s.step = state.progress.step;
     s.progress = state.progress;
     s.metadata = state.metadata;
     if (group.rank != 0) return s;  // rank 0 alone writes the replicated state
     for (const auto& c : state.components()) {
-      for (const auto& [key, t] : c.save()) {
-        s.tensors.insert(c.name + "/" + key,
-                         !copy ? t : (t.device().is_cpu() ? t.clone() : t.to(Device::cpu())));
+      for (const auto& [key, t] : c.save()) s.tensors.insert(c.name + "/" + key, t);
+    }
+    constexpr size_t kAlign = 64;
+    size_t device_bytes = 0;
+    for (const auto& [key, t] : s.tensors) {
+      if (copy && !t.device().is_cpu()) device_bytes += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    if (device_bytes > 0 && (!pinned || pinned->bytes < device_bytes)) {
+      pinned.reset();
+      auto buffer = std::make_shared<PinnedBuffer>();
+      buffer->data = buffer->upstream.allocate(device_bytes);
+      EMBER_CHECK(buffer->data != nullptr,
+                  "Checkpointer: cannot allocate {} bytes of pinned host memory for an "
+                  "asynchronous save",
+                  device_bytes);
+      buffer->bytes = device_bytes;
+      pinned = buffer;
+    }
+    StateDict kept;
+    size_t offset = 0;
+    for (const auto& [key, t] : s.tensors) {
+      if (!copy) {
+        const Tensor host = t.to(Device::cpu());  // no copy for host tensors
+        kept.insert(key, host);
+        s.views.emplace_back(key, host.view());
+      } else if (t.device().is_cpu()) {
+        const Tensor clone = t.clone();
+        kept.insert(key, clone);
+        s.views.emplace_back(key, clone.view());
+      } else {
+        void* dst = static_cast<char*>(pinned->data) + offset;
+        copy_bytes(dst, Device::cpu(), t.data(), t.device(), t.nbytes(), t.stream());
+        if (std::find(s.copies_on.begin(), s.copies_on.end(), t.stream()) == s.copies_on.end()) {
+          s.copies_on.push_back(t.stream());
+        }
+        s.views.emplace_back(key, TensorView{dst, t.dtype(), t.shape(), Device::cpu()});
+        offset += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
       }
     }
+    for (const Stream& stream : s.copies_on) {
+      auto done = std::make_shared<Event>(stream.device());
+      done->record(stream);
+      s.copies_done.push_back(std::move(done));
+    }
+    s.tensors = std::move(kept);  // the views point into these (and into `pinned`)
     return s;
   }
 
   // This rank's files into the temporary directory: {rank file bytes, hash, replicated bytes,
   // hash}.
-  std::vector<int64_t> write_files(const Snapshot& s) const {
+  std::vector<int64_t> write_files(const Snapshot& s) {
     const fs::path tmp = tmp_of(s.step);
     fs::create_directories(tmp);
     const std::string progress = progress_json(s.progress, group.rank).dump(2);
@@ -243,7 +303,8 @@ struct Checkpointer::Impl {
     std::vector<int64_t> records{static_cast<int64_t>(progress.size()),
                                  static_cast<int64_t>(checksum(progress)), 0, 0};
     if (group.rank == 0) {
-      const WrittenFile f = write_safetensors((tmp / kReplicated).string(), s.tensors, s.metadata);
+      for (const auto& done : s.copies_done) done->synchronize();  // the pinned copies landed
+      const WrittenFile f = write_safetensors((tmp / kReplicated).string(), s.views, s.metadata);
       records[2] = f.bytes;
       records[3] = static_cast<int64_t>(f.xxh3);
     }
@@ -262,9 +323,9 @@ struct Checkpointer::Impl {
         files[rank_file(r)] = {{"bytes", rec[0]}, {"xxh3", hex(static_cast<uint64_t>(rec[1]))}};
       }
       json tensors = json::object();
-      for (const auto& [key, t] : s.tensors) {
-        std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
-        tensors[key] = {{"dtype", dtype_name(t.dtype())}, {"shape", shape}};
+      for (const auto& [key, v] : s.views) {
+        std::vector<int64_t> shape(v.shape.dims().begin(), v.shape.dims().end());
+        tensors[key] = {{"dtype", dtype_name(v.dtype)}, {"shape", shape}};
       }
       const json manifest = {{"format", "ember-checkpoint"},
                              {"format_version", kFormatVersion},

@@ -58,16 +58,16 @@ bool parse_dtype(const std::string& s, DType* d) {
 
 namespace {
 
-// The header (size and padded JSON) for `tensors`.
-std::string header_bytes(const StateDict& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+// The header (size and padded JSON) for `tensors` (pairs of a name and a Tensor or TensorView).
+template <class Named>
+std::string header_bytes(const Named& tensors, const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     EMBER_CHECK(!name.empty() && name != "__metadata__",
                 "safetensors: a tensor cannot be named '{}'", name);
-    std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
-    header[name] = {{"dtype", st_dtype(t.dtype())},
+    std::vector<int64_t> shape(t.shape.dims().begin(), t.shape.dims().end());
+    header[name] = {{"dtype", st_dtype(t.dtype)},
                     {"shape", shape},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
@@ -84,18 +84,39 @@ std::string header_bytes(const StateDict& tensors,
 
 }  // namespace
 
+namespace {
+// Host copies of device tensors (kept alive in `keep`) and views of every tensor.
+NamedViews host_views(const StateDict& tensors, std::vector<Tensor>& keep) {
+  NamedViews views;
+  for (const auto& [name, t] : tensors) {
+    keep.push_back(t.to(Device::cpu()));  // waits for the tensor's stream; no copy on the host
+    views.emplace_back(name, keep.back().view());
+  }
+  return views;
+}
+}  // namespace
+
 std::string encode_safetensors(const StateDict& tensors,
                                const std::map<std::string, std::string>& metadata) {
-  std::string out = header_bytes(tensors, metadata);
-  for (const auto& [name, t] : tensors) {
-    const Tensor host = t.to(Device::cpu());  // waits for the tensor's stream
-    out.append(static_cast<const char*>(host.data()), host.nbytes());
-  }
+  std::vector<Tensor> keep;
+  const NamedViews views = host_views(tensors, keep);
+  std::string out = header_bytes(views, metadata);
+  for (const auto& [name, v] : views) out.append(static_cast<const char*>(v.data), v.nbytes());
   return out;
 }
 
 WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
                               const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> keep;
+  return write_safetensors(path, host_views(tensors, keep), metadata);
+}
+
+WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  for (const auto& [name, v] : tensors) {
+    EMBER_CHECK(v.device.is_cpu(), "write_safetensors: '{}' is on {}, not in host memory", name,
+                v.device.to_string());
+  }
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   EMBER_CHECK(fd >= 0, "safetensors: cannot create '{}': {}", path, std::strerror(errno));
   XXH3_state_t* hash = XXH3_createState();
@@ -121,9 +142,8 @@ WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
   };
   const std::string header = header_bytes(tensors, metadata);
   put(header.data(), header.size());
-  for (const auto& [name, t] : tensors) {
-    const Tensor host = t.to(Device::cpu());  // no copy for host tensors
-    if (host.nbytes() > 0) put(host.data(), host.nbytes());
+  for (const auto& [name, v] : tensors) {
+    if (v.nbytes() > 0) put(v.data, v.nbytes());
   }
   out.xxh3 = XXH3_64bits_digest(hash);
   XXH3_freeState(hash);

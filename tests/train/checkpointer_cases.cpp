@@ -99,7 +99,7 @@ std::string fresh_dir(const char* name) {
   return dir.string();
 }
 
-void check_resume(Device device, Stream s, bool f16, const char* name) {
+void check_resume(Device device, Stream s, bool f16, const char* name, bool async = false) {
   constexpr int64_t kFirst = 5, kTotal = 12;
   Run straight(device, s, f16);
   straight.train_to(kTotal, device, f16);
@@ -111,7 +111,9 @@ void check_resume(Device device, Stream s, bool f16, const char* name) {
     Run first(device, s, f16);
     first.train_to(kFirst, device, f16);
     first.state.metadata["note"] = "halfway";
-    train::Checkpointer(train::CheckpointOptions{.dir = dir}).save(first.state);
+    train::Checkpointer ck(train::CheckpointOptions{.dir = dir, .async = async});
+    ck.save(first.state);
+    first.train_to(kFirst + 2, device, f16);  // goes on while an asynchronous save is written
   }
   Run second(device, s, f16);
   train::Checkpointer checkpoints(train::CheckpointOptions{.dir = dir});
@@ -139,6 +141,12 @@ TEST_P(CheckpointResume, BitwiseWithDropoutAndCheckpointing) {
 
 TEST_P(CheckpointResume, BitwiseWithF16AndTheScalerMidTrajectory) {
   check_resume(device(), stream(), true, "resume_f16");
+}
+
+// The asynchronous save: device tensors copied into pinned memory on their streams at the step
+// boundary, written by a thread while training goes on.
+TEST_P(CheckpointResume, BitwiseFromAnAsynchronousSave) {
+  check_resume(device(), stream(), true, "resume_async", /*async=*/true);
 }
 
 INSTANTIATE_EMBER_DEVICES(CheckpointResume);

@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "ember/core/state_dict.hpp"
 
@@ -31,6 +33,10 @@ struct WrittenFile {
   uint64_t xxh3 = 0;
 };
 WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+// The same from host memory the caller keeps alive (views of CPU memory, in file order).
+using NamedViews = std::vector<std::pair<std::string, TensorView>>;
+WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 // Parses a whole file's bytes; `name` is for messages.
 Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name);
