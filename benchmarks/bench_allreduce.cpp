@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "ember/ember.hpp"
 #include "ratio_reporter.hpp"
@@ -36,7 +37,7 @@ std::unique_ptr<dist::Communicator> g_comm;
 
 // The same count on every rank (auto-tuned counts could differ and mismatch the collectives).
 int64_t iterations_for(int64_t bytes) {
-  return std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 8, 5, 2000);
+  return std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 8, 20, 2000);
 }
 
 void set_figures(benchmark::State& state, int64_t bytes) {
@@ -71,7 +72,11 @@ void allreduce_mpi(benchmark::State& state) {
 }
 
 void register_sizes(const char* name, void (*fn)(benchmark::State&)) {
-  for (int64_t bytes = 8; bytes <= (int64_t{256} << 20); bytes *= 8) {
+  // 8 B to 256 MiB: 8 B times every power of 4 (up to 128 MiB), then 256 MiB.
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = 8; bytes <= (int64_t{128} << 20); bytes *= 4) sizes.push_back(bytes);
+  sizes.push_back(int64_t{256} << 20);
+  for (int64_t bytes : sizes) {
     benchmark::RegisterBenchmark(name, fn)
         ->Arg(bytes)
         ->Iterations(iterations_for(bytes))

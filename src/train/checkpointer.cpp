@@ -134,9 +134,11 @@ void TrainingState::add(Component c) {
   components_.push_back(std::move(c));
 }
 
+// Each Dropout's Philox seed and last finished step, saved as "@rng.<i>" (i64 [2], -1 for
+// none) beside the parameters: '@' keeps the keys apart from parameter paths.
+constexpr const char* kRngPrefix = "@rng.";
+
 void TrainingState::add_module(std::string name, nn::Module& module) {
-  // Each Dropout's Philox seed and last finished step ("rng.<i>": i64 [2], -1 for none), in
-  // module order, beside the parameters.
   auto dropouts = [&module] {
     std::vector<nn::Dropout*> out;
     module.for_each_module([&](nn::Module& m) {
@@ -151,7 +153,7 @@ void TrainingState::add_module(std::string name, nn::Module& module) {
         const auto ds = dropouts();
         for (size_t i = 0; i < ds.size(); ++i) {
           const auto finished = ds[i]->finished_step();
-          d.insert(fmt::format("rng.{}", i),
+          d.insert(fmt::format("{}{}", kRngPrefix, i),
                    Tensor::from_vector<int64_t>({static_cast<int64_t>(ds[i]->seed()),
                                                  finished ? static_cast<int64_t>(*finished) : -1},
                                                 {2}, Device::cpu()));
@@ -161,22 +163,32 @@ void TrainingState::add_module(std::string name, nn::Module& module) {
       [&module, dropouts](const StateDict& given) {
         StateDict params;
         for (const auto& [key, t] : given) {
-          if (!key.starts_with("rng.")) params.insert(key, t);
-        }
-        const auto ds = dropouts();
-        for (size_t i = 0; i < ds.size(); ++i) {
-          const auto v = given.at(fmt::format("rng.{}", i)).to_vector<int64_t>();
-          EMBER_CHECK(static_cast<uint64_t>(v[0]) == ds[i]->seed(),
-                      "TrainingState: dropout {} ({}) has seed {}, but the checkpoint's has seed "
-                      "{}: the model was built with other seeds",
-                      i, ds[i]->name(), ds[i]->seed(), v[0]);
+          if (!key.starts_with(kRngPrefix)) params.insert(key, t);
         }
         module.load_state_dict(params);
+        const auto ds = dropouts();
         for (size_t i = 0; i < ds.size(); ++i) {
-          const auto v = given.at(fmt::format("rng.{}", i)).to_vector<int64_t>();
+          const auto v = given.at(fmt::format("{}{}", kRngPrefix, i)).to_vector<int64_t>();
           ds[i]->set_finished_step(v[1] < 0 ? std::nullopt
                                             : std::optional<uint64_t>(static_cast<uint64_t>(v[1])));
         }
+      },
+      [dropouts](const StateDict& given) {
+        std::vector<std::string> problems;
+        const auto ds = dropouts();
+        for (size_t i = 0; i < ds.size(); ++i) {
+          const Tensor* t = given.find(fmt::format("{}{}", kRngPrefix, i));
+          if (t == nullptr || t->dtype() != DType::i64 || t->numel() != 2)
+            continue;  // shapes: elsewhere
+          const auto v = t->to_vector<int64_t>();
+          if (static_cast<uint64_t>(v[0]) != ds[i]->seed()) {
+            problems.push_back(fmt::format(
+                "dropout {} ({}) has seed {}, the checkpoint's has seed {} (the model was built "
+                "with other seeds)",
+                i, ds[i]->name(), ds[i]->seed(), v[0]));
+          }
+        }
+        return problems;
       }});
 }
 
@@ -194,13 +206,14 @@ void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
                   }
                   optimizer.load_state_dict(rest);
                   optimizer.set_lr(given.at("lr").to_vector<float>()[0]);
-                }});
+                },
+                nullptr});
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,
                               std::function<void(const StateDict&)> load) {
   EMBER_CHECK(save && load, "TrainingState::add_state('{}'): save and load are both needed", name);
-  add(Component{std::move(name), std::move(save), std::move(load)});
+  add(Component{std::move(name), std::move(save), std::move(load), nullptr});
 }
 
 // ---- Checkpointer --------------------------------------------------------------------------
@@ -336,25 +349,37 @@ struct Checkpointer::Impl {
                              {"tensors", tensors},
                              {"metadata", s.metadata}};
       const fs::path tmp = tmp_of(s.step);
-      write_durably(tmp / "manifest.json", manifest.dump(2));
+      std::string text;
+      try {
+        text = manifest.dump(2);
+      } catch (const json::exception& e) {
+        EMBER_THROW("checkpoint: the metadata must be valid UTF-8 text: {}", e.what());
+      }
+      write_durably(tmp / "manifest.json", text);
       fsync_dir(tmp);
       const fs::path final_path = dir / name_of(s.step);
-      fs::path old;
-      if (fs::exists(final_path)) {  // the same step saved again: replace it
-        old = dir / fmt::format(".old-{}-{}", name_of(s.step), std::random_device{}());
-        fs::rename(final_path, old);
+      if (fs::exists(final_path)) {
+        // The same step saved again: swap the two directories in one atomic step, so that a
+        // crash leaves one complete checkpoint of that step, then remove the old one.
+        EMBER_CHECK(
+            ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
+            "checkpoint: cannot replace '{}': {}", final_path.string(), std::strerror(errno));
+        fsync_dir(dir);
+        fs::remove_all(tmp);
+      } else {
+        fs::rename(tmp, final_path);
+        fsync_dir(dir);
       }
-      fs::rename(tmp, final_path);
-      fsync_dir(dir);
-      if (!old.empty()) fs::remove_all(old);
-      prune();
+      prune(s.step);
     }
     gather({1});  // every rank: committed
   }
 
-  void prune() const {
+  // Keeps the newest keep_last checkpoints, and always `written`, the one just committed.
+  void prune(int64_t written) const {
     std::vector<int64_t> all = steps();
-    for (size_t i = static_cast<size_t>(options.keep_last); i < all.size(); ++i) {
+    std::erase(all, written);
+    for (size_t i = static_cast<size_t>(options.keep_last - 1); i < all.size(); ++i) {
       std::error_code ignored;
       fs::remove_all(dir / name_of(all[i]), ignored);
     }
@@ -426,23 +451,48 @@ Checkpointer::~Checkpointer() {
 void Checkpointer::save(TrainingState& state) {
   EMBER_CHECK(state.progress.step >= 0 && state.progress.step < 1'000'000'000'000,
               "Checkpointer::save: the step {} is outside [0, 10^12)", state.progress.step);
-  impl_->join_writer();  // at most one save in flight
-  if (!impl_->options.async) {
-    const Snapshot s = impl_->snapshot(state, /*copy=*/false);
-    impl_->commit(s, impl_->write_files(s));
-    return;
+  // At most one save in flight. Its failure is reported after this save is done (or started),
+  // so that one failed save does not also lose the next.
+  std::string earlier_failure;
+  const int64_t earlier_step = impl_->pending.step;
+  try {
+    impl_->join_writer();
+  } catch (const std::exception& e) {
+    earlier_failure = e.what();
   }
-  impl_->pending = impl_->snapshot(state, /*copy=*/true);
-  const bool alone = impl_->group.world_size == 1;
-  impl_->pending_commit = !alone;
-  impl_->writer = std::thread([this, alone] {
-    try {
-      impl_->pending_records = impl_->write_files(impl_->pending);
-      if (alone) impl_->commit(impl_->pending, impl_->pending_records);
-    } catch (...) {
-      impl_->writer_error = std::current_exception();
+  const std::vector<int64_t> committed = impl_->steps();
+  if (!committed.empty() && committed.front() > state.progress.step && impl_->group.rank == 0) {
+    impl_->warn(fmt::format(
+        "saving step {} below the newest checkpoint in '{}' (step {}): resume takes the highest "
+        "step",
+        state.progress.step, impl_->options.dir, committed.front()));
+  }
+  try {
+    if (!impl_->options.async) {
+      const Snapshot s = impl_->snapshot(state, /*copy=*/false);
+      impl_->commit(s, impl_->write_files(s));
+    } else {
+      impl_->pending = impl_->snapshot(state, /*copy=*/true);
+      const bool alone = impl_->group.world_size == 1;
+      impl_->pending_commit = !alone;
+      impl_->writer = std::thread([this, alone] {
+        try {
+          impl_->pending_records = impl_->write_files(impl_->pending);
+          if (alone) impl_->commit(impl_->pending, impl_->pending_records);
+        } catch (...) {
+          impl_->writer_error = std::current_exception();
+        }
+      });
     }
-  });
+  } catch (const fs::filesystem_error& e) {
+    EMBER_THROW("Checkpointer: saving step {} in '{}' failed: {}", state.progress.step,
+                impl_->options.dir, e.what());
+  }
+  EMBER_CHECK(earlier_failure.empty(),
+              "Checkpointer: the earlier asynchronous save of step {} failed ({}); this save of "
+              "step {} was {}",
+              earlier_step, earlier_failure, state.progress.step,
+              impl_->options.async ? "started" : "done");
 }
 
 void Checkpointer::wait() {
@@ -573,6 +623,10 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
       }
       const StateDictMismatch m = compare_state_dicts(c.save(), given);
       if (!m.empty()) problems += fmt::format("\n  {}: {}", c.name, m.describe());
+      if (m.empty() && c.check) {
+        for (const std::string& p : c.check(given))
+          problems += fmt::format("\n  {}: {}", c.name, p);
+      }
       parts.emplace_back(&c, std::move(given));
     }
     for (const auto& [key, t] : loaded->replicated.tensors) {

@@ -73,7 +73,12 @@ std::string header_bytes(const Named& tensors, const std::map<std::string, std::
     offset += t.nbytes();
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    EMBER_THROW("safetensors: tensor names and metadata must be valid UTF-8 text: {}", e.what());
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string out(8, '\0');
   const uint64_t n = text.size();

@@ -12,7 +12,10 @@
 #include <random>
 #include <thread>
 
+#include "ember/nn/dropout.hpp"
+#include "ember/nn/linear.hpp"
 #include "ember/nn/mlp.hpp"
+#include "ember/nn/sequential.hpp"
 #include "ember/train/checkpointer.hpp"
 #include "ember/train/safetensors.hpp"
 #include "ember/train/sgd.hpp"
@@ -156,6 +159,75 @@ TEST(Checkpointer, ACheckpointThatDoesNotFitIsAnErrorListingTheDifferences) {
                       }};
   testing::expect_error([&] { Checkpointer({.dir = dir}, two).resume(sa); },
                         "was saved by 1 ranks, but this job has 2");
+  fs::remove_all(dir);
+}
+
+// Found by outside testing: a dropout seed mismatch loaded the components before it; a child
+// module named "rng" clashed with the dropout keys; a step below the newest was pruned as soon
+// as it was written; a failed asynchronous save also lost the next; non-UTF-8 metadata escaped
+// as a JSON library exception.
+TEST(Checkpointer, OutsideTestingRegressions) {
+  const std::string dir = fresh_dir("regressions");
+  auto build = [](uint64_t dropout_seed) {
+    auto m = std::make_shared<nn::Sequential>();
+    m->add("rng", std::make_shared<nn::Linear>(3, 2, nn::LinearOptions{.seed = 4}));
+    m->add("drop",
+           std::make_shared<nn::Dropout>(nn::DropoutOptions{.p = 0.5f, .seed = dropout_seed}));
+    return m;
+  };
+  {
+    Counter c;
+    auto model = build(1);
+    c.state.add_module("model", *model);
+    c.set(4);
+    Checkpointer({.dir = dir}).save(c.state);
+    // The child named "rng" comes back.
+    Counter again;
+    auto same = build(1);
+    again.state.add_module("model", *same);
+    ASSERT_EQ(Checkpointer({.dir = dir}).resume(again.state), std::optional<int64_t>(4));
+    EXPECT_EQ(same->parameters()[0]->value.to_vector<float>(),
+              model->parameters()[0]->value.to_vector<float>());
+    EXPECT_TRUE(again.consistent(4));
+  }
+  {
+    Counter c;  // registered before the model: must stay untouched
+    auto other = build(2);
+    c.state.add_module("model", *other);
+    testing::expect_error([&] { Checkpointer({.dir = dir}).resume(c.state); },
+                          {"does not fit", "dropout 0", "has seed 2, the checkpoint's has seed 1"});
+    EXPECT_TRUE(c.consistent(0));
+  }
+  {
+    std::vector<std::string> warnings;
+    Counter c;
+    Checkpointer ck(
+        {.dir = dir, .keep_last = 1, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+    c.set(3);
+    ck.save(c.state);
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("saving step 3 below the newest checkpoint"), std::string::npos);
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{3}));
+    c.state.metadata["bad"] = "caf\xe9";
+    c.set(5);
+    testing::expect_error([&] { ck.save(c.state); }, "must be valid UTF-8");
+  }
+  fs::remove_all(dir);
+  {
+    Counter c;
+    Checkpointer ck({.dir = dir, .async = true});
+    // Step 2's progress file cannot be written (a full disk).
+    fs::create_directories(fs::path(dir) / ".tmp-step-000000000002");
+    fs::create_symlink("/dev/full", fs::path(dir) / ".tmp-step-000000000002" / "rank-00000.json");
+    c.set(2);
+    ck.save(c.state);
+    c.set(3);
+    testing::expect_error([&] { ck.save(c.state); },
+                          {"the earlier asynchronous save of step 2 failed", "No space left",
+                           "this save of step 3 was started"});
+    ck.wait();
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{3}));
+  }
   fs::remove_all(dir);
 }
 

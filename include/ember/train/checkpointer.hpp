@@ -20,6 +20,10 @@
 // state (names, shapes, dtypes, world size, dropout seeds) is an Error listing the differences,
 // and nothing is loaded.
 //
+// One Checkpointer per directory: two writing to one directory remove each other's temporary
+// files. Saving a step below the newest warns (resume takes the highest step); the checkpoint
+// just written is never the one pruned.
+//
 // Data parallel: pass a CheckpointGroup (dist::checkpoint_group(comm)). Rank 0 writes the
 // replicated state, every rank its own progress; all ranks resume from the same checkpoint (the
 // newest that verifies on every rank).
@@ -77,6 +81,8 @@ class TrainingState {
     std::string name;
     std::function<StateDict()> save;
     std::function<void(const StateDict&)> load;
+    // Problems beyond names, shapes and dtypes (e.g. dropout seeds), found before anything loads.
+    std::function<std::vector<std::string>(const StateDict&)> check;
   };
   const std::vector<Component>& components() const { return components_; }
 
