@@ -219,6 +219,18 @@ int run(const Config& c) {
   state.add_state(
       "scaler", [&] { return scaler.state_dict(); },
       [&](const StateDict& d) { scaler.load_state_dict(d); });
+  // The options a bitwise continuation depends on, saved with the state and compared on resume.
+  const std::map<std::string, std::string> run_options = {
+      {"steps", std::to_string(c.steps)},
+      {"batch", std::to_string(c.batch)},
+      {"lr", fmt::format("{}", c.lr)},
+      {"weight_decay", fmt::format("{}", c.weight_decay)},
+      {"seed", std::to_string(c.seed)},
+      {"classes", std::to_string(c.classes)},
+      {"points", std::to_string(c.points)},
+      {"data", c.data_dir},
+      {"amp", c.amp}};
+  state.metadata = run_options;
   std::optional<train::Checkpointer> checkpoints;
   std::optional<train::PreemptionGuard> guard;
   int64_t first_step = 1;
@@ -227,6 +239,16 @@ int run(const Config& c) {
     guard.emplace();
     if (c.save.resume) {
       if (const auto resumed = checkpoints->resume(state)) {
+        for (const auto& [key, value] : run_options) {
+          const auto it = state.metadata.find(key);
+          if (it != state.metadata.end() && it->second != value) {
+            fmt::print(stderr,
+                       "train_mlp: warning: the checkpoint was made with --{} {}, this run has {}: "
+                       "the continuation is not the run that was interrupted\n",
+                       key, it->second, value);
+          }
+        }
+        state.metadata = run_options;
         first_step = *resumed + 1;
         epoch = static_cast<uint64_t>(state.progress.epoch);
         cursor = state.progress.data_position;
