@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -122,9 +123,12 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
     EMBER_CHECK(v.device.is_cpu(), "write_safetensors: '{}' is on {}, not in host memory", name,
                 v.device.to_string());
   }
+  const std::string header = header_bytes(tensors, metadata);  // may throw: before the file
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   EMBER_CHECK(fd >= 0, "safetensors: cannot create '{}': {}", path, std::strerror(errno));
-  XXH3_state_t* hash = XXH3_createState();
+  const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                       &XXH3_freeState);
+  XXH3_state_t* hash = state.get();
   XXH3_64bits_reset(hash);
   WrittenFile out;
   auto put = [&](const void* data, size_t n) {
@@ -136,7 +140,6 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
       if (k <= 0) {
         const int e = errno;
         ::close(fd);
-        XXH3_freeState(hash);
         EMBER_THROW("safetensors: writing '{}' failed after {} bytes: {}", path, out.bytes,
                     std::strerror(e));
       }
@@ -145,13 +148,11 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
       out.bytes += k;
     }
   };
-  const std::string header = header_bytes(tensors, metadata);
   put(header.data(), header.size());
   for (const auto& [name, v] : tensors) {
     if (v.nbytes() > 0) put(v.data, v.nbytes());
   }
   out.xxh3 = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
   const bool synced = ::fsync(fd) == 0;
   const int e = errno;
   ::close(fd);
