@@ -78,5 +78,9 @@ bool built_with_nccl();
 
 // "f32[1024] on cpu"
 std::string describe(const Tensor& t);
+// In-place all_gather / reduce_scatter: `part` is exactly rank's chunk of `whole`.
+bool is_rank_chunk(const Tensor& whole, const Tensor& part, int rank);
+// Any other overlap of `part` with `whole` is an Error.
+void check_in_place(const Tensor& whole, const Tensor& part, int rank, const char* what);
 
 }  // namespace ember::dist::detail

@@ -55,6 +55,23 @@ std::string describe(const Tensor& t) {
   return t.view().describe();
 }
 
+bool is_rank_chunk(const Tensor& whole, const Tensor& part, int rank) {
+  return static_cast<const char*>(part.data()) ==
+         static_cast<const char*>(whole.data()) + static_cast<size_t>(rank) * part.nbytes();
+}
+
+void check_in_place(const Tensor& whole, const Tensor& part, int rank, const char* what) {
+  const auto* w = static_cast<const char*>(whole.data());
+  const auto* p = static_cast<const char*>(part.data());
+  const bool overlap = part.nbytes() > 0 && p < w + whole.nbytes() && w < p + part.nbytes();
+  EMBER_CHECK(!overlap || is_rank_chunk(whole, part, rank),
+              "dist: {}: the single-rank tensor overlaps the whole one other than at this rank's "
+              "chunk (rank {}: bytes [{}, {})); in place, pass exactly that chunk "
+              "(whole.slice(rank * n, (rank + 1) * n))",
+              what, rank, static_cast<size_t>(rank) * part.nbytes(),
+              static_cast<size_t>(rank + 1) * part.nbytes());
+}
+
 }  // namespace detail
 
 namespace {
@@ -240,6 +257,7 @@ Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& i
               "got output {} and input {}",
               launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
               in.defined() ? detail::describe(in) : "undefined");
+  detail::check_in_place(out, in, launch_.rank, "all_gather");
   detail::Backend& b = backend_for(in, "all_gather");
   check("all_gather", in, in.numel(), -1, ReduceOp::sum);
   ++collectives_;
@@ -254,6 +272,7 @@ Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tenso
               "device: got output {} and input {}",
               launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
               in.defined() ? detail::describe(in) : "undefined");
+  detail::check_in_place(in, out, launch_.rank, "reduce_scatter");
   detail::Backend& b = backend_for(in, "reduce_scatter");
   EMBER_CHECK(op != ReduceOp::avg || is_floating(in.dtype()),
               "dist: reduce_scatter: avg needs a float tensor, not {}", detail::describe(in));

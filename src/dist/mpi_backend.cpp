@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #if EMBER_WITH_MPI
 #include <mpi.h>
@@ -268,12 +269,13 @@ class MpiBackend final : public Backend {
   std::shared_ptr<PendingWork> all_gather(Stream&, const Tensor& out, const Tensor& in,
                                           std::string what) override {
     const int n = bytes(in, what);
+    const bool in_place = is_rank_chunk(out, in, shared_->launch.rank);
     return post(
         std::move(what),
         [=, this] {
-          return in.data() == out.data()
-                     ? MPI_ERR_BUFFER
-                     : MPI_Allgather(in.data(), n, MPI_BYTE, out.data(), n, MPI_BYTE, comm_);
+          return in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.data(), n,
+                                          MPI_BYTE, comm_)
+                          : MPI_Allgather(in.data(), n, MPI_BYTE, out.data(), n, MPI_BYTE, comm_);
         },
         out, in);
   }
@@ -285,11 +287,17 @@ class MpiBackend final : public Backend {
                 "dist: {}: avg needs a float tensor", what);
     const int n = count(out, what);
     const int ranks = shared_->launch.world_size;
+    const bool in_place = is_rank_chunk(in, out, shared_->launch.rank);
     return post(
         std::move(what),
         [=, this] {
-          const int rc =
-              MPI_Reduce_scatter_block(in.data(), out.data(), n, type, mpi_op(op), comm_);
+          int rc = MPI_SUCCESS;
+          if (in_place) {  // MPI leaves the result in the first chunk: moved to this rank's
+            rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, in.data(), n, type, mpi_op(op), comm_);
+            if (rc == MPI_SUCCESS) std::memmove(out.data(), in.data(), out.nbytes());
+          } else {
+            rc = MPI_Reduce_scatter_block(in.data(), out.data(), n, type, mpi_op(op), comm_);
+          }
           if (rc == MPI_SUCCESS && op == ReduceOp::avg) divide(out, ranks);
           return rc;
         },

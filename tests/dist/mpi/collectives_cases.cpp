@@ -97,6 +97,37 @@ TEST_P(Collectives, AllGatherAndReduceScatter) {
   EXPECT_EQ(mine.to_vector<float>(), sums);
 }
 
+// In place: this rank's chunk of the whole tensor as the single-rank one (MPI_IN_PLACE, NCCL's
+// in-place rule); any other overlap is an Error before anything starts.
+TEST_P(Collectives, InPlaceAllGatherAndReduceScatter) {
+  Stream s = stream();
+  const int w = ranks();
+  Tensor whole = Tensor::from_vector(ramp(rank(), 3 * w), {3 * w}, s);
+  Tensor mine = whole.slice(3 * rank(), 3 * rank() + 3);
+  world().all_gather(s, whole, mine).wait(s);
+  std::vector<float> expected;
+  for (int r = 0; r < w; ++r) {
+    const auto all = ramp(r, 3 * w);
+    expected.insert(expected.end(), all.begin() + 3 * r, all.begin() + 3 * r + 3);
+  }
+  EXPECT_EQ(whole.to_vector<float>(), expected);
+
+  Tensor in = Tensor::from_vector(ramp(rank(), 3 * w), {3 * w}, s);
+  world().reduce_scatter(s, in.slice(3 * rank(), 3 * rank() + 3), in).wait(s);
+  const auto got = in.to_vector<float>();
+  for (int j = 0; j < 3; ++j) {
+    float sum = 0;
+    for (int r = 0; r < w; ++r) sum += r * 1000.0f + 3 * rank() + j;
+    EXPECT_EQ(got[static_cast<size_t>(3 * rank() + j)], sum) << j;
+  }
+  if (w > 1) {
+    Tensor other = whole.slice(3 * ((rank() + 1) % w), 3 * ((rank() + 1) % w) + 3);
+    expect_error([&] { world().all_gather(s, whole, other); },
+                 "overlaps the whole one other than at this rank's chunk");
+  }
+  world().barrier();  // the communicator still works
+}
+
 TEST_P(Collectives, ManyInFlightWaitedInAnyOrder) {
   Stream s = stream();
   std::vector<Tensor> tensors;
