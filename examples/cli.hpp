@@ -48,6 +48,24 @@ inline double parse_double(std::string_view flag, const std::string& text) {
 
 using Setter = std::function<void(const std::string&)>;
 
+// --amp: f32, f16 or bf16, into `out`.
+inline Setter amp_option(std::string& out) {
+  return [&out](const std::string& v) {
+    if (v != "f32" && v != "f16" && v != "bf16") {
+      throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
+    }
+    out = v;
+  };
+}
+
+// --dropout: a probability in [0, 1], into `out`.
+inline Setter dropout_option(double& out) {
+  return [&out](const std::string& v) {
+    out = parse_double("--dropout", v);
+    if (out > 1) throw UsageError{fmt::format("--dropout must be in [0, 1], not {}", v)};
+  };
+}
+
 // "--name value" or "--name=value" for each option; a name in `flags` takes no value (its setter
 // gets ""); -h/--help prints `usage` and exits 0.
 inline void parse_options(int argc, char** argv, const std::map<std::string_view, Setter>& options,

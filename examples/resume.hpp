@@ -3,11 +3,16 @@
 // SIGUSR1 (train::PreemptionGuard) that saves and exits 0.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "cli.hpp"
+#include "ember/amp/grad_scaler.hpp"
+#include "ember/train/checkpointer.hpp"
+#include "ember/train/preemption.hpp"
 
 namespace example {
 
@@ -40,5 +45,75 @@ inline void check_save_options(const SaveConfig& c) {
     throw UsageError{"--save-every and --resume need --save-dir"};
   }
 }
+
+// An example's training state (model, optimizer, scaler, progress) with checkpoints, resume and
+// the preemption guard when --save-dir is given; nothing otherwise.
+class Checkpoints {
+ public:
+  // `options`: what a bitwise continuation depends on (--seed, --steps...): saved as metadata; a
+  // resume with other values warns. `group`: the ranks (dist::checkpoint_group), one by default.
+  Checkpoints(const SaveConfig& config, ember::nn::Module& model,
+              ember::train::Optimizer& optimizer, ember::amp::GradScaler& scaler,
+              std::map<std::string, std::string> options = {},
+              ember::train::CheckpointGroup group = {})
+      : config_(config), options_(std::move(options)) {
+    state_.add_module("model", model);
+    state_.add_optimizer("optimizer", optimizer);
+    state_.add_state(
+        "scaler", [&scaler] { return scaler.state_dict(); },
+        [&scaler](const ember::StateDict& d) { scaler.load_state_dict(d); });
+    state_.metadata = options_;
+    if (config.dir.empty()) return;
+    checkpoints_.emplace(ember::train::CheckpointOptions{.dir = config.dir}, std::move(group));
+    guard_.emplace();
+  }
+
+  // With --resume: the progress of the newest valid checkpoint, now loaded (nullopt without
+  // one); `say` gets a line on what happened.
+  std::optional<ember::train::Progress> resume(const std::function<void(const std::string&)>& say) {
+    if (!checkpoints_ || !config_.resume) return std::nullopt;
+    const auto step = checkpoints_->resume(state_);
+    if (!step) {
+      say(fmt::format("no checkpoint in {}: starting from step 1\n", config_.dir));
+      return std::nullopt;
+    }
+    for (const auto& [key, value] : options_) {
+      const auto it = state_.metadata.find(key);
+      if (it != state_.metadata.end() && it->second != value) {
+        say(
+            fmt::format("warning: the checkpoint was made with --{} {}, this run has {}: the "
+                        "continuation is not the run that was interrupted\n",
+                        key, it->second, value));
+      }
+    }
+    state_.metadata = options_;
+    say(fmt::format("resumed from {} (step {})\n", checkpoints_->path_of(*step), *step));
+    return state_.progress;
+  }
+
+  // After each step: a checkpoint on --save-every steps; true when a signal asked to stop (then
+  // the state is saved). `any_rank` (data parallel) makes every rank stop after the same step.
+  bool after_step(const ember::train::Progress& progress,
+                  const std::function<bool(bool)>& any_rank = {}) {
+    if (!checkpoints_) return false;
+    state_.progress = progress;
+    const bool periodic = config_.every > 0 && progress.step % config_.every == 0;
+    if (periodic) checkpoints_->save(state_);
+    bool stop = guard_->requested();
+    if (any_rank) stop = any_rank(stop);
+    if (stop && !periodic) checkpoints_->save(state_);
+    if (stop) checkpoints_->wait();
+    return stop;
+  }
+
+  std::string path_of(int64_t step) const { return checkpoints_->path_of(step); }
+
+ private:
+  SaveConfig config_;
+  std::map<std::string, std::string> options_;
+  ember::train::TrainingState state_;
+  std::optional<ember::train::Checkpointer> checkpoints_;
+  std::optional<ember::train::PreemptionGuard> guard_;
+};
 
 }  // namespace example

@@ -88,11 +88,7 @@ Config parse_args(int argc, char** argv) {
       {"--accumulate",
        [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
       {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
-      {"--dropout",
-       [&](const std::string& v) {
-         c.dropout = parse_double("--dropout", v);
-         if (c.dropout > 1) throw UsageError{fmt::format("--dropout must be in [0, 1], not {}", v)};
-       }},
+      {"--dropout", example::dropout_option(c.dropout)},
       {"--bucket-mb",
        [&](const std::string& v) {
          c.bucket_mb = parse_double("--bucket-mb", v);
@@ -111,13 +107,7 @@ Config parse_args(int argc, char** argv) {
          }
          c.checkpoint = v;
        }},
-      {"--amp",
-       [&](const std::string& v) {
-         if (v != "f32" && v != "f16" && v != "bf16") {
-           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
-         }
-         c.amp = v;
-       }},
+      {"--amp", example::amp_option(c.amp)},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto" && v != "cpu" && v != "cuda") {
@@ -212,42 +202,24 @@ int run(const Config& c) {
   Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
 
   // Training state: rank 0 writes the replicated part, each rank its data position.
-  train::TrainingState state;
-  state.add_module("model", *ddp);
-  state.add_optimizer("optimizer", optimizer);
-  state.add_state(
-      "scaler", [&] { return scaler.state_dict(); },
-      [&](const StateDict& d) { scaler.load_state_dict(d); });
-  std::optional<train::Checkpointer> checkpoints;
-  std::optional<train::PreemptionGuard> guard;
+  example::Checkpoints checkpoints(c.save, *ddp, optimizer, scaler,
+                                   {{"steps", std::to_string(c.steps)},
+                                    {"batch", std::to_string(c.batch)},
+                                    {"seed", std::to_string(c.seed)},
+                                    {"amp", c.amp}},
+                                   dist::checkpoint_group(*comm));
   int64_t first_step = 1;
-  if (!c.save.dir.empty()) {
-    checkpoints.emplace(train::CheckpointOptions{.dir = c.save.dir}, dist::checkpoint_group(*comm));
-    guard.emplace();
-    if (c.save.resume) {
-      if (const auto resumed = checkpoints->resume(state)) {
-        first_step = *resumed + 1;
-        sampler.set_epoch(static_cast<uint64_t>(state.progress.epoch));
-        cursor = state.progress.data_position;
-        ctx.step = state.progress.micro_step;
-        say(fmt::format("resumed from {} (step {})\n", checkpoints->path_of(*resumed), *resumed));
-      } else {
-        say(fmt::format("no checkpoint in {}: starting from step 1\n", c.save.dir));
-      }
-    }
+  if (const auto resumed = checkpoints.resume(say)) {
+    first_step = resumed->step + 1;
+    sampler.set_epoch(static_cast<uint64_t>(resumed->epoch));
+    cursor = resumed->data_position;
+    ctx.step = resumed->micro_step;
   }
   if (first_step > c.steps) {
     say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
     return 0;
   }
   std::vector<int64_t> rows = sampler.indices();
-  auto save = [&](int64_t step) {
-    state.progress = {.step = step,
-                      .epoch = static_cast<int64_t>(sampler.epoch()),
-                      .data_position = cursor,
-                      .micro_step = ctx.step};
-    checkpoints->save(state);
-  };
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     if (cursor + c.batch > static_cast<int64_t>(rows.size())) {
@@ -304,12 +276,14 @@ int run(const Config& c) {
       interval_seconds = 0;
       interval_steps = 0;
     }
-    if (checkpoints && c.save.every > 0 && step % c.save.every == 0) save(step);
     // A signal reaches one rank or all: every rank stops after the same step.
-    if (guard && dist::any_rank(*comm, guard->requested())) {
-      save(step);
+    if (checkpoints.after_step({.step = step,
+                                .epoch = static_cast<int64_t>(sampler.epoch()),
+                                .data_position = cursor,
+                                .micro_step = ctx.step},
+                               [&](bool stop) { return dist::any_rank(*comm, stop); })) {
       say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
-                      checkpoints->path_of(step)));
+                      checkpoints.path_of(step)));
       return 0;
     }
   }

@@ -113,13 +113,7 @@ Config parse_args(int argc, char** argv) {
          if (v != "auto") ember::Device::parse(v);  // rejects bad names here, with exit code 2
          c.device = v;
        }},
-      {"--amp",
-       [&](const std::string& v) {
-         if (v != "f32" && v != "f16" && v != "bf16") {
-           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
-         }
-         c.amp = v;
-       }},
+      {"--amp", example::amp_option(c.amp)},
       {"--activation",
        [&](const std::string& v) {
          if (v != "relu" && v != "gelu") {
@@ -212,65 +206,32 @@ int run(const Config& c) {
   int64_t interval_samples = 0;
   double val_acc = 0;
 
-  // Training state: the model, AdamW's moments and step, the scaler, and where the data is.
-  train::TrainingState state;
-  state.add_module("model", *model);
-  state.add_optimizer("optimizer", optimizer);
-  state.add_state(
-      "scaler", [&] { return scaler.state_dict(); },
-      [&](const StateDict& d) { scaler.load_state_dict(d); });
-  // The options a bitwise continuation depends on, saved with the state and compared on resume.
-  const std::map<std::string, std::string> run_options = {
-      {"steps", std::to_string(c.steps)},
-      {"batch", std::to_string(c.batch)},
-      {"lr", fmt::format("{}", c.lr)},
-      {"weight_decay", fmt::format("{}", c.weight_decay)},
-      {"seed", std::to_string(c.seed)},
-      {"classes", std::to_string(c.classes)},
-      {"points", std::to_string(c.points)},
-      {"data", c.data_dir},
-      {"amp", c.amp}};
-  state.metadata = run_options;
-  std::optional<train::Checkpointer> checkpoints;
-  std::optional<train::PreemptionGuard> guard;
+  // Training state: the model, AdamW's moments and step, the scaler, and where the data is; the
+  // options a bitwise continuation depends on are saved with it.
+  example::Checkpoints checkpoints(c.save, *model, optimizer, scaler,
+                                   {{"steps", std::to_string(c.steps)},
+                                    {"batch", std::to_string(c.batch)},
+                                    {"lr", fmt::format("{}", c.lr)},
+                                    {"weight_decay", fmt::format("{}", c.weight_decay)},
+                                    {"seed", std::to_string(c.seed)},
+                                    {"classes", std::to_string(c.classes)},
+                                    {"points", std::to_string(c.points)},
+                                    {"data", c.data_dir},
+                                    {"amp", c.amp}});
   int64_t first_step = 1;
-  if (!c.save.dir.empty()) {
-    checkpoints.emplace(train::CheckpointOptions{.dir = c.save.dir});
-    guard.emplace();
-    if (c.save.resume) {
-      if (const auto resumed = checkpoints->resume(state)) {
-        for (const auto& [key, value] : run_options) {
-          const auto it = state.metadata.find(key);
-          if (it != state.metadata.end() && it->second != value) {
-            fmt::print(stderr,
-                       "train_mlp: warning: the checkpoint was made with --{} {}, this run has {}: "
-                       "the continuation is not the run that was interrupted\n",
-                       key, it->second, value);
-          }
-        }
-        state.metadata = run_options;
-        first_step = *resumed + 1;
-        epoch = static_cast<uint64_t>(state.progress.epoch);
-        cursor = state.progress.data_position;
-        ctx.step = state.progress.micro_step;
-        fmt::print("resumed from {} (step {})\n", checkpoints->path_of(*resumed), *resumed);
-      } else {
-        fmt::print("no checkpoint in {}: starting from step 1\n", c.save.dir);
-      }
-    }
+  if (const auto resumed = checkpoints.resume([](const std::string& line) {
+        std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
+      })) {
+    first_step = resumed->step + 1;
+    epoch = static_cast<uint64_t>(resumed->epoch);
+    cursor = resumed->data_position;
+    ctx.step = resumed->micro_step;
   }
   if (first_step > c.steps) {
     fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
     return 0;
   }
   std::vector<int64_t> order = data::permutation(train.size(), c.seed, epoch);
-  auto save = [&](int64_t step) {
-    state.progress = {.step = step,
-                      .epoch = static_cast<int64_t>(epoch),
-                      .data_position = cursor,
-                      .micro_step = ctx.step};
-    checkpoints->save(state);
-  };
 
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
@@ -325,12 +286,13 @@ int run(const Config& c) {
       interval_seconds = 0;
       interval_samples = 0;
     }
-    if (checkpoints && c.save.every > 0 && step % c.save.every == 0) save(step);
-    if (guard && guard->requested()) {
-      save(step);
+    if (checkpoints.after_step({.step = step,
+                                .epoch = static_cast<int64_t>(epoch),
+                                .data_position = cursor,
+                                .micro_step = ctx.step})) {
       close_csv();
-      fmt::print("stopped by signal {} after step {}: saved {}; continue with --resume\n",
-                 guard->signal(), step, checkpoints->path_of(step));
+      fmt::print("stopped by signal after step {}: saved {}; continue with --resume\n", step,
+                 checkpoints.path_of(step));
       return 0;
     }
   }

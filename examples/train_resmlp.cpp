@@ -79,11 +79,7 @@ Config parse_args(int argc, char** argv) {
       {"--accumulate",
        [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
       {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
-      {"--dropout",
-       [&](const std::string& v) {
-         c.dropout = parse_double("--dropout", v);
-         if (c.dropout > 1) throw UsageError{fmt::format("--dropout must be in [0, 1], not {}", v)};
-       }},
+      {"--dropout", example::dropout_option(c.dropout)},
       {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
       {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
@@ -103,13 +99,7 @@ Config parse_args(int argc, char** argv) {
          }
          c.checkpoint = v;
        }},
-      {"--amp",
-       [&](const std::string& v) {
-         if (v != "f32" && v != "f16" && v != "bf16") {
-           throw UsageError{fmt::format("--amp must be f32, f16 or bf16, not '{}'", v)};
-         }
-         c.amp = v;
-       }},
+      {"--amp", example::amp_option(c.amp)},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto") ember::Device::parse(v);

@@ -19,10 +19,9 @@ class DoneWork final : public PendingWork {
 
 class LocalBackend final : public Backend {
  public:
-  std::shared_ptr<PendingWork> all_reduce(Stream&, const Tensor& t, ReduceOp op,
+  // avg of integers is refused by the Communicator, for every engine.
+  std::shared_ptr<PendingWork> all_reduce(Stream&, const Tensor&, ReduceOp,
                                           std::string what) override {
-    EMBER_CHECK(op != ReduceOp::avg || is_floating(t.dtype()), "dist: {}: avg needs a float tensor",
-                what);
     return std::make_shared<DoneWork>(std::move(what));  // sum, avg and max of one: itself
   }
   std::shared_ptr<PendingWork> broadcast(Stream&, const Tensor&, int, std::string what) override {
@@ -35,9 +34,7 @@ class LocalBackend final : public Backend {
     return std::make_shared<DoneWork>(std::move(what));
   }
   std::shared_ptr<PendingWork> reduce_scatter(Stream& stream, const Tensor& out, const Tensor& in,
-                                              ReduceOp op, std::string what) override {
-    EMBER_CHECK(op != ReduceOp::avg || is_floating(in.dtype()),
-                "dist: {}: avg needs a float tensor", what);
+                                              ReduceOp, std::string what) override {
     copy_bytes(out.data(), out.device(), in.data(), in.device(), in.nbytes(), stream);
     mark_written(out);
     return std::make_shared<DoneWork>(std::move(what));

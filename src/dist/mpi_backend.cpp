@@ -245,8 +245,6 @@ class MpiBackend final : public Backend {
   std::shared_ptr<PendingWork> all_reduce(Stream&, const Tensor& t, ReduceOp op,
                                           std::string what) override {
     const MPI_Datatype type = mpi_type(t.dtype(), what);
-    EMBER_CHECK(op != ReduceOp::avg || t.dtype() == DType::f32,
-                "dist: {}: avg needs a float tensor", what);
     const int n = count(t, what);
     const int ranks = shared_->launch.world_size;
     return post(
@@ -283,8 +281,6 @@ class MpiBackend final : public Backend {
   std::shared_ptr<PendingWork> reduce_scatter(Stream&, const Tensor& out, const Tensor& in,
                                               ReduceOp op, std::string what) override {
     const MPI_Datatype type = mpi_type(in.dtype(), what);
-    EMBER_CHECK(op != ReduceOp::avg || out.dtype() == DType::f32,
-                "dist: {}: avg needs a float tensor", what);
     const int n = count(out, what);
     const int ranks = shared_->launch.world_size;
     const bool in_place = is_rank_chunk(in, out, shared_->launch.rank);
