@@ -147,20 +147,19 @@ CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size) : device_
               "granularity",
               device, granularity_, page_size);
   pages_ = Pages(page_size_);
+  reservations_ = detail::Reservations(page_size_);
 }
 
 CudaVirtualUpstream::~CudaVirtualUpstream() {
   // Whatever the caller left behind (it should have released everything).
   std::lock_guard lock(mutex_);
   while (!pages_.extents().empty()) free_allocation(pages_.extents().begin());
-  for (const auto& [base, bytes] : reservations_)
+  for (const auto& [base, bytes] : reservations_.ranges())
     report(driver().cuMemAddressFree(to_device_ptr(base), bytes), "cuMemAddressFree");
 }
 
 void* CudaVirtualUpstream::reserve(size_t bytes) {
-  EMBER_CHECK(bytes > 0 && bytes % page_size_ == 0,
-              "{}: reserve needs a positive multiple of the page size ({}), got {} bytes", name(),
-              format_bytes(page_size_), bytes);
+  reservations_.check_reserve(name(), bytes);
   CUdeviceptr base = 0;
   const CUresult status = driver().cuMemAddressReserve(&base, bytes, page_size_, 0, 0);
   if (status == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -171,7 +170,7 @@ void* CudaVirtualUpstream::reserve(size_t bytes) {
   EMBER_CHECK(status == CUDA_SUCCESS, "{}: cuMemAddressReserve of {} failed: {}", name(),
               format_bytes(bytes), describe(status));
   std::lock_guard lock(mutex_);
-  reservations_.emplace(static_cast<uintptr_t>(base), bytes);
+  reservations_.add(static_cast<uintptr_t>(base), bytes);
   ++counters_.reserve_calls;
   return reinterpret_cast<void*>(base);
 }
@@ -180,40 +179,25 @@ void CudaVirtualUpstream::release(void* base, size_t bytes) noexcept {
   if (base == nullptr) return;
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(base);
-  const auto r = reservations_.find(start);
-  if (r == reservations_.end() || r->second != bytes) {
-    detail::abort_with(fmt::format("{}: release({}, {} bytes) is not a live reservation of that "
-                                   "size (released twice, or never reserved here)",
-                                   name(), base, bytes)
-                           .c_str());
-  }
+  reservations_.remove(name(), base, bytes);
   pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
     counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
     free_allocation(it);
   });
   report(driver().cuMemAddressFree(to_device_ptr(start), bytes), "cuMemAddressFree");
-  reservations_.erase(r);
   ++counters_.release_calls;
 }
 
 bool CudaVirtualUpstream::map(void* address, size_t bytes) {
-  const auto start = reinterpret_cast<uintptr_t>(address);
-  EMBER_CHECK(start % page_size_ == 0 && bytes > 0 && bytes % page_size_ == 0,
-              "{}: map needs a page-aligned address and a positive multiple of the page size "
-              "({}), got address {} and {} bytes",
-              name(), format_bytes(page_size_), address, bytes);
   std::lock_guard lock(mutex_);
-  ++counters_.map_calls;
-  auto r = reservations_.upper_bound(start);
-  EMBER_CHECK(
-      r != reservations_.begin() && start + bytes <= std::prev(r)->first + std::prev(r)->second,
-      "{}: map({}, {}) is not inside a reservation; reserve the range first", name(), address,
-      format_bytes(bytes));
+  reservations_.check_map(name(), address, bytes);
+  const auto start = reinterpret_cast<uintptr_t>(address);
   // Pages already backed by an allocation (retained), and runs of pages that are not.
   const Pages::Plan plan = pages_.plan(start, bytes, /*merge=*/true);
   EMBER_CHECK(plan.already_mapped == 0,
               "{}: map({}, {}) covers the page at {:#x}, which is already mapped", name(), address,
               format_bytes(bytes), plan.already_mapped);
+  ++counters_.map_calls;  // refused calls count, rejected ones do not
   const auto& runs = plan.runs;
   size_t done = 0;
   auto undo = [&] {

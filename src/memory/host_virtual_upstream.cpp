@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "address_space.hpp"
 #include "ember/core/error.hpp"
@@ -28,7 +29,7 @@ void* protect_none(void* at, size_t bytes) noexcept {
 }  // namespace
 
 HostVirtualUpstream::HostVirtualUpstream(size_t page_size, size_t capacity)
-    : page_size_(page_size), capacity_(capacity) {
+    : page_size_(page_size), capacity_(capacity), reservations_(page_size), pages_(page_size) {
   const size_t system_page = detail::system_page_size();
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= system_page,
               "HostVirtualUpstream needs a page size that is a power of two and at least the "
@@ -46,27 +47,14 @@ HostVirtualUpstream::HostVirtualUpstream(size_t page_size, size_t capacity)
 }
 
 HostVirtualUpstream::~HostVirtualUpstream() {
-  for (const auto& [base, reservation] : reservations_) {
-    ::munmap(reinterpret_cast<void*>(base), reservation.bytes);
+  for (const auto& [base, bytes] : reservations_.ranges()) {
+    ::munmap(reinterpret_cast<void*>(base), bytes);
   }
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::map<uintptr_t, HostVirtualUpstream::Reservation>::iterator HostVirtualUpstream::find(
-    uintptr_t address, size_t bytes) {
-  auto it = reservations_.upper_bound(address);
-  if (it == reservations_.begin()) return reservations_.end();
-  --it;
-  const size_t offset = address - it->first;
-  if (offset > it->second.bytes || bytes > it->second.bytes - offset) return reservations_.end();
-  return it;
-}
-
 void* HostVirtualUpstream::reserve(size_t bytes) {
-  EMBER_CHECK(bytes > 0 && bytes % page_size_ == 0,
-              "{}: reserve needs a positive multiple of the page size ({} bytes), got {} bytes; "
-              "round the size up to page_size()",
-              name(), page_size_, bytes);
+  reservations_.check_reserve(name(), bytes);
   void* base = detail::reserve_address_space(bytes, page_size_);
   if (base == nullptr) {
     throw OutOfMemory(fmt::format("{}: reserving {} of address space failed: {}; reserve less "
@@ -75,9 +63,7 @@ void* HostVirtualUpstream::reserve(size_t bytes) {
                       {.requested = bytes});
   }
   std::lock_guard lock(mutex_);
-  Reservation& reservation = reservations_[reinterpret_cast<uintptr_t>(base)];
-  reservation.bytes = bytes;
-  reservation.file_page.assign(bytes / page_size_, kUnmapped);
+  reservations_.add(reinterpret_cast<uintptr_t>(base), bytes);
   ++counters_.reserve_calls;
   counters_.reserved_bytes += bytes;
   return base;
@@ -86,49 +72,35 @@ void* HostVirtualUpstream::reserve(size_t bytes) {
 void HostVirtualUpstream::release(void* base, size_t bytes) noexcept {
   if (base == nullptr) return;
   std::lock_guard lock(mutex_);
-  const auto it = reservations_.find(reinterpret_cast<uintptr_t>(base));
-  if (it == reservations_.end() || it->second.bytes != bytes) {
-    detail::abort_with(
-        fmt::format("{}: release({}, {}) does not match a reservation", name(), base, bytes)
-            .c_str());
-  }
+  reservations_.remove(name(), base, bytes);
   ::munmap(base, bytes);
-  for (const int64_t file_page : it->second.file_page) {
-    if (file_page == kUnmapped) continue;
-    punch(file_page, 1);
-    free_file_pages_.insert(file_page);
+  pages_.drop(reinterpret_cast<uintptr_t>(base), bytes, [&](Pages::Map::iterator it) {
+    punch(it->second.handle, 1);
+    free_file_pages_.insert(it->second.handle);
     counters_.mapped_bytes -= page_size_;
-  }
+    pages_.extents().erase(it);
+  });
   counters_.reserved_bytes -= bytes;
   ++counters_.release_calls;
-  reservations_.erase(it);
 }
 
 bool HostVirtualUpstream::map(void* address, size_t bytes) {
-  EMBER_CHECK(detail::is_aligned(address, page_size_) && bytes > 0 && bytes % page_size_ == 0,
-              "{}: map needs a page-aligned address and a positive multiple of the page size "
-              "({} bytes), got address {} and {} bytes",
-              name(), page_size_, address, bytes);
   std::lock_guard lock(mutex_);
+  reservations_.check_map(name(), address, bytes);
   const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  const auto it = find(start, bytes);
-  EMBER_CHECK(it != reservations_.end(),
-              "{}: map({}, {}) is not inside a reservation; reserve the range first", name(),
-              address, bytes);
-  Reservation& reservation = it->second;
-  const size_t first = (start - it->first) / page_size_, count = bytes / page_size_;
-  for (size_t page = first; page < first + count; ++page) {
-    EMBER_CHECK(reservation.file_page[page] == kUnmapped,
-                "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
-                name(), address, bytes, it->first + page * page_size_);
-  }
-  ++counters_.map_calls;
+  // Pages are freed as soon as they are unmapped: nothing is ever retained, every page is new.
+  const Pages::Plan plan = pages_.plan(start, bytes, /*merge=*/false);
+  EMBER_CHECK(plan.already_mapped == 0,
+              "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
+              name(), address, bytes, plan.already_mapped);
+  ++counters_.map_calls;  // refused calls count, rejected ones do not
   if (capacity_ != 0 && bytes > capacity_ - counters_.mapped_bytes) {
     ++counters_.failed_maps;
     return false;
   }
 
   // Freed file pages first (lowest first, so runs stay contiguous), then new ones.
+  const size_t count = bytes / page_size_;
   std::vector<int64_t> chosen(count);
   int64_t grow = 0;
   for (int64_t& file_page : chosen) {
@@ -172,7 +144,7 @@ bool HostVirtualUpstream::map(void* address, size_t bytes) {
     }
     if (error != 0) {
       // Undo: the runs mapped so far, then the pages not mapped.
-      if (i > 0) unmap_pages(it->first, reservation, first, i);
+      if (i > 0) unmap_pages(start, i * page_size_);
       for (size_t j = i; j < count; ++j) {
         punch(chosen[j], 1);
         free_file_pages_.insert(chosen[j]);
@@ -184,7 +156,8 @@ bool HostVirtualUpstream::map(void* address, size_t bytes) {
       ++counters_.failed_maps;
       return false;
     }
-    for (size_t k = 0; k < n; ++k) reservation.file_page[first + i + k] = chosen[i + k];
+    for (size_t k = 0; k < n; ++k)
+      pages_.add(start + (i + k) * page_size_, page_size_, chosen[i + k]);
     i += n;
   }
   counters_.mapped_bytes += bytes;
@@ -196,46 +169,38 @@ void HostVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   if (bytes == 0) return;
   std::lock_guard lock(mutex_);
   const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  const auto it = find(start, bytes);
-  bool valid = it != reservations_.end() && detail::is_aligned(address, page_size_) &&
-               bytes % page_size_ == 0;
-  const size_t first = valid ? (start - it->first) / page_size_ : 0;
-  for (size_t page = first; valid && page < first + bytes / page_size_; ++page) {
-    valid = it->second.file_page[page] != kUnmapped;
-  }
-  if (!valid) {
+  if (!pages_.all_mapped(start, bytes)) {
     detail::abort_with(fmt::format("{}: unmap({}, {}) covers pages that are not mapped (or is "
                                    "misaligned, or outside every reservation)",
                                    name(), address, bytes)
                            .c_str());
   }
-  unmap_pages(it->first, it->second, first, bytes / page_size_);
+  unmap_pages(start, bytes);
   counters_.mapped_bytes -= bytes;
   ++counters_.unmap_calls;
 }
 
-void HostVirtualUpstream::unmap_pages(uintptr_t base, Reservation& reservation, size_t first,
-                                      size_t count) noexcept {
-  void* at = reinterpret_cast<void*>(base + first * page_size_);
-  if (protect_none(at, count * page_size_) == MAP_FAILED) {
+void HostVirtualUpstream::unmap_pages(uintptr_t start, size_t bytes) noexcept {
+  void* at = reinterpret_cast<void*>(start);
+  if (protect_none(at, bytes) == MAP_FAILED) {
     detail::abort_with(fmt::format("{}: mapping PROT_NONE back over {} bytes at {} failed: {}",
-                                   name(), count * page_size_, at, std::strerror(errno))
+                                   name(), bytes, at, std::strerror(errno))
                            .c_str());
   }
-  for (size_t i = 0; i < count;) {
-    const int64_t file_page = reservation.file_page[first + i];
+  std::vector<int64_t> freed;  // in address order
+  freed.reserve(bytes / page_size_);
+  pages_.unmap(start, bytes, [&](Pages::Map::iterator it) {
+    freed.push_back(it->second.handle);
+    pages_.extents().erase(it);
+  });
+  // One punch per run of consecutive file pages.
+  for (size_t i = 0; i < freed.size();) {
     size_t n = 1;
-    while (i + n < count &&
-           reservation.file_page[first + i + n] == file_page + static_cast<int64_t>(n)) {
-      ++n;
-    }
-    punch(file_page, n);
-    for (size_t k = 0; k < n; ++k) {
-      free_file_pages_.insert(file_page + static_cast<int64_t>(k));
-      reservation.file_page[first + i + k] = kUnmapped;
-    }
+    while (i + n < freed.size() && freed[i + n] == freed[i] + static_cast<int64_t>(n)) ++n;
+    punch(freed[i], n);
     i += n;
   }
+  free_file_pages_.insert(freed.begin(), freed.end());
 }
 
 void HostVirtualUpstream::punch(int64_t file_page, size_t count) noexcept {

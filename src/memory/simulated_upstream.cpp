@@ -90,6 +90,7 @@ SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capa
       capacity_(capacity),
       device_(device),
       granularity_(granularity),
+      reservations_(page_size),
       pages_(page_size) {
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= detail::system_page_size(),
               "SimulatedVirtualUpstream needs a page size that is a power of two and at least "
@@ -101,7 +102,7 @@ SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capa
 }
 
 SimulatedVirtualUpstream::~SimulatedVirtualUpstream() {
-  for (const auto& [base, bytes] : reservations_) {
+  for (const auto& [base, bytes] : reservations_.ranges()) {
     detail::release_address_space(reinterpret_cast<void*>(base), bytes);
   }
 }
@@ -113,10 +114,7 @@ void SimulatedVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept
 }
 
 void* SimulatedVirtualUpstream::reserve(size_t bytes) {
-  EMBER_CHECK(bytes > 0 && bytes % page_size_ == 0,
-              "{}: reserve needs a positive multiple of the page size ({} bytes), got {} bytes; "
-              "round the size up to page_size()",
-              name(), page_size_, bytes);
+  reservations_.check_reserve(name(), bytes);
   void* base = detail::reserve_address_space(bytes, page_size_);
   if (base == nullptr) {
     throw OutOfMemory(fmt::format("{}: reserving {} of address space failed (the process is out "
@@ -125,7 +123,7 @@ void* SimulatedVirtualUpstream::reserve(size_t bytes) {
                       {.requested = bytes});
   }
   std::lock_guard lock(mutex_);
-  reservations_.emplace(reinterpret_cast<uintptr_t>(base), bytes);
+  reservations_.add(reinterpret_cast<uintptr_t>(base), bytes);
   ++counters_.reserve_calls;
   counters_.reserved_bytes += bytes;
   return base;
@@ -135,12 +133,7 @@ void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
   if (base == nullptr) return;
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(base);
-  const auto r = reservations_.find(start);
-  if (r == reservations_.end() || r->second != bytes) {
-    detail::abort_with(
-        fmt::format("{}: release({}, {}) does not match a reservation", name(), base, bytes)
-            .c_str());
-  }
+  reservations_.remove(name(), base, bytes);
   // Allocations never straddle reservations: map checks that its range lies in one.
   pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
     counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
@@ -148,7 +141,6 @@ void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
   });
   counters_.reserved_bytes -= bytes;
   ++counters_.release_calls;
-  reservations_.erase(r);
   detail::release_address_space(base, bytes);
 }
 
@@ -162,20 +154,9 @@ size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t byte
 }
 
 bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
-  EMBER_CHECK(detail::is_aligned(address, page_size_) && bytes > 0 && bytes % page_size_ == 0,
-              "{}: map needs a page-aligned address and a positive multiple of the page size "
-              "({} bytes), got address {} and {} bytes",
-              name(), page_size_, address, bytes);
   std::lock_guard lock(mutex_);
+  reservations_.check_map(name(), address, bytes);
   const auto start = reinterpret_cast<uintptr_t>(address);
-  auto r = reservations_.upper_bound(start);
-  EMBER_CHECK(r != reservations_.begin(), "{}: map({}, {}) is outside every reservation", name(),
-              address, bytes);
-  --r;
-  EMBER_CHECK(start - r->first <= r->second && bytes <= r->second - (start - r->first),
-              "{}: map({}, {}) is outside every reservation (the nearest one below starts at {:#x} "
-              "and has {} bytes)",
-              name(), address, bytes, r->first, r->second);
   // Pages still backed (retained), and runs of pages that need a new allocation.
   const Pages::Plan plan = pages_.plan(start, bytes, granularity_ == PhysicalGranularity::map_call);
   EMBER_CHECK(plan.already_mapped == 0,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ember/memory/detail/physical_pages.hpp"
+#include "ember/memory/detail/reservations.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -86,8 +87,8 @@ class CudaVirtualUpstream final : public VirtualUpstream {
   size_t granularity_ = 0;
   size_t page_size_ = 0;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> reservations_;  // base -> bytes
-  Pages pages_{1};                            // the page size is known once the device is asked
+  detail::Reservations reservations_{1};  // the page size is known once the device is asked
+  Pages pages_{1};                        // the page size is known once the device is asked
   Counters counters_;
 };
 

@@ -5,12 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <set>
 #include <string>
-#include <vector>
 
+#include "ember/memory/detail/physical_pages.hpp"
+#include "ember/memory/detail/reservations.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -68,26 +68,22 @@ class HostVirtualUpstream final : public VirtualUpstream {
   size_t backing_bytes() const;
 
  private:
-  static constexpr int64_t kUnmapped = -1;
-  struct Reservation {
-    size_t bytes = 0;
-    std::vector<int64_t> file_page;  // per page: its page index in the memfd, or kUnmapped
-  };
-
-  // The reservation holding [address, address + bytes), or end(); locked.
-  std::map<uintptr_t, Reservation>::iterator find(uintptr_t address, size_t bytes);
-  // Unmaps pages [first, first + count) of `reservation` at `base` and returns
-  // their file pages; those pages must be mapped. Locked.
-  void unmap_pages(uintptr_t base, Reservation& reservation, size_t first, size_t count) noexcept;
+  // Each mapped page is an extent of its own whose handle is its page in the memfd: unmapping a
+  // page frees it (detail/physical_pages.hpp).
+  using Pages = detail::PhysicalPages<int64_t>;
+  // Maps PROT_NONE back over [start, start + bytes) (all mapped), punches their file pages out
+  // and frees them. Locked.
+  void unmap_pages(uintptr_t start, size_t bytes) noexcept;
   void punch(int64_t file_page, size_t count) noexcept;
 
   const size_t page_size_;
   const size_t capacity_;
   int fd_ = -1;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, Reservation> reservations_;  // base -> reservation
-  std::set<int64_t> free_file_pages_;              // below file_pages_, punched out
-  int64_t file_pages_ = 0;                         // the memfd's size in pages
+  detail::Reservations reservations_;
+  Pages pages_;
+  std::set<int64_t> free_file_pages_;  // below file_pages_, punched out
+  int64_t file_pages_ = 0;             // the memfd's size in pages
   Counters counters_;
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ember/memory/detail/physical_pages.hpp"
+#include "ember/memory/detail/reservations.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -128,7 +129,7 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   const Device device_;
   const PhysicalGranularity granularity_;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> reservations_;  // base -> bytes
+  detail::Reservations reservations_;
   Pages pages_;
   Counters counters_;
 };
