@@ -321,6 +321,7 @@ TEST(EmulatedCudaVirtualUpstream, MisuseIsAClearError) {
   ASSERT_TRUE(vm.map(base, 2 * kPage));
   expect_error([&] { vm.map(at(base, kPage), 2 * kPage); }, "already mapped");
   EXPECT_EQ(vm.counters().physical_allocations, 1u);  // the refused map made none
+  EXPECT_EQ(vm.counters().map_calls, 1u);  // rejected calls are not counted, as on the host
   expect_error([] { CudaVirtualUpstream bad(0, 3 * kPage); }, "power of two");
   expect_error([] { CudaVirtualUpstream bad(5); }, "cannot use cuda:5");
 
