@@ -18,26 +18,14 @@ write_basic_package_version_file("${PROJECT_BINARY_DIR}/emberConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/emberConfig.cmake"
               "${PROJECT_BINARY_DIR}/emberConfigVersion.cmake"
-              cmake/FindNCCL.cmake cmake/FindCUDNN.cmake
         DESTINATION ${EMBER_CMAKE_INSTALL_DIR})
 
-# pkg-config (ember is a static library: every dependency is in Libs).
+# pkg-config: ember is a shared library with private dependencies; a program needs fmt and
+# OpenMP besides it (the run path lets it find libember.so wherever the prefix is).
 if(EMBER_WITH_CUDA)
   set(EMBER_WITH_CUDA_01 1)
-  set(EMBER_PC_CUDA_CFLAGS "-I${CUDAToolkit_INCLUDE_DIRS}")
-  set(EMBER_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublasLt -lcublas -lcudart")
 else()
   set(EMBER_WITH_CUDA_01 0)
-  set(EMBER_PC_CUDA_CFLAGS "")
-  set(EMBER_PC_CUDA_LIBS "")
-endif()
-if(EMBER_BLAS_IS_TARGET)
-  set(EMBER_PC_BLAS "-lopenblas")
-else()
-  set(EMBER_PC_BLAS "${EMBER_BLAS_LIBRARY}")
-endif()
-if(EMBER_WITH_ONEDNN)
-  set(EMBER_PC_BLAS "${EMBER_PC_BLAS} -ldnnl")
 endif()
 file(RELATIVE_PATH EMBER_PC_UP "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 string(REGEX REPLACE "/$" "" EMBER_PC_UP "${EMBER_PC_UP}")
@@ -46,11 +34,11 @@ install(FILES "${PROJECT_BINARY_DIR}/ember.pc" DESTINATION ${CMAKE_INSTALL_LIBDI
 
 # The build tree works as a package too: find_package(ember) with ember_DIR=<build dir>.
 export(EXPORT emberTargets NAMESPACE ember:: FILE "${PROJECT_BINARY_DIR}/emberTargets.cmake")
-file(COPY cmake/FindNCCL.cmake cmake/FindCUDNN.cmake DESTINATION "${PROJECT_BINARY_DIR}")
 
 # The tools: installed as programs.
 foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+    set_target_properties(${tool} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
   endif()
 endforeach()

@@ -1,7 +1,8 @@
 // The umbrella header: every public ember API. Kernel-side headers (launch, dynamic_shared,
-// ops::map and ops::expr) are usable from .cu files; the CUDA checks come with CUDA builds.
-// The MPI and NCCL check macros (core/check_mpi.hpp, core/check_nccl.hpp) are included where
-// MPI or NCCL is used: their headers are not on every include path.
+// ops::map and ops::expr) are usable from .cu files. The CUDA, MPI and NCCL check macros
+// (core/check_cuda.hpp, check_mpi.hpp, check_nccl.hpp) are included where those libraries are
+// used: their headers are not on every include path, and a CPU program of a CUDA-built ember
+// compiles without the CUDA toolkit.
 #pragma once
 
 #include "ember/amp/grad_scaler.hpp"
@@ -91,7 +92,3 @@
 #include "ember/train/sgd.hpp"
 #include "ember/train/step_op.hpp"
 #include "ember/train/update_rules.hpp"
-
-#if EMBER_WITH_CUDA
-#include "ember/core/check_cuda.hpp"
-#endif

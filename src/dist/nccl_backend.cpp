@@ -29,11 +29,62 @@ std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double, Backend
 #include <mutex>
 #include <thread>
 
+#include "core/shared_library.hpp"
 #include "ember/core/check_cuda.hpp"
-#include "ember/core/check_nccl.hpp"
 
 namespace ember::dist::detail {
 namespace {
+
+// NCCL is loaded on first use, not linked (core/shared_library.hpp): libember.so starts on a
+// machine without it. The emulated-CUDA build calls the shim's functions.
+// clang-format off
+#define EMBER_NCCL_FUNCTIONS(X)                                                   \
+  X(ncclGetErrorString) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) \
+  X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclAllReduce) X(ncclBroadcast)     \
+  X(ncclAllGather) X(ncclReduceScatter)
+// clang-format on
+
+struct NcclApi {
+#define EMBER_DECLARE(name) decltype(&::name) name = nullptr;
+  EMBER_NCCL_FUNCTIONS(EMBER_DECLARE)
+#undef EMBER_DECLARE
+};
+
+const NcclApi& nccl() {
+#if defined(EMBER_SIMT)
+  static const NcclApi shim = [] {
+    NcclApi functions;
+#define EMBER_BIND(name) functions.name = &::name;
+    EMBER_NCCL_FUNCTIONS(EMBER_BIND)
+#undef EMBER_BIND
+    return functions;
+  }();
+  return shim;
+#else
+  static const ember::detail::SharedLibrary library("libnccl.so." + std::to_string(NCCL_MAJOR));
+  static const NcclApi* const table = []() -> const NcclApi* {
+    if (!library.loaded()) return nullptr;
+    auto* functions = new NcclApi();  // never freed: communicators made through it live on
+#define EMBER_BIND(name) library.bind(#name, functions->name);
+    EMBER_NCCL_FUNCTIONS(EMBER_BIND)
+#undef EMBER_BIND
+    return functions;
+  }();
+  EMBER_CHECK(table != nullptr,
+              "dist: CUDA collectives need NCCL, which is not available ({}); install NCCL {} "
+              "(Debian: libnccl2)",
+              library.error(), NCCL_MAJOR);
+  return *table;
+#endif
+}
+
+#define EMBER_NCCL_CALL(expr)                                                                 \
+  do {                                                                                        \
+    const ncclResult_t ember_status_ = (expr);                                                \
+    if (ember_status_ != ncclSuccess) [[unlikely]]                                            \
+      EMBER_THROW("NCCL call '{}' failed: {} (code {})", #expr,                               \
+                  nccl().ncclGetErrorString(ember_status_), static_cast<int>(ember_status_)); \
+  } while (0)
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
@@ -76,16 +127,16 @@ struct NcclShared {
   void abort_locked(const std::string& message) {
     if (broken.is()) return;
     broken.set(message);
-    if (comm) ncclCommAbort(comm);  // as NCCL documents: pending kernels return
+    if (comm) nccl().ncclCommAbort(comm);  // as NCCL documents: pending kernels return
   }
   // Throws when the communicator failed, or fails now (an asynchronous error).
   void check_locked(const std::string& what) {
     if (!broken.is() && comm) {
       ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+      if (nccl().ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
           async != ncclInProgress) {
         abort_locked(fmt::format("dist: NCCL reported an asynchronous error on rank {} of {}: {}",
-                                 launch.rank, launch.world_size, ncclGetErrorString(async)));
+                                 launch.rank, launch.world_size, nccl().ncclGetErrorString(async)));
       }
     }
     broken.check(what);
@@ -143,14 +194,14 @@ class NcclBackend final : public Backend {
     shared_->launch = launch;
     shared_->timeout = timeout;
     ncclUniqueId id{};
-    if (launch.rank == 0) EMBER_NCCL_CHECK(ncclGetUniqueId(&id));
+    if (launch.rank == 0) EMBER_NCCL_CALL(nccl().ncclGetUniqueId(&id));
     if (host != nullptr) {
       host->host_broadcast(&id, sizeof(id), 0, "the NCCL unique id's broadcast");
     } else {
       tcp_rendezvous_broadcast(launch, &id, sizeof(id), timeout);  // torchrun style, no MPI
     }
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
-    EMBER_NCCL_CHECK(ncclCommInitRank(&shared_->comm, launch.world_size, id, launch.rank));
+    EMBER_NCCL_CALL(nccl().ncclCommInitRank(&shared_->comm, launch.world_size, id, launch.rank));
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -181,7 +232,7 @@ class NcclBackend final : public Backend {
         stream_.synchronize();
       } catch (...) {
       }
-      ncclCommDestroy(shared_->comm);
+      nccl().ncclCommDestroy(shared_->comm);
     }
     shared_->comm = nullptr;
   }
@@ -190,8 +241,8 @@ class NcclBackend final : public Backend {
                                           std::string what) override {
     return run(stream, std::move(what), {t},
                [&](cudaStream_t s) {
-                 return ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
-                                      nccl_type(t.dtype()), nccl_op(op), shared_->comm, s);
+                 return nccl().ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
+                                             nccl_type(t.dtype()), nccl_op(op), shared_->comm, s);
                },
                {t});
   }
@@ -199,8 +250,8 @@ class NcclBackend final : public Backend {
                                          std::string what) override {
     return run(stream, std::move(what), {t},
                [&](cudaStream_t s) {
-                 return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root,
-                                      shared_->comm, s);
+                 return nccl().ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root,
+                                             shared_->comm, s);
                },
                {t});
   }
@@ -208,8 +259,8 @@ class NcclBackend final : public Backend {
                                           std::string what) override {
     return run(stream, std::move(what), {out, in},
                [&](cudaStream_t s) {
-                 return ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8, shared_->comm,
-                                      s);
+                 return nccl().ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8,
+                                             shared_->comm, s);
                },
                {out});
   }
@@ -217,8 +268,9 @@ class NcclBackend final : public Backend {
                                               ReduceOp op, std::string what) override {
     return run(stream, std::move(what), {out, in},
                [&](cudaStream_t s) {
-                 return ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
-                                          nccl_type(out.dtype()), nccl_op(op), shared_->comm, s);
+                 return nccl().ncclReduceScatter(
+                     in.data(), out.data(), static_cast<size_t>(out.numel()),
+                     nccl_type(out.dtype()), nccl_op(op), shared_->comm, s);
                },
                {out});
   }
@@ -281,7 +333,8 @@ class NcclBackend final : public Backend {
     if (rc != ncclSuccess) {
       std::lock_guard lock(shared_->mutex);
       shared_->abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
-                                        launch_.rank, launch_.world_size, ncclGetErrorString(rc)));
+                                        launch_.rank, launch_.world_size,
+                                        nccl().ncclGetErrorString(rc)));
     }
     {
       // Aborted by the watchdog while the call blocked (a peer that never came): the timeout.

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/shared_library.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/scratch.hpp"
 #endif
@@ -310,6 +311,80 @@ void matmul_cublaslt(const kernels::MatmulProblem&, cudaStream_t, int) {
 namespace ember::ops::cuda {
 namespace {
 
+// cuBLASLt is loaded on first use, not linked (core/shared_library.hpp): libember.so starts on a
+// machine without it. The functions ember calls, by name.
+// clang-format off
+#define EMBER_CUBLASLT_FUNCTIONS(X)                                              \
+  X(cublasLtCreate) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)          \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                       \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                \
+  X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)             \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)           \
+  X(cublasLtMatmulPreferenceSetAttribute)
+// clang-format on
+
+struct CublasLtApi {
+#define EMBER_DECLARE(name) decltype(&::name) name = nullptr;
+  EMBER_CUBLASLT_FUNCTIONS(EMBER_DECLARE)
+#undef EMBER_DECLARE
+};
+
+// The loaded library, or CublasLtNoAlgorithm (nothing enqueued: the automatic backend falls back
+// to the tiled kernels; backend 'cublaslt' reports it) naming the library and why.
+const CublasLtApi& api() {
+  static const detail::SharedLibrary library("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
+  static const CublasLtApi* const table = []() -> const CublasLtApi* {
+    if (!library.loaded()) return nullptr;
+    auto* functions = new CublasLtApi();  // never freed: handles made through it live on
+#define EMBER_BIND(name) library.bind(#name, functions->name);
+    EMBER_CUBLASLT_FUNCTIONS(EMBER_BIND)
+#undef EMBER_BIND
+    return functions;
+  }();
+  if (table == nullptr) {
+    throw CublasLtNoAlgorithm(fmt::format(
+        "ops::matmul: cuBLASLt is not available ({}); install NVIDIA's cuBLASLt {} runtime "
+        "library, or use the tiled backend",
+        library.error(), CUBLAS_VER_MAJOR));
+  }
+  return *table;
+}
+
+// cublasGetStatusName without linking libcublas.
+const char* status_name(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "an unknown cuBLAS status";
+}
+
+#define EMBER_CUBLASLT_CHECK(expr)                                                         \
+  do {                                                                                     \
+    const cublasStatus_t ember_status_ = (expr);                                           \
+    if (ember_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                               \
+      EMBER_THROW("cuBLASLt call '{}' failed: {} ({})", #expr, status_name(ember_status_), \
+                  static_cast<int>(ember_status_));                                        \
+  } while (0)
+
 static_assert(static_cast<uint32_t>(LtEpilogue::none) == CUBLASLT_EPILOGUE_DEFAULT);
 static_assert(static_cast<uint32_t>(LtEpilogue::relu) == CUBLASLT_EPILOGUE_RELU);
 static_assert(static_cast<uint32_t>(LtEpilogue::bias) == CUBLASLT_EPILOGUE_BIAS);
@@ -380,7 +455,7 @@ const DeviceContext& device_context(int device) {
   DeviceContext context;
   // cuBLAS's recommended workspace: 32 MiB from Hopper (sm_90) on, 4 MiB before.
   context.max_workspace = major >= 9 ? 32 * kMiB : 4 * kMiB;
-  EMBER_CUBLAS_CHECK(cublasLtCreate(&context.handle));
+  EMBER_CUBLASLT_CHECK(api().cublasLtCreate(&context.handle));
   return contexts->emplace(device, context).first->second;
 }
 
@@ -453,31 +528,33 @@ struct Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {  // host-only calls; their status cannot be acted on here
-    if (c != nullptr && c != d) cublasLtMatrixLayoutDestroy(c);
-    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (c != nullptr && c != d) api().cublasLtMatrixLayoutDestroy(c);
+    if (d != nullptr) api().cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) api().cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) api().cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) api().cublasLtMatmulDescDestroy(desc);
   }
 };
 
 template <class T>
 void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
                    const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  EMBER_CUBLASLT_CHECK(
+      api().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
 template <class T>
 void set_attribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute,
                    const T& value) {
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
+  EMBER_CUBLASLT_CHECK(
+      api().cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
 }
 
 template <class T>
 void set_attribute(cublasLtMatmulPreference_t preference,
                    cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
-  EMBER_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+  EMBER_CUBLASLT_CHECK(
+      api().cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
 void set_pointers(const Plan& plan, const CublasLtMapping& lt) {
@@ -488,8 +565,8 @@ void set_pointers(const Plan& plan, const CublasLtMapping& lt) {
 
 // Writes the layout into `out` as soon as it exists, so the plan's destructor frees it on error.
 void make_layout(cublasLtMatrixLayout_t& out, const LtMatrix& matrix, int32_t batch) {
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out, cuda_type(matrix.type), matrix.rows,
-                                                matrix.cols, matrix.ld));
+  EMBER_CUBLASLT_CHECK(api().cublasLtMatrixLayoutCreate(&out, cuda_type(matrix.type), matrix.rows,
+                                                        matrix.cols, matrix.ld));
   if (batch > 1) {
     set_attribute(out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch);
     set_attribute(out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, matrix.batch_stride);
@@ -498,8 +575,8 @@ void make_layout(cublasLtMatrixLayout_t& out, const LtMatrix& matrix, int32_t ba
 
 class Preference {
  public:
-  Preference() { EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference_)); }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(preference_); }
+  Preference() { EMBER_CUBLASLT_CHECK(api().cublasLtMatmulPreferenceCreate(&preference_)); }
+  ~Preference() { api().cublasLtMatmulPreferenceDestroy(preference_); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   cublasLtMatmulPreference_t get() const { return preference_; }
@@ -513,7 +590,7 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
   auto plan = std::make_shared<Plan>();
   // CUBLAS_COMPUTE_32F, not CUBLAS_COMPUTE_32F_FAST_TF32: f32 operands keep exact FP32 products,
   // like ember's own kernels; f16/bf16 operands accumulate in f32. alpha and beta are f32.
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  EMBER_CUBLASLT_CHECK(api().cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t op_a = lt.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int32_t op_b = lt.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
@@ -552,8 +629,8 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(context.handle, plan->desc, plan->a, plan->b, plan->c, plan->d,
-                                     preference.get(), 1, &result, &count);
+      api().cublasLtMatmulAlgoGetHeuristic(context.handle, plan->desc, plan->a, plan->b, plan->c,
+                                           plan->d, preference.get(), 1, &result, &count);
   // INVALID_VALUE: a combination this cuBLASLt rejects (some epilogue/layout/type mixes do)
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE ||
       (status == CUBLAS_STATUS_SUCCESS && count == 0)) {
@@ -564,7 +641,7 @@ std::shared_ptr<Plan> build_plan(const CublasLtMapping& lt, const PlanKey& key,
         key.device, lt.m, lt.n, lt.k, lt.batch, lt.trans_a, lt.trans_b, dtype_name(lt.a.type),
         dtype_name(lt.d.type), lt_epilogue_name(lt.epilogue)));
   }
-  EMBER_CUBLAS_CHECK(status);
+  EMBER_CUBLASLT_CHECK(status);
   plan->algo = result.algo;
   plan->workspace_bytes = result.workspaceSize;
   return plan;
@@ -604,17 +681,17 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
   std::lock_guard lock(plan->mutex);
   set_pointers(*plan, lt);
   const cublasStatus_t status =
-      cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a, lt.b.data, plan->b,
-                     &lt.beta, lt.c.data, plan->c, const_cast<void*>(lt.d.data), plan->d,
-                     &plan->algo, workspace.data(), plan->workspace_bytes, stream);
+      api().cublasLtMatmul(context.handle, plan->desc, &lt.alpha, lt.a.data, plan->a, lt.b.data,
+                           plan->b, &lt.beta, lt.c.data, plan->c, const_cast<void*>(lt.d.data),
+                           plan->d, &plan->algo, workspace.data(), plan->workspace_bytes, stream);
   if (status == CUBLAS_STATUS_INVALID_VALUE || status == CUBLAS_STATUS_NOT_SUPPORTED) {
     // Rejected before anything was enqueued: the automatic backend runs the tiled kernels.
     throw CublasLtNoAlgorithm(fmt::format(
         "ops::matmul: cuBLASLt rejected this product on cuda:{} ({}; cuBLASLt m={}, n={}, k={}, "
         "epilogue {}); use the tiled backend",
-        device, cublasGetStatusName(status), lt.m, lt.n, lt.k, lt_epilogue_name(lt.epilogue)));
+        device, status_name(status), lt.m, lt.n, lt.k, lt_epilogue_name(lt.epilogue)));
   }
-  EMBER_CUBLAS_CHECK(status);
+  EMBER_CUBLASLT_CHECK(status);
 }
 
 }  // namespace ember::ops::cuda

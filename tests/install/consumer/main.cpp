@@ -6,6 +6,7 @@
 
 int main() {
   using namespace ember;
+  std::printf("CUDA devices: %d\n", cuda_device_count());
   Stream stream;
   nn::Context ctx{stream};
   nn::Linear layer(1, 1, {.seed = 1});
