@@ -1,5 +1,6 @@
 // A double-precision reference for ops::matmul's full definition (include/ember/ops/matmul.hpp),
-// computed from the operands' stored values; used by the CPU tests and the emulated-CUDA tests.
+// computed from the operands' stored values (on any device); used by matmul_cases.cpp on every
+// device, the emulated-CUDA matmul tests, and (GELU in double) bias_activation_cases.cpp.
 #pragma once
 
 #include <cmath>

@@ -1,8 +1,12 @@
-// Helpers shared by the op tests (CPU and emulated CUDA): random inputs, and results as f32
-// values or as raw bytes.
+// Helpers shared by the op tests (CPU and emulated CUDA): random inputs, results as f32 values
+// (read on the host) or as raw bytes, float bits and ulp distances, misaligned views.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -43,6 +47,31 @@ inline std::vector<uint8_t> raw(const Tensor& t) {
 // A tensor's elements as f32 (16-bit floats widen exactly).
 inline std::vector<float> values(const Tensor& t) {
   return t.to(DType::f32).to_vector<float>();
+}
+
+// A tensor's elements as f32 on the host (16-bit floats widen exactly).
+inline std::vector<float> host_f32(const Tensor& t) {
+  return values(t.to(Device::cpu()));
+}
+
+inline uint32_t bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+
+// Ulps between a and b of one sign; of opposite signs 0 within 1e-30 of each other (the two
+// zeros), else 2^30.
+inline int ulps(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  if ((ia < 0) != (ib < 0)) return std::abs(a - b) < 1e-30f ? 0 : 1 << 30;
+  return std::abs(ia - ib);
+}
+
+// Elements [1, n + 1) of t as a rank-1 view: a start that no 128-bit access fits.
+inline TensorView offset_by_one(const Tensor& t, int64_t n) {
+  return TensorView{static_cast<char*>(t.data()) + dtype_size(t.dtype()), t.dtype(), Shape{n},
+                    t.device()};
 }
 
 }  // namespace ember::testing
