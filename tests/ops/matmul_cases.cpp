@@ -31,23 +31,6 @@ Tensor uniform(Shape shape, DType dtype, uint64_t seed, double range = 1.0) {
   return t.to(dtype);
 }
 
-// f32 accumulation of k products of magnitude <= 1 errs by far less than 8 (k + 4) ulps
-// (2^-24 each); the epilogue (a transcendental) adds a few ulps more; a 16-bit output its
-// rounding, at most 2^-11 (f16) or 2^-8 (bf16) relative.
-double tolerance(DType out, int64_t k) {
-  const double accumulate = 8.0 * static_cast<double>(k + 4) * std::ldexp(1.0, -24);
-  return accumulate + (out == DType::f32 ? 0.0 : std::ldexp(1.0, out == DType::f16 ? -11 : -8));
-}
-
-// Relative to max(1, |want|).
-void expect_close(const Tensor& got_tensor, const std::vector<double>& want, double tol) {
-  const std::vector<float> got = got_tensor.to(Device::cpu()).to(DType::f32).to_vector<float>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
-  }
-}
-
 class Matmul : public OnDevice {};
 
 // Every transpose, input dtype and output dtype, with alpha, beta (C read), a bias, and no
@@ -90,8 +73,9 @@ TEST_P(Matmul, MatchesTheDoubleReferenceAcrossShapes) {
               if (act == Activation::gelu) o.pre_activation = pre;
               const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
               ops::matmul(s, c, a, b, o);
-              expect_close(c, want.c, tolerance(out, k));
-              if (act == Activation::gelu) expect_close(pre, want.pre, tolerance(DType::f32, k));
+              expect_close(c, want.c, matmul_tolerance(out, k));
+              if (act == Activation::gelu)
+                expect_close(pre, want.pre, matmul_tolerance(DType::f32, k));
             }
           }
         }
@@ -213,7 +197,7 @@ TEST_P(Matmul, BatchedSharedAndPerEntryOperandsInEveryLayout) {
         o.beta = 0.25f;
         const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
         ops::matmul(s, c, a, b, o);
-        expect_close(c, want.c, tolerance(DType::f32, k));
+        expect_close(c, want.c, matmul_tolerance(DType::f32, k));
       }
     }
   }
@@ -233,7 +217,7 @@ TEST_P(Matmul, BatchedResidualScaleAndActivationGradient) {
   o.activation_input = x;
   const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
   ops::matmul(s, c, a, b, o);
-  expect_close(c, want.c, tolerance(DType::f32, 12));
+  expect_close(c, want.c, matmul_tolerance(DType::f32, 12));
 }
 
 TEST_P(Matmul, ResidualAndOutputScaleAfterTheActivation) {
@@ -252,8 +236,8 @@ TEST_P(Matmul, ResidualAndOutputScaleAfterTheActivation) {
       o.output_scale = -0.5f;
       const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
       ops::matmul(s, c, a, b, o);
-      expect_close(c, want.c, tolerance(out, 9));
-      expect_close(pre, want.pre, tolerance(DType::f32, 9));
+      expect_close(c, want.c, matmul_tolerance(out, 9));
+      expect_close(pre, want.pre, matmul_tolerance(DType::f32, 9));
     }
   }
 }
@@ -266,7 +250,7 @@ TEST_P(Matmul, ResidualMayBeCItself) {
   o.residual = c;  // x + f(x) written over x
   const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
   ops::matmul(s, c, a, b, o);
-  expect_close(c, want.c, tolerance(DType::f32, 3));
+  expect_close(c, want.c, matmul_tolerance(DType::f32, 3));
 }
 
 TEST_P(Matmul, ActivationGradientMultipliesByTheDerivative) {
@@ -281,7 +265,7 @@ TEST_P(Matmul, ActivationGradientMultipliesByTheDerivative) {
     o.activation_input = x;
     const auto want = matmul_reference(dx.view(), dy.view(), w.view(), o);
     ops::matmul(s, dx, dy, w, o);
-    expect_close(dx, want.c, tolerance(DType::f32, 8));
+    expect_close(dx, want.c, matmul_tolerance(DType::f32, 8));
   }
 }
 
@@ -308,8 +292,8 @@ TEST_P(Matmul, BiasGradientIsTheRowSumsOfOpA) {
             o.bias_grad_beta = beta;
             const auto want = matmul_reference(dw.view(), dy.view(), x.view(), o);
             ops::matmul(s, dw, dy, x, o);
-            expect_close(dw, want.c, tolerance(DType::f32, rows));
-            expect_close(db, want.bias_grad, tolerance(gdt, rows));
+            expect_close(dw, want.c, matmul_tolerance(DType::f32, rows));
+            expect_close(db, want.bias_grad, matmul_tolerance(gdt, rows));
           }
         }
       }

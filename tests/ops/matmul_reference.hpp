@@ -3,6 +3,9 @@
 // device, the emulated-CUDA matmul tests, and (GELU in double) bias_activation_cases.cpp.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -90,6 +93,23 @@ inline MatmulReference matmul_reference(const TensorView& c, const TensorView& a
     }
   }
   return r;
+}
+
+// The bound a matmul result keeps to the reference: f32 accumulation of k products of magnitude
+// <= 1 errs by far less than 8 (k + 4) ulps (2^-24 each); the epilogue (a transcendental) adds a
+// few ulps more; a 16-bit output its rounding, at most 2^-11 (f16) or 2^-8 (bf16) relative.
+inline double matmul_tolerance(DType out, int64_t k) {
+  const double accumulate = 8.0 * static_cast<double>(k + 4) * std::ldexp(1.0, -24);
+  return accumulate + (out == DType::f32 ? 0.0 : std::ldexp(1.0, out == DType::f16 ? -11 : -8));
+}
+
+// Every element of `got` within tol * max(1, |want|) of `want`.
+inline void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
+  const std::vector<float> values = got.to(Device::cpu()).to(DType::f32).to_vector<float>();
+  ASSERT_EQ(values.size(), want.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_NEAR(values[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
+  }
 }
 
 }  // namespace ember::testing

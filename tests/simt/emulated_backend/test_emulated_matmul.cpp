@@ -23,8 +23,10 @@ using ember::Tensor;
 using ember::ops::Activation;
 using ember::ops::MatmulBackend;
 using ember::ops::MatmulOptions;
+using ember::testing::expect_close;
 using ember::testing::expect_error;
 using ember::testing::matmul_reference;
+using ember::testing::matmul_tolerance;
 
 const Device kGpu = Device::cuda(0);
 
@@ -32,21 +34,6 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, Device device = kG
   Tensor t = Tensor::empty(shape, DType::f32);
   t.uniform_(seed, -1.0, 1.0);
   return t.to(dtype).to(device);
-}
-
-// f32 accumulation of k products of magnitude <= 1: far below 8 (k + 4) ulps of 2^-24, the
-// epilogue's transcendental a few ulps more; a 16-bit output adds its rounding (2^-11, 2^-8).
-double tolerance(DType out, int64_t k) {
-  const double accumulate = 8.0 * static_cast<double>(k + 4) * std::ldexp(1.0, -24);
-  return accumulate + (out == DType::f32 ? 0.0 : std::ldexp(1.0, out == DType::f16 ? -11 : -8));
-}
-
-void expect_close(const Tensor& got_tensor, const std::vector<double>& want, double tol) {
-  const std::vector<float> got = got_tensor.to(Device::cpu()).to(DType::f32).to_vector<float>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "element " << i;
-  }
 }
 
 // The tiled backend named explicitly (the automatic one runs it too here, in matmul_cases.cpp),
@@ -78,9 +65,9 @@ TEST(EmulatedMatmul, TiledBackendWritesNothingPastItsTensors) {
         o.backend = MatmulBackend::tiled;
         const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
         ember::ops::matmul(stream, c, a, b, o);
-        expect_close(c, want.c, tolerance(out, k));
-        expect_close(pre, want.pre, tolerance(DType::f32, k));
-        expect_close(db, want.bias_grad, tolerance(DType::f32, k));
+        expect_close(c, want.c, matmul_tolerance(out, k));
+        expect_close(pre, want.pre, matmul_tolerance(DType::f32, k));
+        expect_close(db, want.bias_grad, matmul_tolerance(DType::f32, k));
         EXPECT_NO_THROW(ember::simt::check_guards());
       }
     }
@@ -105,7 +92,7 @@ TEST(EmulatedMatmul, LinearForwardAndBackwardMatchTheCpu) {
     const std::vector<float> v = t.to(Device::cpu()).to_vector<float>();
     return std::vector<double>(v.begin(), v.end());
   };
-  const double tol = 2 * tolerance(DType::f32, 33);
+  const double tol = 2 * matmul_tolerance(DType::f32, 33);
   expect_close(y_gpu, as_double(y_cpu), tol);
   expect_close(dx_gpu, as_double(dx_cpu), tol);
   expect_close(gpu_layer.weight().grad, as_double(cpu_layer.weight().grad), tol);
