@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/shared_library.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "ember/ember.hpp"
 
@@ -30,7 +31,29 @@ const Shape3 kShapes[] = {{256, 256, 256},    {512, 512, 512},    {1024, 1024, 1
                           {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
                           {4096, 4096, 1024}, {8192, 768, 3072},  {8192, 3072, 768}};
 
+// cuBLAS, the reference, loaded when the GPU benchmarks are registered (as ember loads cuBLASLt):
+// the installed bench_matmul starts without the CUDA toolkit.
+struct Cublas {
+  decltype(&::cublasCreate_v2) create = nullptr;
+  decltype(&::cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&::cublasSetStream_v2) set_stream = nullptr;
+  // cublasGemmEx's C signature (cublas_api.h overloads it for C++).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
+  decltype(&::cublasGetStatusName) status_name = nullptr;
+};
+
+#define BENCH_CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                             \
+    const cublasStatus_t bench_status_ = (expr);                                                   \
+    if (bench_status_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      EMBER_THROW("cuBLAS call '{}' failed: {}", #expr, context().api.status_name(bench_status_)); \
+  } while (0)
+
 struct GpuContext {
+  Cublas api;
   cublasHandle_t cublas = nullptr;
   void* flush = nullptr;
   size_t flush_bytes = 0;
@@ -98,15 +121,15 @@ void bench_cublas(benchmark::State& state, Shape3 p, DType dtype) {
   Tensor c = Tensor::empty({p.m, p.n}, dtype, Device::cuda(0));
   cublasHandle_t handle = context().cublas;
   const auto s = static_cast<cudaStream_t>(stream.native());
-  EMBER_CUBLAS_CHECK(cublasSetStream(handle, s));
+  BENCH_CUBLAS_CHECK(context().api.set_stream(handle, s));
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType_t t = cuda_type(dtype);
   timed_loop(state, p, s, [&] {
-    EMBER_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n),
-                                    static_cast<int>(p.m), static_cast<int>(p.k), &alpha, b.data(),
-                                    t, static_cast<int>(p.n), a.data(), t, static_cast<int>(p.k),
-                                    &beta, c.data(), t, static_cast<int>(p.n), CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
+    BENCH_CUBLAS_CHECK(context().api.gemm_ex(
+        handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
+        static_cast<int>(p.k), &alpha, b.data(), t, static_cast<int>(p.n), a.data(), t,
+        static_cast<int>(p.k), &beta, c.data(), t, static_cast<int>(p.n), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
   });
 }
 
@@ -119,8 +142,18 @@ bool register_cuda_matmul_benchmarks(bool flush_l2, std::string* why_not) {
     return false;
   }
   GpuContext& g = context();
-  EMBER_CUBLAS_CHECK(cublasCreate(&g.cublas));
-  EMBER_CUBLAS_CHECK(cublasSetMathMode(g.cublas, CUBLAS_PEDANTIC_MATH));  // no TF32
+  static const detail::SharedLibrary cublas("libcublas.so." + std::to_string(CUBLAS_VER_MAJOR));
+  if (!cublas.loaded()) {
+    *why_not = fmt::format("the cuBLAS reference is not available ({})", cublas.error());
+    return false;
+  }
+  cublas.bind("cublasCreate_v2", g.api.create);
+  cublas.bind("cublasSetMathMode", g.api.set_math_mode);
+  cublas.bind("cublasSetStream_v2", g.api.set_stream);
+  cublas.bind("cublasGemmEx", g.api.gemm_ex);
+  cublas.bind("cublasGetStatusName", g.api.status_name);
+  BENCH_CUBLAS_CHECK(g.api.create(&g.cublas));
+  BENCH_CUBLAS_CHECK(g.api.set_math_mode(g.cublas, CUBLAS_PEDANTIC_MATH));  // no TF32
   if (flush_l2) {
     int l2 = 0;
     EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));

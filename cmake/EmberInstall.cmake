@@ -39,6 +39,9 @@ export(EXPORT emberTargets NAMESPACE ember:: FILE "${PROJECT_BINARY_DIR}/emberTa
 foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-    set_target_properties(${tool} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+    # $ORIGIN/../lib finds libember.so in the prefix and in the build tree alike (<build>/lib):
+    # no install-time rewrite, so no padded (current-directory) run path entry.
+    set_target_properties(${tool} PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}"
+                                             BUILD_WITH_INSTALL_RPATH ON)
   endif()
 endforeach()

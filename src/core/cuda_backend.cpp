@@ -5,16 +5,35 @@
 #if EMBER_WITH_CUDA
 #include "ember/core/check_cuda.hpp"
 #endif
+#if EMBER_WITH_CUDA && !defined(EMBER_SIMT)
+#include <dlfcn.h>
+#endif
 
 namespace ember::cuda_backend {
 
 #if EMBER_WITH_CUDA
 
+namespace {
+// Whether the driver library can be loaded at all: without it the runtime reports an
+// "insufficient" driver, which would send a user to upgrade a driver that is not there.
+bool driver_installed() {
+#if defined(EMBER_SIMT)
+  return true;
+#else
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver != nullptr) ::dlclose(driver);
+  return driver != nullptr;
+#endif
+}
+}  // namespace
+
 int device_count(std::string* reason) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    if (reason) {
+    if (reason && status == cudaErrorInsufficientDriver && !driver_installed()) {
+      *reason = "no NVIDIA driver is installed (libcuda.so.1 was not found)";
+    } else if (reason) {
       *reason = fmt::format("the CUDA runtime found no usable GPU: {} ({})",
                             cudaGetErrorName(status), cudaGetErrorString(status));
     }

@@ -269,7 +269,7 @@ void CudaVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   if (bytes == 0) return;
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(address);
-  if (!pages_.all_mapped(start, bytes)) {
+  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
     detail::abort_with(fmt::format("{}: unmap({}, {} bytes) covers pages that are not mapped (or "
                                    "is misaligned, or outside every reservation)",
                                    name(), address, bytes)

@@ -169,7 +169,7 @@ void HostVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
   if (bytes == 0) return;
   std::lock_guard lock(mutex_);
   const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  if (!pages_.all_mapped(start, bytes)) {
+  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
     detail::abort_with(fmt::format("{}: unmap({}, {}) covers pages that are not mapped (or is "
                                    "misaligned, or outside every reservation)",
                                    name(), address, bytes)

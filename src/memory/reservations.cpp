@@ -21,19 +21,24 @@ void Reservations::add(uintptr_t base, size_t bytes) {
   reserved_bytes_ += bytes;
 }
 
-void Reservations::check_map(std::string_view who, const void* address, size_t bytes) const {
+bool Reservations::contains(uintptr_t start, size_t bytes) const {
+  if (start % page_ != 0 || bytes == 0 || bytes % page_ != 0) return false;
+  const auto above = ranges_.upper_bound(start);
+  if (above == ranges_.begin()) return false;
+  const auto& [base, size] = *std::prev(above);
+  return start - base <= size && bytes <= size - (start - base);  // no overflow past its end
+}
+
+void Reservations::check_range(std::string_view who, std::string_view op, const void* address,
+                               size_t bytes) const {
   const auto start = reinterpret_cast<uintptr_t>(address);
   EMBER_CHECK(start % page_ == 0 && bytes > 0 && bytes % page_ == 0,
-              "{}: map needs a page-aligned address and a positive multiple of the page size "
+              "{}: {} needs a page-aligned address and a positive multiple of the page size "
               "({}), got address {} and {} bytes",
-              who, format_bytes(page_), address, bytes);
-  const auto above = ranges_.upper_bound(start);
-  const bool inside = above != ranges_.begin() && [&] {
-    const auto& [base, size] = *std::prev(above);
-    return start - base <= size && bytes <= size - (start - base);
-  }();
-  EMBER_CHECK(inside, "{}: map({}, {} bytes) is not inside a reservation; reserve the range first",
-              who, address, bytes);
+              who, op, format_bytes(page_), address, bytes);
+  EMBER_CHECK(contains(start, bytes),
+              "{}: {}({}, {} bytes) is not inside a reservation; reserve the range first", who, op,
+              address, bytes);
 }
 
 void Reservations::remove(std::string_view who, const void* base, size_t bytes) noexcept {

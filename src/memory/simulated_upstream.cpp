@@ -146,6 +146,7 @@ void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
 
 size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t bytes) const {
   std::lock_guard lock(mutex_);
+  reservations_.check_range(name(), "unbacked_bytes", address, bytes);
   const auto start = reinterpret_cast<uintptr_t>(address);
   size_t out = 0;
   for (uintptr_t page = start; page < start + bytes; page += page_size_)
@@ -183,9 +184,10 @@ bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
 }
 
 void SimulatedVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
+  if (bytes == 0) return;  // nothing to unmap, as on the other upstreams
   std::lock_guard lock(mutex_);
   const auto start = reinterpret_cast<uintptr_t>(address);
-  if (!pages_.all_mapped(start, bytes)) {
+  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
     detail::abort_with(
         fmt::format("{}: unmap({}, {}) covers pages that are not mapped", name(), address, bytes)
             .c_str());

@@ -29,6 +29,25 @@ foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
 endforeach()
 run("${WORK_DIR}/prefix/bin/memory_snapshot_svg" --help)
 
+# Run paths: no empty entry (which means the current directory) in what is installed or in the
+# build tree's library and tools; the installed libember.so keeps its private libraries'
+# directories (the OpenMP OpenBLAS) and the tools find it through $ORIGIN.
+file(GLOB build_libs "${BUILD_DIR}/lib/libember.so" "${BUILD_DIR}/lib/*/libember.so")
+foreach(file "${WORK_DIR}/prefix/lib/libember.so" "${WORK_DIR}/prefix/bin/memory_snapshot_svg"
+        "${WORK_DIR}/prefix/bin/bench_matmul" ${build_libs}
+        "${BUILD_DIR}/examples/memory_snapshot_svg")
+  execute_process(COMMAND readelf -d "${file}" RESULT_VARIABLE code OUTPUT_VARIABLE dynamic)
+  string(REGEX MATCH "R(UN)?PATH\\)[^[]*\\[([^]]*)\\]" found "${dynamic}")
+  set(runpath "${CMAKE_MATCH_2}")
+  if(NOT code EQUAL 0 OR runpath MATCHES "^:|::|:$")
+    message(FATAL_ERROR "${file}: a run path with an empty entry (or unreadable): '${runpath}'")
+  endif()
+  message(STATUS "${file}: run path '${runpath}'")
+endforeach()
+if(NOT build_libs)
+  message(FATAL_ERROR "the build tree has no lib/libember.so")
+endif()
+
 # The build tree as a package: the same consumer against ember_DIR=<build dir>.
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/build_tree" -G Ninja
     "-Dember_DIR=${BUILD_DIR}" -DCMAKE_BUILD_TYPE=Release

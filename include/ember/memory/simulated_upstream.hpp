@@ -114,7 +114,8 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   PhysicalGranularity granularity() const { return granularity_; }
   Counters counters() const;
   // The new physical memory map(address, bytes) would need: the bytes of the
-  // range that no allocation backs (retained pages need none).
+  // range that no allocation backs (retained pages need none). Throws ember::Error
+  // for a range map would reject as misaligned or outside every reservation.
   size_t unbacked_bytes(const void* address, size_t bytes) const;
 
  private:

@@ -90,7 +90,7 @@ class PhysicalPages {
   }
   // Whether [start, start + bytes) is page-aligned and every page of it mapped.
   bool all_mapped(uintptr_t start, size_t bytes) const {
-    if (start % page_ != 0 || bytes % page_ != 0) return false;
+    if (start % page_ != 0 || bytes % page_ != 0 || bytes > UINTPTR_MAX - start) return false;
     for (uintptr_t page = start; page < start + bytes; page += page_) {
       if (!is_mapped(page)) return false;
     }

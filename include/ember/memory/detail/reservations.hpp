@@ -20,9 +20,15 @@ class Reservations {
   // upstream's name, which starts the message.
   void check_reserve(std::string_view who, size_t bytes) const;
   void add(uintptr_t base, size_t bytes);
-  // Throws ember::Error unless [address, address + bytes) is page-aligned, not empty and inside
-  // one reservation.
-  void check_map(std::string_view who, const void* address, size_t bytes) const;
+  // Whether [start, start + bytes) is page-aligned, not empty and inside one reservation.
+  bool contains(uintptr_t start, size_t bytes) const;
+  // Throws ember::Error unless contains(address, bytes), saying which way the arguments of
+  // `op` (a call taking an address range, "map") are wrong.
+  void check_range(std::string_view who, std::string_view op, const void* address,
+                   size_t bytes) const;
+  void check_map(std::string_view who, const void* address, size_t bytes) const {
+    check_range(who, "map", address, bytes);
+  }
   // Removes the reservation (base, bytes); aborts with a message when it is not one (released
   // twice, or never reserved here): release is noexcept.
   void remove(std::string_view who, const void* base, size_t bytes) noexcept;
