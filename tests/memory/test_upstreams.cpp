@@ -22,6 +22,7 @@
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/memory/simulated_upstream.hpp"
 #include "ember/memory/statistics_adaptor.hpp"
+#include "memory/unmap_misuse.hpp"
 #include "test_support.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -284,44 +285,15 @@ TEST(SimulatedUpstream, HandsOutMultiGiBRangesWithoutMemory) {
   expect_error([&] { sim.allocate(0); }, "bytes > 0");
 }
 
-// unmap is noexcept: a range that is not all mapped pages of one reservation aborts, however it
-// is wrong (its end wrapping past the top of the address space, or running from one reservation
-// into the next, adjacent or not), and changes no counter before that. Both virtual upstreams
-// share these checks (detail::Reservations) with CudaVirtualUpstream.
-template <class Upstream>
-void expect_unmap_misuse_aborts(Upstream& vm) {
-  const size_t page = vm.page_size();
-  void* lo = vm.reserve(4 * page);
-  void* hi = vm.reserve(4 * page);
-  ASSERT_TRUE(vm.map(lo, 4 * page));
-  ASSERT_TRUE(vm.map(hi, 4 * page));
-  const auto before = vm.counters();
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  // The end wraps: SIZE_MAX - page + 1 bytes from a page-aligned address.
-  EXPECT_DEATH(vm.unmap(lo, SIZE_MAX - page + 1), "covers pages that are not mapped");
-  // The last page of one reservation and the first of the other: both mapped, but two ranges.
-  EXPECT_DEATH(vm.unmap(bytes_at(lo, 3 * page), 2 * page), "covers pages that are not mapped");
-  EXPECT_DEATH(vm.unmap(bytes_at(hi, 3 * page), 2 * page), "covers pages that are not mapped");
-  vm.unmap(lo, 0);  // nothing: not counted
-  const auto after = vm.counters();
-  EXPECT_EQ(after.unmap_calls, before.unmap_calls);
-  EXPECT_EQ(after.mapped_bytes, 8 * page);
-  vm.unmap(lo, 4 * page);
-  EXPECT_EQ(vm.counters().mapped_bytes, 4 * page);
-  vm.release(lo, 4 * page);
-  vm.release(hi, 4 * page);
-  EXPECT_EQ(vm.counters().mapped_bytes, 0u);
-}
-
 TEST(HostVirtualUpstream, UnmapMisuseAbortsAndCountsNothing) {
   HostVirtualUpstream vm(64 * 1024);
-  expect_unmap_misuse_aborts(vm);
+  ember::testing::expect_unmap_misuse_aborts(vm);
   EXPECT_EQ(vm.backing_bytes(), 0u);
 }
 
 TEST(SimulatedVirtualUpstream, UnmapMisuseAbortsAndCountsNothing) {
   SimulatedVirtualUpstream vm(kPage, kGiB);
-  expect_unmap_misuse_aborts(vm);
+  ember::testing::expect_unmap_misuse_aborts(vm);
   EXPECT_EQ(vm.counters().backed_bytes, 0u);
 }
 

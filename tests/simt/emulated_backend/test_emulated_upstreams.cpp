@@ -19,6 +19,7 @@
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/simt/profile.hpp"
 #include "memory/random_allocations.hpp"
+#include "memory/unmap_misuse.hpp"
 
 namespace ember::memory {
 namespace {
@@ -332,6 +333,12 @@ TEST(EmulatedCudaVirtualUpstream, MisuseIsAClearError) {
   EXPECT_DEATH(vm.unmap(base, kPage), "covers pages that are not mapped");
   vm.release(base, 4 * kPage);
   EXPECT_DEATH(vm.release(base, 4 * kPage), "released twice");
+}
+
+TEST(EmulatedCudaVirtualUpstream, UnmapMisuseAbortsAndCountsNothing) {
+  CudaVirtualUpstream vm(0);
+  ember::testing::expect_unmap_misuse_aborts(vm);
+  EXPECT_EQ(vm.counters().backed_bytes, 0u);
 }
 
 TEST(EmulatedCudaVirtualUpstream, OutOfDeviceMemoryIsFalse) {
