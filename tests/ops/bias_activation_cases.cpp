@@ -109,18 +109,9 @@ void expect_same(const Tensor& got, const Tensor& want, Activation act, const st
 
 // ---- host references -------------------------------------------------------------------------
 
-std::vector<float> host_floats(const Tensor& t) {
-  return values(t.to(Device::cpu()));
-}
-
-// v (f32 values) as a host tensor of `dtype`, rounded as the CPU backend rounds.
-Tensor host_tensor(const std::vector<float>& v, const Shape& shape, DType dtype) {
-  return Tensor::from_vector(v, shape).to(dtype);
-}
-
 // t = x + bias[j] in f32, as the op adds (x and bias widened exactly).
 std::vector<float> host_bias_add(const Tensor& x, const Tensor& bias) {
-  const std::vector<float> xv = host_floats(x), bv = host_floats(bias);
+  const std::vector<float> xv = host_f32(x), bv = host_f32(bias);
   std::vector<float> t(xv.size());
   for (size_t i = 0; i < t.size(); ++i) t[i] = xv[i] + bv[i % bv.size()];
   return t;
@@ -135,14 +126,6 @@ double gelu_derivative_ref(double t) {
   return std::isinf(t) ? (t > 0 ? 1.0 : 0.0) : reference_gelu_derivative(t);
 }
 
-int64_t ulp_distance(float a, float b) {
-  int32_t ia, ib;
-  std::memcpy(&ia, &a, 4);
-  std::memcpy(&ib, &b, 4);
-  if ((ia < 0) != (ib < 0)) return a == b ? 0 : int64_t{1} << 40;  // +0 vs -0 are equal
-  return std::abs(int64_t{ia} - int64_t{ib});
-}
-
 // GELU results against the double reference `want`, rounded to got's dtype: in f32 within
 // `max_ulps` (each exp is within 1 ulp on either device, the sigmoid and products add a few: 8
 // for the value, 16 for the derivative times dy, as in the map tests) or `floor` (near the zero
@@ -150,7 +133,7 @@ int64_t ulp_distance(float a, float b) {
 // dtype (a few f32 ulps may flip its rounding). inf must agree exactly, nan up to its sign.
 void expect_gelu_close(const Tensor& got, const std::vector<double>& want, int64_t max_ulps,
                        float floor, const std::string& what) {
-  const std::vector<float> g = host_floats(got);
+  const std::vector<float> g = host_f32(got);
   std::vector<float> wf(want.begin(), want.end());
   const std::vector<float> w = values(host_tensor(wf, got.shape(), got.dtype()));
   ASSERT_EQ(g.size(), w.size());
@@ -163,7 +146,7 @@ void expect_gelu_close(const Tensor& got, const std::vector<double>& want, int64
     if (!std::isfinite(w[i])) {
       ok = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
     } else if (got.dtype() == DType::f32) {
-      ok = std::abs(g[i] - w[i]) <= floor || ulp_distance(g[i], w[i]) <= max_ulps;
+      ok = std::abs(g[i] - w[i]) <= floor || ulps(g[i], w[i]) <= max_ulps;
     } else {
       ok = std::abs(g[i] - w[i]) <= floor + rel * std::abs(w[i]);
     }
@@ -175,13 +158,14 @@ void expect_gelu_close(const Tensor& got, const std::vector<double>& want, int64
   }
 }
 
-// dbias against the column sums of dx as stored (plus start with accumulate), in double: both
-// backends sum in double and round once, only the order of the double additions differs, so
-// the f32 results are at most one ulp apart (beyond an absolute floor where the sum cancels).
+// dbias against the column sums of dx as stored (plus start with accumulate), summed here in
+// double: the op also sums in double and rounds once, only the order of the double additions
+// differs, so the f32 results are at most one ulp apart (beyond an absolute floor where the sum
+// cancels).
 // nan and inf must agree.
 void expect_column_sums(const Tensor& dbias, const Tensor& dx, const Tensor& start, bool accumulate,
                         const std::string& what) {
-  const std::vector<float> got = host_floats(dbias), d = host_floats(dx), s = values(start);
+  const std::vector<float> got = host_f32(dbias), d = host_f32(dx), s = values(start);
   const size_t n = got.size();
   ASSERT_EQ(s.size(), n);
   std::vector<double> sum(n, 0.0), magnitude(n, 0.0);
@@ -197,7 +181,7 @@ void expect_column_sums(const Tensor& dbias, const Tensor& dx, const Tensor& sta
     const float want = static_cast<float>(sum[j]);
     const bool ok = std::isnan(want)   ? std::isnan(got[j])
                     : std::isinf(want) ? got[j] == want
-                                       : ulp_distance(got[j], want) <= 1 ||
+                                       : ulps(got[j], want) <= 1 ||
                                              std::abs(got[j] - sum[j]) <= 1e-12 * magnitude[j];
     if (!ok) {
       ++failures;
@@ -255,8 +239,8 @@ TEST_P(BiasActivation, ForwardValuesByHand) {
   const Tensor bias = on(Tensor::from_vector(std::vector<float>{0.5f, -1.0f}, {2}));
   Tensor y = on(Tensor::zeros({2, 2})), pre = on(Tensor::zeros({2, 2}, DType::bf16));
   ops::bias_activation_forward(s, y, x, bias, Activation::relu, pre);
-  EXPECT_EQ(host_floats(pre), (std::vector<float>{-0.5f, 1.0f, 1.0f, -4.0f}));  // exact in bf16
-  EXPECT_EQ(host_floats(y), (std::vector<float>{0.0f, 1.0f, 1.0f, 0.0f}));
+  EXPECT_EQ(host_f32(pre), (std::vector<float>{-0.5f, 1.0f, 1.0f, -4.0f}));  // exact in bf16
+  EXPECT_EQ(host_f32(y), (std::vector<float>{0.0f, 1.0f, 1.0f, 0.0f}));
 }
 
 // Views one element past an aligned start: on CUDA the scalar path instead of the 128-bit one
@@ -380,17 +364,17 @@ TEST_P(BiasActivation, BackwardByHandAndEmpty) {
   const Tensor pre = on(Tensor::from_vector(std::vector<float>{1, -1, 0, 2, kNan, 3}, {3, 2}));
   Tensor dx = on(Tensor::zeros({3, 2})), db = on(Tensor::full({2}, 10.0));
   ops::bias_activation_backward(s, dx, db, dy, pre, Activation::relu, {.accumulate = true});
-  EXPECT_EQ(host_floats(dx), (std::vector<float>{1, 0, 0, 4, 0, 6}));  // pre > 0 only (not nan, 0)
-  EXPECT_EQ(host_floats(db), (std::vector<float>{11, 20}));
+  EXPECT_EQ(host_f32(dx), (std::vector<float>{1, 0, 0, 4, 0, 6}));  // pre > 0 only (not nan, 0)
+  EXPECT_EQ(host_f32(db), (std::vector<float>{11, 20}));
   // No rows: dbias is zero (or left as it was when accumulating).
   const Tensor none = on(Tensor::empty({0, 2}));
   Tensor empty_dx = on(Tensor::empty({0, 2}));
   ops::bias_activation_backward(s, empty_dx, db, none, none, Activation::gelu);
-  EXPECT_EQ(host_floats(db), (std::vector<float>{0, 0}));
+  EXPECT_EQ(host_f32(db), (std::vector<float>{0, 0}));
   db = on(Tensor::full({2}, 3.0));
   ops::bias_activation_backward(s, empty_dx, db, none, none, Activation::gelu,
                                 {.accumulate = true});
-  EXPECT_EQ(host_floats(db), (std::vector<float>{3, 3}));
+  EXPECT_EQ(host_f32(db), (std::vector<float>{3, 3}));
 }
 
 // ---- errors ----------------------------------------------------------------------------------
@@ -446,7 +430,7 @@ TEST_P(BiasActivation, WrongBiasGradientIsRejectedBeforeAnyWork) {
                                       Activation::relu);
       },
       {"ops::bias_activation_backward", "dbias", "f16[6]"});
-  EXPECT_EQ(host_floats(dx), std::vector<float>(24, 0.0f));  // untouched
+  EXPECT_EQ(host_f32(dx), std::vector<float>(24, 0.0f));  // untouched
 }
 
 TEST_P(BiasActivation, OverlapIsRejected) {

@@ -1,7 +1,10 @@
 // Op tests written once and run on every device a test binary has: ember_tests runs them on
 // the CPU (test_devices_cpu.cpp), ember_emulated_tests on emulated cuda:0
 // (simt/emulated_backend/test_devices_emulated.cpp). A case file, tests/ops/<op>_cases.cpp,
-// holds TEST_P(OnDevice..., ...) bodies and one INSTANTIATE_EMBER_DEVICES(suite).
+// holds TEST_P(OnDevice..., ...) bodies and one INSTANTIATE_EMBER_DEVICES(suite). Every op of a
+// case runs on stream(), the device's current stream, where its tensors are allocated: ember's
+// contract leaves ordering across streams to the caller (docs/streams.md), and the emulated
+// binary runs each case with lazy and deferred streams and the race checker.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -30,7 +33,19 @@ class OnDevice : public ::testing::TestWithParam<Device> {
   Device device() const { return GetParam(); }
   // The CPU's stream, or the device's current stream.
   Stream stream() const { return device().is_cpu() ? Stream() : current_stream(device()); }
+  // t on device(). On the CPU that is t itself (the same storage): clone before on(...) a tensor
+  // an op will write when another result is to be compared with it.
   Tensor on(const Tensor& t) const { return t.to(device()); }
+  // Whether device() runs transcendental math (exp, GELU) with the host's own code: the CPU, and
+  // the emulator, where device code takes the host path. There cases demand the host's bits; a
+  // real GPU's expf and contractions differ by an ulp or two, which they allow there.
+  bool host_math() const {
+#if defined(EMBER_SIMT)
+    return true;
+#else
+    return device().is_cpu();
+#endif
+  }
 };
 
 inline std::string device_test_name(const ::testing::TestParamInfo<Device>& info) {

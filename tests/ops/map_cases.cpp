@@ -44,23 +44,10 @@ using ember::testing::offset_by_one;
 using ember::testing::random_floats;
 using ember::testing::random_tensor;
 using ember::testing::raw;
+using ember::testing::rounded;
 namespace ops = ember::ops;
 
 constexpr int64_t kTails[] = {0, 1, 7, 4097, (int64_t{1} << 20) + 3};
-
-// v rounded once to `dtype`, as map stores an f32 result (u8 truncates and saturates, nan 0).
-float rounded(float v, DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return static_cast<float>(ember::half(v));
-    case DType::bf16:
-      return static_cast<float>(ember::bfloat16(v));
-    case DType::u8:
-      return std::isnan(v) ? 0.0f : std::clamp(std::trunc(v), 0.0f, 255.0f);
-    default:
-      return v;
-  }
-}
 
 // (x * s + b) clamped at 0, the product rounded on its own: the host loop gives the same bits.
 struct Chain {

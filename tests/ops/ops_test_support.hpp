@@ -2,6 +2,7 @@
 // (read on the host) or as raw bytes, float bits and ulp distances, misaligned views.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "ember/core/half.hpp"
 #include "ember/core/tensor.hpp"
 
 namespace ember::testing {
@@ -52,6 +54,38 @@ inline std::vector<float> values(const Tensor& t) {
 // A tensor's elements as f32 on the host (16-bit floats widen exactly).
 inline std::vector<float> host_f32(const Tensor& t) {
   return values(t.to(Device::cpu()));
+}
+
+// v (f32 values) as a host tensor of `dtype` (rank 1, or `shape`), rounded as the CPU backend
+// rounds.
+inline Tensor host_tensor(const std::vector<float>& v, DType dtype) {
+  return Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}).to(dtype);
+}
+inline Tensor host_tensor(const std::vector<float>& v, const Shape& shape, DType dtype) {
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+// v rounded once to `dtype`, as an op stores an f32 result (u8 truncates and saturates, nan 0).
+inline float rounded(float v, DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return static_cast<float>(half(v));
+    case DType::bf16:
+      return static_cast<float>(bfloat16(v));
+    case DType::u8:
+      return std::isnan(v) ? 0.0f : std::clamp(std::trunc(v), 0.0f, 255.0f);
+    default:
+      return v;
+  }
+}
+
+// `rows` labels uniform in [0, classes), the same for a seed on every machine.
+inline std::vector<int64_t> random_labels(int64_t rows, int64_t classes, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> dist(0, classes - 1);
+  std::vector<int64_t> v(static_cast<size_t>(rows));
+  for (int64_t& l : v) l = dist(gen);
+  return v;
 }
 
 inline uint32_t bits(float f) {

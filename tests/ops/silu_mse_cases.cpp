@@ -25,10 +25,6 @@ double silu_grad_ref(double x) {
   return s * (1.0 + x * (1.0 - s));
 }
 
-std::vector<float> host_floats(const Tensor& t) {
-  return values(t.to(Device::cpu()));
-}
-
 class SiLU : public OnDevice {};
 
 TEST_P(SiLU, MatchesTheReferenceWithinAFewUlps) {
@@ -40,7 +36,7 @@ TEST_P(SiLU, MatchesTheReferenceWithinAFewUlps) {
   Tensor y = on(Tensor::empty({n})), dx = on(Tensor::empty({n}));
   ops::silu_forward(s, y, x);
   ops::silu_backward(s, dx, on(Tensor::full({n}, 1.0)), x);
-  const std::vector<float> yv = host_floats(y), dv = host_floats(dx);
+  const std::vector<float> yv = host_f32(y), dv = host_f32(dx);
   for (int64_t i = 0; i < n; ++i) {
     const double want = silu_ref(xs[i]), dwant = silu_grad_ref(xs[i]);
     EXPECT_NEAR(yv[i], want, 4e-7 * std::abs(want) + 1e-37) << "silu(" << xs[i] << ")";
@@ -67,7 +63,7 @@ TEST_P(SiLU, EveryDtypeAndOddLengths) {
       ops::silu_forward(s, y, on(x));
       ops::silu_backward(s, dx, on(dy), on(x));
       const std::vector<float> xv = values(x), dyv = values(dy);
-      const std::vector<float> yv = host_floats(y), dv = host_floats(dx);
+      const std::vector<float> yv = host_f32(y), dv = host_f32(dx);
       for (int64_t i = 0; i < n; ++i) {
         const double want = silu_ref(xv[i]), dwant = dyv[i] * silu_grad_ref(xv[i]);
         ASSERT_NEAR(yv[i], want, rel * std::abs(want) + floor) << "silu(" << xv[i] << ")";
@@ -93,7 +89,7 @@ TEST_P(SiLU, InfNanEmptyInPlaceAndErrors) {
   Tensor y = on(Tensor::empty({3})), dx = on(Tensor::empty({3}));
   ops::silu_forward(s, y, x);
   ops::silu_backward(s, dx, on(Tensor::full({3}, 1.0)), x);
-  const auto yv = host_floats(y), dv = host_floats(dx);
+  const auto yv = host_f32(y), dv = host_f32(dx);
   EXPECT_EQ(yv[0], kInf);
   EXPECT_EQ(yv[1], 0.0f);
   EXPECT_TRUE(std::signbit(yv[1]));  // -0, not nan
@@ -102,11 +98,14 @@ TEST_P(SiLU, InfNanEmptyInPlaceAndErrors) {
   EXPECT_EQ(dv[1], 0.0f);
   EXPECT_TRUE(std::isnan(dv[2]));
   Tensor empty = on(Tensor::empty({0, 4}));
-  EXPECT_NO_THROW(ops::silu_forward(s, empty, empty));
+  EXPECT_NO_THROW({
+    ops::silu_forward(s, empty, empty);
+    s.synchronize();  // a device-side error would surface here, not in a later test
+  });
   // f16 in and out, in place.
   Tensor h = on(Tensor::full({5}, 2.0, DType::f16));
   ops::silu_forward(s, h, h);
-  EXPECT_NEAR(host_floats(h)[0], silu_ref(2.0), 2e-3);
+  EXPECT_NEAR(host_f32(h)[0], silu_ref(2.0), 2e-3);
   expect_error([&] { ops::silu_forward(s, y, on(Tensor::zeros({4}))); }, "ops::silu_forward");
   expect_error([&] { ops::silu_backward(s, dx, on(Tensor::zeros({3}, DType::i32)), x); },
                "ops::silu_backward");
@@ -128,7 +127,7 @@ TEST_P(MSELoss, ForwardAndBackwardMatchTheReference) {
     EXPECT_NEAR(loss.item(), sum / n, 1e-5 * sum / n) << n;
     Tensor dpred = on(Tensor::empty({n}));
     ops::mse_loss_backward(s, dpred, pred, target, 3.0f);
-    const auto d = host_floats(dpred);
+    const auto d = host_f32(dpred);
     for (int64_t i = 0; i < n; i += 997) {
       EXPECT_NEAR(d[i], 6.0 * (double(p[i]) - t[i]) / n, 1e-6 * std::abs(6.0 * (p[i] - t[i]) / n))
           << i;
@@ -154,10 +153,11 @@ TEST_P(MSELoss, EdgeCasesAndErrors) {
   ops::mse_loss_forward(s, loss, on(Tensor::from_vector(std::vector<float>{kInf, 1}, {2})),
                         on(Tensor::from_vector(std::vector<float>{0, 1}, {2})));
   EXPECT_EQ(loss.item(), kInf);
-  // In place: dpred is pred.
-  Tensor p = on(Tensor::from_vector(std::vector<float>{1, 2}, {2}));
-  ops::mse_loss_backward(s, p, p, on(Tensor::zeros({2})));
-  EXPECT_EQ(host_floats(p), (std::vector<float>{1, 2}));  // 2 (p - 0) / 2 = p
+  // In place: dpred is pred. 2 (p - t) / 3 differs from p, so a backward that wrote nothing
+  // fails.
+  Tensor p = on(Tensor::from_vector(std::vector<float>{1, 2, 5}, {3}));
+  ops::mse_loss_backward(s, p, p, on(Tensor::from_vector(std::vector<float>{1, 0.5f, -1}, {3})));
+  EXPECT_EQ(host_f32(p), (std::vector<float>{0.0f, 1.0f, 4.0f}));  // 2 (p - t) / 3
   // An f16 loss holds the mean even where the sum would overflow f16; an f32 sum of 1e38
   // terms would overflow f32.
   Tensor half_loss = on(Tensor::empty({1}, DType::f16));

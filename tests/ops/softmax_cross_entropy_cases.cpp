@@ -26,10 +26,12 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 using ember::TensorView;
+using ember::testing::bits;
 using ember::testing::expect_error;
 using ember::testing::kFloatTypes;
 using ember::testing::kInf;
 using ember::testing::kNan;
+using ember::testing::random_labels;
 using ember::testing::raw;
 using ember::testing::values;
 namespace ops = ember::ops;
@@ -44,22 +46,10 @@ std::vector<float> random_logits(int64_t n, uint32_t seed, float lo = -6.0f, flo
   return ember::testing::random_floats(n, seed, lo, hi);
 }
 
-std::vector<int64_t> random_labels(int64_t rows, int64_t classes, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> dist(0, classes - 1);
-  std::vector<int64_t> v(static_cast<size_t>(rows));
-  for (int64_t& l : v) l = dist(gen);
-  return v;
-}
-
 Tensor make_labels(const std::vector<int64_t>& v, DType dtype) {
   const Shape shape{static_cast<int64_t>(v.size())};
   if (dtype == DType::i64) return Tensor::from_vector(v, shape);
   return Tensor::from_vector(std::vector<int32_t>(v.begin(), v.end()), shape);
-}
-
-uint32_t bits(float f) {
-  return std::bit_cast<uint32_t>(f);
 }
 
 struct Reference {
@@ -114,7 +104,7 @@ std::vector<int64_t> indices(const Tensor& t) {
   return {v.begin(), v.end()};
 }
 
-class SoftmaxCrossEntropyOn : public ember::testing::OnDevice {
+class SoftmaxCrossEntropy : public ember::testing::OnDevice {
  protected:
   struct Forward {
     float loss;
@@ -129,14 +119,14 @@ class SoftmaxCrossEntropyOn : public ember::testing::OnDevice {
   }
 };
 
-class ArgmaxOn : public ember::testing::OnDevice {};
+class Argmax : public ember::testing::OnDevice {};
 
 // ---- forward ---------------------------------------------------------------------------------
 
 // Probabilities within 4 ulps of the reference with x - m rounded like the backends (e^x is
 // within 1 ulp on the CPU and 2 in CUDA's expf, the sums are double, p rounds once); the loss
 // within 2^-21 (log s moves by the e^x terms' relative error) plus an ulp of its rounding.
-TEST_P(SoftmaxCrossEntropyOn, ForwardMatchesTheDoubleReference) {
+TEST_P(SoftmaxCrossEntropy, ForwardMatchesTheDoubleReference) {
   Stream s = stream();
   for (const Shape& shape : kShapes) {
     const int64_t b = shape[0], c = shape[1];
@@ -161,7 +151,7 @@ TEST_P(SoftmaxCrossEntropyOn, ForwardMatchesTheDoubleReference) {
   }
 }
 
-TEST_P(SoftmaxCrossEntropyOn, HugeLogitsDoNotOverflow) {
+TEST_P(SoftmaxCrossEntropy, HugeLogitsDoNotOverflow) {
   Stream stream = this->stream();
   const Tensor logits =
       Tensor::from_vector<float>({1e30f, 0.0f, -1e30f, 1e30f, 1e30f, 1e30f}, Shape{2, 3});
@@ -175,7 +165,7 @@ TEST_P(SoftmaxCrossEntropyOn, HugeLogitsDoNotOverflow) {
   for (int j = 3; j < 6; ++j) EXPECT_FLOAT_EQ(got.probs[j], 1.0f / 3.0f);
 }
 
-TEST_P(SoftmaxCrossEntropyOn, MinusInfLogitsGiveZeroProbabilityNotNan) {
+TEST_P(SoftmaxCrossEntropy, MinusInfLogitsGiveZeroProbabilityNotNan) {
   Stream stream = this->stream();
   const Tensor logits = Tensor::from_vector<float>(
       {-kInf, 3.0f, -kInf, -kInf, -kInf, 2.0f, 5.0f, -kInf, -kInf, 1.0f, -kInf, 0.0f}, Shape{3, 4});
@@ -207,7 +197,7 @@ TEST_P(SoftmaxCrossEntropyOn, MinusInfLogitsGiveZeroProbabilityNotNan) {
   EXPECT_EQ(inf_loss.probs, (std::vector<float>{0.0f, 1.0f}));
 }
 
-TEST_P(SoftmaxCrossEntropyOn, NanLogitMakesItsRowNan) {
+TEST_P(SoftmaxCrossEntropy, NanLogitMakesItsRowNan) {
   Stream stream = this->stream();
   const Forward got =
       forward(stream, Tensor::from_vector<float>({1, kNan, 2, 1, 2, 3}, Shape{2, 3}),
@@ -219,7 +209,7 @@ TEST_P(SoftmaxCrossEntropyOn, NanLogitMakesItsRowNan) {
 
 // Forward with probs exactly the logits, then backward with dlogits exactly the probs: the same
 // bits as out of place.
-TEST_P(SoftmaxCrossEntropyOn, InPlaceForwardAndBackwardMatchOutOfPlace) {
+TEST_P(SoftmaxCrossEntropy, InPlaceForwardAndBackwardMatchOutOfPlace) {
   Stream s = stream();
   for (const Shape& shape : {Shape{5, 9}, Shape{257, 1000}, Shape{3, 5000}}) {
     const Tensor logits = on(Tensor::from_vector(random_logits(shape.numel(), 3), shape));
@@ -243,7 +233,7 @@ TEST_P(SoftmaxCrossEntropyOn, InPlaceForwardAndBackwardMatchOutOfPlace) {
 
 // ---- backward --------------------------------------------------------------------------------
 
-TEST_P(SoftmaxCrossEntropyOn, BackwardMatchesFiniteDifferencesOfTheLoss) {
+TEST_P(SoftmaxCrossEntropy, BackwardMatchesFiniteDifferencesOfTheLoss) {
   Stream s = stream();
   const int64_t b = 3, c = 5;
   const std::vector<float> x = random_logits(b * c, 5, -2.0f, 2.0f);
@@ -285,7 +275,7 @@ TEST_P(SoftmaxCrossEntropyOn, BackwardMatchesFiniteDifferencesOfTheLoss) {
 
 // dlogits = (p - onehot) * f32(dloss / B) in f32, rounded once to the output dtype: computed here
 // on the host, the device's result has the same bits, in place (dlogits exactly probs) too.
-TEST_P(SoftmaxCrossEntropyOn, BackwardIsTheExactF32FormulaForAllOutputDtypes) {
+TEST_P(SoftmaxCrossEntropy, BackwardIsTheExactF32FormulaForAllOutputDtypes) {
   Stream s = stream();
   std::vector<Shape> shapes = kShapes;
   shapes.insert(shapes.end(), {Shape{2, 4097}, Shape{300, 301}});
@@ -328,7 +318,7 @@ TEST_P(SoftmaxCrossEntropyOn, BackwardIsTheExactF32FormulaForAllOutputDtypes) {
 // A label outside [0, C) names its row and value. The CPU throws at the call; CUDA checks on the
 // device and throws at the stream's next synchronize (test_emulated_softmax_cross_entropy.cpp):
 // each call here synchronizes.
-TEST_P(SoftmaxCrossEntropyOn, OutOfRangeLabelNamesRowAndValue) {
+TEST_P(SoftmaxCrossEntropy, OutOfRangeLabelNamesRowAndValue) {
   Stream s = stream();
   const Tensor logits = on(Tensor::zeros(Shape{4, 5}));
   Tensor loss = on(Tensor::zeros(Shape{1})), probs = on(Tensor::zeros(Shape{4, 5}));
@@ -358,7 +348,7 @@ TEST_P(SoftmaxCrossEntropyOn, OutOfRangeLabelNamesRowAndValue) {
   EXPECT_EQ(correct.to_vector<int64_t>(), (std::vector<int64_t>{3}));  // all-zero rows: argmax 0
 }
 
-TEST_P(SoftmaxCrossEntropyOn, EmptyBatchAndBadShapesThrow) {
+TEST_P(SoftmaxCrossEntropy, EmptyBatchAndBadShapesThrow) {
   Stream s = stream();
   const std::string where = " on " + device().to_string();
   Tensor loss = on(Tensor::zeros(Shape{1}));
@@ -418,7 +408,7 @@ TEST_P(SoftmaxCrossEntropyOn, EmptyBatchAndBadShapesThrow) {
 
 // ---- determinism -----------------------------------------------------------------------------
 
-TEST_P(SoftmaxCrossEntropyOn, RunsAreBitwiseIdentical) {
+TEST_P(SoftmaxCrossEntropy, RunsAreBitwiseIdentical) {
   Stream s = stream();
   const Shape shape{257, 1000};
   const Tensor logits = Tensor::from_vector(random_logits(shape.numel(), 11), shape).to(DType::f16);
@@ -456,7 +446,7 @@ std::vector<float> tricky_logits(const Shape& shape, uint32_t seed) {
   return v;
 }
 
-TEST_P(ArgmaxOn, MatchesTheReferenceWithTiesNansAndAllDtypes) {
+TEST_P(Argmax, MatchesTheReferenceWithTiesNansAndAllDtypes) {
   Stream s = stream();
   // Grid values over no rows, single columns, wide and tall rows; the tricky values over the
   // forward's shapes (warp and block rows on CUDA).
@@ -485,7 +475,7 @@ TEST_P(ArgmaxOn, MatchesTheReferenceWithTiesNansAndAllDtypes) {
   }
 }
 
-TEST_P(ArgmaxOn, NanCountsAsLargestAndInfRowsWork) {
+TEST_P(Argmax, NanCountsAsLargestAndInfRowsWork) {
   Stream s = stream();
   const Tensor x = on(Tensor::from_vector<float>({1, kNan, 5, kNan,            //
                                                   -kInf, -kInf, -kInf, -kInf,  //
@@ -497,7 +487,7 @@ TEST_P(ArgmaxOn, NanCountsAsLargestAndInfRowsWork) {
   EXPECT_EQ(out.to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 1, 0}));
 }
 
-TEST_P(ArgmaxOn, BadOperandsThrow) {
+TEST_P(Argmax, BadOperandsThrow) {
   Stream s = stream();
   Tensor out = on(Tensor::zeros(Shape{2}, DType::i64));
   expect_error(
@@ -518,7 +508,7 @@ TEST_P(ArgmaxOn, BadOperandsThrow) {
       {"ops::argmax", "i64[2]", "f32[3, 3]"});
 }
 
-TEST_P(ArgmaxOn, CountCorrectMatchesTheReference) {
+TEST_P(Argmax, CountCorrectMatchesTheReference) {
   Stream s = stream();
   std::vector<Shape> shapes = kShapes;
   shapes.push_back(Shape{3001, 10});
@@ -556,7 +546,7 @@ TEST_P(ArgmaxOn, CountCorrectMatchesTheReference) {
       {"ops::count_correct", "one i64 element"});
 }
 
-INSTANTIATE_EMBER_DEVICES(SoftmaxCrossEntropyOn);
-INSTANTIATE_EMBER_DEVICES(ArgmaxOn);
+INSTANTIATE_EMBER_DEVICES(SoftmaxCrossEntropy);
+INSTANTIATE_EMBER_DEVICES(Argmax);
 
 }  // namespace

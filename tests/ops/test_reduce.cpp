@@ -15,6 +15,7 @@
 #include "test_support.hpp"
 
 namespace {
+using ember::testing::bits;
 using ember::testing::random_floats;
 using ember::testing::values;
 using ember::testing::with_threads;
@@ -24,10 +25,6 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 namespace ops = ember::ops;
-
-uint32_t bits(float f) {
-  return std::bit_cast<uint32_t>(f);
-}
 
 TEST(Reduce, ResultsAreBitwiseIdenticalAtAnyThreadCount) {
   Stream stream;

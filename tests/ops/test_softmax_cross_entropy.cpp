@@ -17,6 +17,7 @@
 
 namespace {
 using ember::testing::random_floats;
+using ember::testing::random_labels;
 using ember::testing::values;
 using ember::testing::with_threads;
 
@@ -25,14 +26,6 @@ using ember::Shape;
 using ember::Stream;
 using ember::Tensor;
 namespace ops = ember::ops;
-
-std::vector<int64_t> random_labels(int64_t rows, int64_t classes, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> dist(0, classes - 1);
-  std::vector<int64_t> v(static_cast<size_t>(rows));
-  for (int64_t& l : v) l = dist(gen);
-  return v;
-}
 
 struct Forward {
   float loss;
@@ -46,7 +39,7 @@ Forward forward(Stream& stream, const Tensor& logits, const Tensor& labels) {
   return {static_cast<float>(loss.item()), values(probs)};
 }
 
-TEST(SoftmaxCrossEntropy, BitwiseIdenticalAtAnyThreadCount) {
+TEST(SoftmaxCrossEntropyCpu, BitwiseIdenticalAtAnyThreadCount) {
   Stream stream;
   const int64_t b = 1000, c = 1000;
   const Tensor logits = Tensor::from_vector(random_floats(b * c, 11, -20.0f, 20.0f), Shape{b, c});

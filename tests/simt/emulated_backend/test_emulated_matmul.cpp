@@ -41,14 +41,17 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, Device device = kG
 // match the reference and no kernel wrote into the guard zones around its tensors.
 TEST(EmulatedMatmul, TiledBackendWritesNothingPastItsTensors) {
   ember::Stream stream = ember::current_stream(kGpu);
-  for (auto [m, n, k] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {33, 65, 17}, {300, 3, 24}}) {
-    for (bool ta : {false, true}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                         {7, 13, 5},
+                         {20, 30, 1},
+                         {33, 65, 17},
+                         {300, 3, 24}}) {
+    for (auto [ta, tb] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
       for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-        SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " ta=" << ta << " "
-                                          << ember::dtype_name(dtype));
+        SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " ta=" << ta
+                                          << " tb=" << tb << " " << ember::dtype_name(dtype));
         const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, dtype, 1);
-        const Tensor b = random_tensor({k, n}, dtype, 2);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, dtype, 2);
         const DType out = dtype == DType::f32 ? DType::f32 : DType::bf16;
         Tensor c = random_tensor({m, n}, out, 3);
         Tensor pre = Tensor::zeros({m, n}, DType::f32, kGpu);
@@ -56,6 +59,8 @@ TEST(EmulatedMatmul, TiledBackendWritesNothingPastItsTensors) {
         const Tensor bias = random_tensor({n}, DType::f32, 4);
         MatmulOptions o;
         o.transpose_a = ta;
+        o.transpose_b = tb;
+        o.alpha = 0.75f;
         o.beta = -0.5f;
         o.bias = bias;
         o.activation = Activation::gelu;
