@@ -1,6 +1,7 @@
 # Installs the built ember into a scratch prefix, then configures, builds and
 # runs tests/install/consumer against it. Variables: BUILD_DIR, SOURCE_DIR, WORK_DIR,
-# SANITIZE (the sanitizers ember was built with: a consumer must link their runtimes).
+# SANITIZE (the sanitizers ember was built with: a consumer must link their runtimes), WITH_CUDA,
+# BENCHMARKS (whether the benchmark programs were built, and so installed).
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -22,7 +23,11 @@ run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
 
 # The installed programs.
-foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
+set(tools memory_snapshot_svg loss_curve_png)
+if(BENCHMARKS)  # the benchmark programs are installed when they are built
+  list(APPEND tools bench_allocator bench_matmul)
+endif()
+foreach(tool ${tools})
   if(NOT EXISTS "${WORK_DIR}/prefix/bin/${tool}")
     message(FATAL_ERROR "${tool} was not installed into ${WORK_DIR}/prefix/bin")
   endif()
@@ -33,8 +38,8 @@ run("${WORK_DIR}/prefix/bin/memory_snapshot_svg" --help)
 # build tree's library and tools; the installed libember.so keeps its private libraries'
 # directories (the OpenMP OpenBLAS) and the tools find it through $ORIGIN.
 file(GLOB build_libs "${BUILD_DIR}/lib/libember.so" "${BUILD_DIR}/lib/*/libember.so")
-foreach(file "${WORK_DIR}/prefix/lib/libember.so" "${WORK_DIR}/prefix/bin/memory_snapshot_svg"
-        "${WORK_DIR}/prefix/bin/bench_matmul" ${build_libs}
+list(TRANSFORM tools PREPEND "${WORK_DIR}/prefix/bin/" OUTPUT_VARIABLE installed_tools)
+foreach(file "${WORK_DIR}/prefix/lib/libember.so" ${installed_tools} ${build_libs}
         "${BUILD_DIR}/examples/memory_snapshot_svg")
   execute_process(COMMAND readelf -d "${file}" RESULT_VARIABLE code OUTPUT_VARIABLE dynamic)
   string(REGEX MATCH "R(UN)?PATH\\)[^[]*\\[([^]]*)\\]" found "${dynamic}")
