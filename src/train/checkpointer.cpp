@@ -92,7 +92,8 @@ uint64_t checksum(std::string_view bytes) {
 // A file's bytes in CPU memory from ember's caching allocator (reused from one load to the next:
 // no fresh pages to fault in), and their XXH3-64, hashed chunk by chunk as each is read, while it
 // is still in cache: one pass over the bytes instead of three (zeroing, reading, hashing). A
-// std::runtime_error (the checkpoint is skipped) when the file cannot be read.
+// std::runtime_error (the checkpoint is skipped) when the file cannot be read or its size is not
+// the manifest's.
 struct HashedFile {
   Tensor buffer;    // u8, the file's size when it was opened
   size_t size = 0;  // bytes read: less than the buffer when the file shrank meanwhile
@@ -102,7 +103,7 @@ struct HashedFile {
   }
 };
 
-HashedFile read_hashed(const fs::path& path) {
+HashedFile read_hashed(const fs::path& path, int64_t expected_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     throw std::runtime_error(
@@ -112,6 +113,11 @@ HashedFile read_hashed(const fs::path& path) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     throw std::runtime_error(fmt::format("'{}' is not a regular file", path.string()));
+  }
+  if (static_cast<int64_t>(st.st_size) != expected_bytes) {  // before allocating for it
+    ::close(fd);
+    throw std::runtime_error(fmt::format("{} has {} bytes, not {} (truncated?)",
+                                         path.filename().string(), st.st_size, expected_bytes));
   }
   HashedFile out;
   out.buffer = Tensor::empty({static_cast<int64_t>(st.st_size)}, DType::u8, Device::cpu());
@@ -597,8 +603,8 @@ Loaded load_verified(const fs::path& path, int rank, int world_size) {
   auto verified = [&](const std::string& file) {
     const json& files = manifest["files"];
     if (!files.contains(file)) throw std::runtime_error(fmt::format("the manifest lacks {}", file));
-    HashedFile read = read_hashed(path / file);
     const json& rec = files[file];
+    HashedFile read = read_hashed(path / file, get_int(rec, "bytes"));
     if (static_cast<int64_t>(read.size) != get_int(rec, "bytes")) {
       throw std::runtime_error(fmt::format("{} has {} bytes, not {} (truncated?)", file, read.size,
                                            get_int(rec, "bytes")));

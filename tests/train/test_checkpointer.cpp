@@ -91,7 +91,7 @@ TEST(Checkpointer, CorruptAndTruncatedCheckpointsAreSkippedWithAWarning) {
   Counter c;
   {
     Checkpointer ck({.dir = dir, .keep_last = 5});
-    for (int64_t step = 1; step <= 4; ++step) {
+    for (int64_t step = 1; step <= 5; ++step) {
       c.set(step);
       ck.save(c.state);
     }
@@ -103,6 +103,8 @@ TEST(Checkpointer, CorruptAndTruncatedCheckpointsAreSkippedWithAWarning) {
     return ck.resume(c.state);
   };
   Checkpointer probe({.dir = dir});
+  // Step 5's tensors grown to a sparse TiB: refused by its size before anything is allocated.
+  fs::resize_file(fs::path(probe.path_of(5)) / "replicated.safetensors", uint64_t{1} << 40);
   {  // one flipped byte in step 4's tensors
     std::fstream f(fs::path(probe.path_of(4)) / "replicated.safetensors",
                    std::ios::in | std::ios::out | std::ios::binary);
@@ -115,15 +117,17 @@ TEST(Checkpointer, CorruptAndTruncatedCheckpointsAreSkippedWithAWarning) {
   }
   EXPECT_EQ(resume(), std::optional<int64_t>(1));
   EXPECT_TRUE(c.consistent(1));
-  ASSERT_EQ(warnings.size(), 3u);
-  EXPECT_NE(warnings[0].find(probe.path_of(4)), std::string::npos);
-  EXPECT_NE(warnings[0].find("checksum does not match"), std::string::npos) << warnings[0];
-  EXPECT_NE(warnings[1].find("truncated"), std::string::npos) << warnings[1];
-  EXPECT_NE(warnings[2].find("manifest is not valid JSON"), std::string::npos) << warnings[2];
+  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_NE(warnings[0].find(probe.path_of(5)), std::string::npos);
+  EXPECT_NE(warnings[0].find("has 1099511627776 bytes, not"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find(probe.path_of(4)), std::string::npos);
+  EXPECT_NE(warnings[1].find("checksum does not match"), std::string::npos) << warnings[1];
+  EXPECT_NE(warnings[2].find("truncated"), std::string::npos) << warnings[2];
+  EXPECT_NE(warnings[3].find("manifest is not valid JSON"), std::string::npos) << warnings[3];
   fs::remove(fs::path(probe.path_of(1)) / "rank-00000.json");
   warnings.clear();
   EXPECT_EQ(resume(), std::nullopt);
-  EXPECT_EQ(warnings.size(), 4u);
+  EXPECT_EQ(warnings.size(), 5u);
   fs::remove_all(dir);
 }
 
