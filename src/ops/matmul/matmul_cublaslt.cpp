@@ -320,7 +320,7 @@ namespace {
   X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate)                \
   X(cublasLtMatrixLayoutDestroy) X(cublasLtMatrixLayoutSetAttribute)             \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)           \
-  X(cublasLtMatmulPreferenceSetAttribute)
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtGetStatusName)
 // clang-format on
 
 struct CublasLtApi {
@@ -350,39 +350,12 @@ const CublasLtApi& api() {
   return *table;
 }
 
-// cublasGetStatusName without linking libcublas.
-const char* status_name(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR:
-      return "CUBLAS_STATUS_LICENSE_ERROR";
-  }
-  return "an unknown cuBLAS status";
-}
-
-#define EMBER_CUBLASLT_CHECK(expr)                                                         \
-  do {                                                                                     \
-    const cublasStatus_t ember_status_ = (expr);                                           \
-    if (ember_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                               \
-      EMBER_THROW("cuBLASLt call '{}' failed: {} ({})", #expr, status_name(ember_status_), \
-                  static_cast<int>(ember_status_));                                        \
+#define EMBER_CUBLASLT_CHECK(expr)                                                              \
+  do {                                                                                          \
+    const cublasStatus_t ember_status_ = (expr);                                                \
+    if (ember_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                    \
+      EMBER_THROW("cuBLASLt call '{}' failed: {} ({})", #expr,                                  \
+                  api().cublasLtGetStatusName(ember_status_), static_cast<int>(ember_status_)); \
   } while (0)
 
 static_assert(static_cast<uint32_t>(LtEpilogue::none) == CUBLASLT_EPILOGUE_DEFAULT);
@@ -689,7 +662,8 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
     throw CublasLtNoAlgorithm(fmt::format(
         "ops::matmul: cuBLASLt rejected this product on cuda:{} ({}; cuBLASLt m={}, n={}, k={}, "
         "epilogue {}); use the tiled backend",
-        device, status_name(status), lt.m, lt.n, lt.k, lt_epilogue_name(lt.epilogue)));
+        device, api().cublasLtGetStatusName(status), lt.m, lt.n, lt.k,
+        lt_epilogue_name(lt.epilogue)));
   }
   EMBER_CUBLASLT_CHECK(status);
 }
