@@ -1,5 +1,6 @@
-// ops::matmul on every test device (device_cases.hpp; on emulated cuda:0 the automatic backend
-// runs ember's tiled kernels) against the double-precision reference (matmul_reference.hpp):
+// ops::matmul on every test device (device_cases.hpp; on cuda:0 the automatic backend runs
+// cuBLASLt where it can, the emulated one under emulation, and EMBER_MATMUL_BACKEND=tiled
+// repeats run ember's tiled kernels) against the double-precision reference (matmul_reference.hpp):
 // shapes across tile edges and K tails in every transpose and dtype, the full epilogue (alpha,
 // beta, bias, activation and its saved input, residual, output scale, activation gradients,
 // bias gradients), batches, empty products, inf and nan, and bad arguments.
@@ -103,23 +104,49 @@ TEST_P(Matmul, EpilogueSavesPreActivation) {
 }
 
 // The epilogue is the same f32 math as bias_add and relu/gelu_forward after the product.
+// ember's own epilogue (the CPU's, the tiled kernels') computes exactly what the separate ops
+// do. (cuBLASLt's epilogues run other kernels than its plain product: not claimed there.)
 TEST_P(Matmul, FusedEpilogueEqualsSeparateOpsBitwise) {
   Stream s = stream();
   const Tensor a = on(uniform({37, 20}, DType::f32, 14));
   const Tensor b = on(uniform({20, 45}, DType::f32, 15));
   const Tensor bias = on(uniform({45}, DType::f32, 16));
+  MatmulOptions plain;
+  plain.backend = device().is_cpu() ? ops::MatmulBackend::automatic : ops::MatmulBackend::tiled;
   for (Activation act : {Activation::relu, Activation::gelu}) {
     Tensor fused = on(Tensor::zeros({37, 45})), separate = on(Tensor::zeros({37, 45}));
-    MatmulOptions o;
+    MatmulOptions o = plain;
     o.bias = bias;
     o.activation = act;
     ops::matmul(s, fused, a, b, o);
-    ops::matmul(s, separate, a, b);
+    ops::matmul(s, separate, a, b, plain);
     ops::bias_add(s, separate, separate, bias);
     if (act == Activation::relu) ops::relu_forward(s, separate, separate);
     if (act == Activation::gelu) ops::gelu_forward(s, separate, separate);
     EXPECT_EQ(fused.to_vector<float>(), separate.to_vector<float>());
   }
+}
+
+// Whichever backend runs the product, an f32 GELU output is bitwise ops::gelu_forward of the
+// saved pre-activation: what selective checkpointing remakes (the automatic backend runs GELU
+// after cuBLASLt's product, never in cuBLASLt's epilogue).
+TEST_P(Matmul, GeluOutputIsGeluForwardOfThePreActivationBitwise) {
+  Stream s = stream();
+  const Tensor x = on(uniform({33, 70}, DType::f32, 17));
+  const Tensor w = on(uniform({45, 70}, DType::f32, 18));
+  Tensor y = on(Tensor::zeros({33, 45})), pre = on(Tensor::zeros({33, 45}));
+  Tensor remade = on(Tensor::zeros({33, 45}));
+  MatmulOptions o;
+  o.transpose_b = true;
+  const Tensor bias = on(uniform({45}, DType::f32, 19));  // options hold views
+  o.bias = bias;
+  o.activation = Activation::gelu;
+  o.pre_activation = pre;
+  ops::matmul(s, y, x, w, o);
+  ops::gelu_forward(s, remade, pre);
+  const std::vector<float> got = y.to_vector<float>(), want = remade.to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(bits(got[i]), bits(want[i])) << "element " << i;
 }
 
 TEST_P(Matmul, BetaZeroIgnoresNanInC) {

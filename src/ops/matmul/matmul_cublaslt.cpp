@@ -1,5 +1,5 @@
 // The cuBLASLt matmul backend: the pure mapping of a MatmulProblem onto cublasLtMatmul (every
-// CUDA-enabled build), then the calls themselves (the real CUDA build only): one handle per
+// CUDA-enabled build), then the calls themselves (cuBLASLt, or the emulated one): one handle per
 // device, a plan cache (descriptors, layouts, the heuristic's algorithm) and a workspace from
 // ember's allocator.
 #if EMBER_WITH_CUDA
@@ -11,7 +11,8 @@
 #include <limits>
 #include <string>
 
-#if !defined(EMBER_SIMT)
+// The emulated build compiles the same calls against ember's emulated cuBLASLt
+// (include/ember/simt/shim/cublasLt.h), so the plan cache and the workspace code run in tests.
 #include <cublasLt.h>
 
 #include <map>
@@ -21,7 +22,6 @@
 #include "core/shared_library.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/scratch.hpp"
-#endif
 
 namespace ember::ops::cuda {
 namespace {
@@ -289,25 +289,7 @@ CublasLtMapping map_to_cublaslt(const MatmulProblem& p) {
 
 }  // namespace ember::ops::cuda
 
-#if defined(EMBER_SIMT)
-// The emulated-CUDA build has no cuBLASLt: say so instead of pretending.
-namespace ember::ops::cuda {
-
-namespace {
-constexpr const char* kNotEmulated = "cuBLASLt is not available in the emulated-CUDA build";
-}
-
-std::string cublaslt_unsupported_reason(const kernels::MatmulProblem&) {
-  return kNotEmulated;
-}
-
-void matmul_cublaslt(const kernels::MatmulProblem&, cudaStream_t, int) {
-  EMBER_THROW("ops::matmul: {}; use the tiled backend", kNotEmulated);
-}
-
-}  // namespace ember::ops::cuda
-#else
-// ---- the real CUDA build: cuBLASLt calls --------------------------------------------------------
+// ---- the cuBLASLt calls (the real library, or the emulated one) -------------------------------
 namespace ember::ops::cuda {
 namespace {
 
@@ -331,6 +313,19 @@ struct CublasLtApi {
 
 // The loaded library, or CublasLtNoAlgorithm (nothing enqueued: the automatic backend falls back
 // to the tiled kernels; backend 'cublaslt' reports it) naming the library and why.
+#if defined(EMBER_SIMT)
+// The emulated build binds the emulated cuBLASLt's functions directly.
+const CublasLtApi& api() {
+  static const CublasLtApi table = [] {
+    CublasLtApi functions;
+#define EMBER_BIND(name) functions.name = &::name;
+    EMBER_CUBLASLT_FUNCTIONS(EMBER_BIND)
+#undef EMBER_BIND
+    return functions;
+  }();
+  return table;
+}
+#else
 const CublasLtApi& api() {
   static const detail::SharedLibrary library("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
   static const CublasLtApi* const table = []() -> const CublasLtApi* {
@@ -349,6 +344,7 @@ const CublasLtApi& api() {
   }
   return *table;
 }
+#endif
 
 #define EMBER_CUBLASLT_CHECK(expr)                                                              \
   do {                                                                                          \
@@ -669,6 +665,5 @@ void matmul_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
 }
 
 }  // namespace ember::ops::cuda
-#endif
 
 #endif  // EMBER_WITH_CUDA

@@ -1,7 +1,7 @@
 // The cuBLASLt matmul backend: runs a MatmulProblem as one cublasLtMatmul call with a fused
 // epilogue, when cuBLASLt can express that epilogue exactly. The mapping from ember's row-major
 // problem to cuBLASLt's column-major one is a pure function (map_to_cublaslt), tested on the CPU.
-// Exists in the real CUDA build; the emulated-CUDA build reports cuBLASLt as unavailable.
+// The emulated-CUDA build runs it on the emulated cuBLASLt (include/ember/simt/shim/cublasLt.h).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -5,9 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "ember/core/check_cuda.hpp"
+#include "ember/ops/elementwise.hpp"
 #include "ops/common/element_type.hpp"
 #include "ops/matmul/matmul_cublaslt.hpp"
 #include "ops/matmul/matmul_launchers.hpp"
@@ -80,6 +83,66 @@ void run_tiled(const kernels::MatmulProblem& p, cudaStream_t stream, int device)
   matmul_tensor_core(p, stream);
 }
 
+// EMBER_MATMUL_BACKEND steers the automatic choice on CUDA devices: auto (the default), tiled
+// (ember's kernels only) or cublaslt (wherever cuBLASLt can run the product). Tests use it to
+// run every case on each backend; a user may, to compare them in a real job.
+MatmulBackend automatic_choice() {
+  const char* value = std::getenv("EMBER_MATMUL_BACKEND");
+  if (value == nullptr || *value == '\0' || std::string_view(value) == "auto") {
+    return MatmulBackend::automatic;
+  }
+  if (std::string_view(value) == "tiled") return MatmulBackend::tiled;
+  if (std::string_view(value) == "cublaslt") return MatmulBackend::cublaslt;
+  EMBER_THROW("{}: EMBER_MATMUL_BACKEND must be auto, tiled or cublaslt, not '{}'", kOp, value);
+}
+
+// GELU is one function in ember: ops::gelu_forward's, which the CPU and the tiled kernels'
+// epilogue compute bit for bit. cuBLASLt's GELU epilogue computes it with other arithmetic, so the
+// automatic backend runs an f32 GELU product as cuBLASLt's product (with its bias) into the
+// pre-activation (or C), then ember's GELU: a remade output (selective checkpointing recomputes
+// gelu_forward(pre)) is then bitwise the forward's on every backend. 16-bit outputs keep the
+// fused epilogue (rounding before the GELU would lose accuracy; nothing remakes them). False when
+// this does not apply or cuBLASLt cannot run the product (nothing enqueued then).
+bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& a,
+                         const TensorView& b, const detail::MatmulDims& dims,
+                         const MatmulOptions& options) {
+  if (options.activation != Activation::gelu || c.dtype != DType::f32) return false;
+  const bool separate_pre = options.pre_activation.data != nullptr;
+  if (separate_pre && options.beta != 0.0f) return false;  // the product would read pre, not C
+  MatmulOptions product = options;
+  product.activation = Activation::none;
+  product.pre_activation = TensorView();
+  const TensorView& pre = separate_pre ? options.pre_activation : c;
+  const kernels::MatmulProblem problem = make_problem(pre, a, b, dims, product);
+  if (!cublaslt_unsupported_reason(problem).empty()) return false;
+  const int device = stream.device().index();
+  try {
+    matmul_cublaslt(problem, static_cast<cudaStream_t>(stream.native()), device);
+  } catch (const CublasLtNoAlgorithm&) {
+    return false;
+  }
+  gelu_forward(stream, c, pre);
+  return true;
+}
+
+// An accumulating bias gradient (Linear's backward: dW += dY^T X with db += row sums of dY^T),
+// which cuBLASLt's BGRADB cannot do (it overwrites): cuBLASLt runs the product, ember's row-sum
+// kernel the bias gradient. False, with nothing enqueued, when cuBLASLt cannot run the product.
+bool bias_grad_after_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
+                              int device) {
+  if (problem.bias_grad.data == nullptr || problem.n == 0) return false;
+  kernels::MatmulProblem product = problem;
+  product.bias_grad = kernels::MatrixRef{};
+  if (!cublaslt_unsupported_reason(product).empty()) return false;
+  try {
+    matmul_cublaslt(product, stream, device);
+  } catch (const CublasLtNoAlgorithm&) {
+    return false;
+  }
+  matmul_row_sums(problem, stream);
+  return true;
+}
+
 }  // namespace
 
 void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
@@ -109,6 +172,8 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
     default:
       // cuBLASLt is the faster choice wherever it can express the epilogue (see README); where
       // it cannot, or finds no algorithm for the layout, ember's kernels run the product.
+      if (automatic_choice() == MatmulBackend::tiled) break;
+      if (gelu_after_cublaslt(stream, c, a, b, dims, options)) return;
       if (cublaslt_unsupported_reason(problem).empty()) {
         try {
           matmul_cublaslt(problem, handle, device);
@@ -117,8 +182,9 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
           // nothing was enqueued: fall through to the tiled kernels
         }
       }
-      run_tiled(problem, handle, device);
+      if (bias_grad_after_cublaslt(problem, handle, device)) return;
   }
+  run_tiled(problem, handle, device);
 }
 
 }  // namespace ember::ops::cuda

@@ -16,4 +16,8 @@ void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream)
 // configuration by shape.
 void matmul_tensor_core(const kernels::MatmulProblem& problem, cudaStream_t stream);
 
+// Only the bias gradient of the problem (its row sums of op(A) into bias_grad, with
+// bias_grad_beta): what the tiled kernels add to their product, for a product cuBLASLt ran.
+void matmul_row_sums(const kernels::MatmulProblem& problem, cudaStream_t stream);
+
 }  // namespace ember::ops::cuda

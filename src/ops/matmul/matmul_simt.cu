@@ -39,4 +39,8 @@ void matmul_simt_f32(const kernels::MatmulProblem& problem, cudaStream_t stream)
   if (p.bias_grad.data != nullptr && p.m > 0) kernels::launch_row_sums(p, stream);
 }
 
+void matmul_row_sums(const kernels::MatmulProblem& p, cudaStream_t stream) {
+  if (p.bias_grad.data != nullptr && p.m > 0) kernels::launch_row_sums(p, stream);
+}
+
 }  // namespace ember::ops::cuda

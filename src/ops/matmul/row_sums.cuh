@@ -8,12 +8,16 @@
 //     in order, then a fixed __shfl_down_sync tree adds the 32 lane sums;
 //   op(A) rows are columns of A (trans_a == true): a block owns 32 rows; lane x reads row x, so a
 //     warp reads 32 adjacent elements; warp y sums k = y, y + kSliceWarps, ... in order, and the
-//     kSliceWarps partial sums are added in order of y through shared memory.
+//     kSliceWarps partial sums are added in order of y through shared memory. Few rows over a
+//     long K also split K into chunks over blocks (row_sums_chunks, from the shape alone), whose
+//     sums a second kernel adds in chunk order.
 #pragma once
 
 #include <cstdint>
 
+#include "ember/core/check_cuda.hpp"
 #include "ember/core/launch.hpp"
+#include "ember/core/scratch.hpp"
 #include "ember/kernels/matmul_epilogue.cuh"
 #include "ember/kernels/matmul_problem.cuh"
 
@@ -48,15 +52,19 @@ __global__ void row_sums_contiguous_kernel(MatmulProblem p) {
   if (lane == 0) row_sums_detail::finish(p, row, sum);
 }
 
-// op(A)[i, k] = A[k * lda + i]: block (32, kSlices), 32 rows of op(A) per block.
+// op(A)[i, k] = A[k * lda + i]: block (32, kSlices), 32 rows of op(A) per block; blockIdx.y
+// takes K chunk y of `chunk` rows of A. With one chunk the block finishes its rows; with several
+// it writes its sums to partials[y * m + row], added in chunk order by row_sums_partials_kernel.
 template <int kSlices>
-__global__ void row_sums_strided_kernel(MatmulProblem p) {
+__global__ void row_sums_strided_kernel(MatmulProblem p, int64_t chunk, float* partials) {
   __shared__ float partial[kSlices][33];  // padded: the final column walk is conflict-free
   const int x = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 32 + x;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t k_end = k_begin + chunk < p.k ? k_begin + chunk : p.k;
   float sum = 0.0f;
   if (row < p.m) {
-    for (int64_t k = y; k < p.k; k += kSlices) {
+    for (int64_t k = k_begin + y; k < k_end; k += kSlices) {
       sum += load_element(p.a.data, p.a.type, k * p.a.ld + row);
     }
   }
@@ -65,17 +73,59 @@ __global__ void row_sums_strided_kernel(MatmulProblem p) {
   if (y == 0 && row < p.m) {
     float total = partial[0][x];
     for (int s = 1; s < kSlices; ++s) total += partial[s][x];
-    row_sums_detail::finish(p, row, total);
+    if (partials == nullptr) {
+      row_sums_detail::finish(p, row, total);
+    } else {
+      partials[static_cast<int64_t>(blockIdx.y) * p.m + row] = total;
+    }
   }
+}
+
+// bias_grad[row] = the `chunks` partial sums of row, added in chunk order.
+template <int kThreads>
+__global__ void row_sums_partials_kernel(MatmulProblem p, int64_t chunks, const float* partials) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (row >= p.m) return;
+  float total = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) total += partials[c * p.m + row];
+  row_sums_detail::finish(p, row, total);
+}
+
+// K chunks of the strided layout: few rows (a classifier's bias, m <= a few hundred) over a long K
+// (the batch) would leave all but a few SMs idle, so K is cut into chunks of at least 256 rows of
+// A, at most 64 of them, enough for ~128 blocks. Chosen from the shape alone: the same order
+// always.
+inline int64_t row_sums_chunks(int64_t m, int64_t k) {
+  const int64_t column_blocks = (m + 31) / 32;
+  int64_t chunks = (128 + column_blocks - 1) / column_blocks;
+  chunks = chunks < 64 ? chunks : 64;
+  const int64_t most = k / 256;
+  return chunks < most ? chunks : (most > 1 ? most : 1);
 }
 
 // Enqueues the row sums of op(A) into p.bias_grad (m >= 1; any k, including 0).
 inline void launch_row_sums(const MatmulProblem& p, cudaStream_t stream) {
   if (p.trans_a) {
     const int64_t blocks = (p.m + 31) / 32;
+    const int64_t chunks = row_sums_chunks(p.m, p.k);
+    const int64_t chunk = chunks == 1 ? (p.k > 0 ? p.k : 1) : (p.k + chunks - 1) / chunks;
+    const dim3 block(32, row_sums_detail::kSliceWarps);
+    if (chunks == 1) {
+      launch(row_sums_strided_kernel<row_sums_detail::kSliceWarps>,
+             dim3(static_cast<unsigned>(blocks)), block, 0, stream, p, chunk,
+             static_cast<float*>(nullptr));
+      return;
+    }
+    int device = 0;
+    EMBER_CUDA_CHECK(cudaGetDevice(&device));
+    const Scratch partials(Device::cuda(device), reinterpret_cast<StreamId>(stream),
+                           static_cast<size_t>(chunks * p.m) * sizeof(float));
+    auto* sums = static_cast<float*>(partials.data());
     launch(row_sums_strided_kernel<row_sums_detail::kSliceWarps>,
-           dim3(static_cast<unsigned>(blocks)), dim3(32, row_sums_detail::kSliceWarps), 0, stream,
-           p);
+           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), block, 0, stream, p,
+           chunk, sums);
+    launch(row_sums_partials_kernel<256>, dim3(static_cast<unsigned>((p.m + 255) / 256)), dim3(256),
+           0, stream, p, chunks, static_cast<const float*>(sums));
   } else {
     const int64_t blocks =
         (p.m + row_sums_detail::kRowsPerBlock - 1) / row_sums_detail::kRowsPerBlock;

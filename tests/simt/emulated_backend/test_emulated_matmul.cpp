@@ -113,8 +113,10 @@ TEST(EmulatedMatmul, BackendErrorsAreClear) {
   expect_error([&] { ember::ops::matmul(stream, c, a, b, o); },
                "backend 'cpu' needs CPU tensors, but the operands are on cuda:0");
   o.backend = MatmulBackend::cublaslt;
+  o.activation_grad = Activation::relu;
+  o.activation_input = Tensor::zeros({4, 2}, DType::f32, kGpu);
   expect_error([&] { ember::ops::matmul(stream, c, a, b, o); },
-               "cuBLASLt is not available in the emulated-CUDA build");
+               "backend 'cublaslt' cannot run this product: activation_grad relu");
 }
 
 }  // namespace

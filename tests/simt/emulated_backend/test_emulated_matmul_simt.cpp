@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -380,7 +381,7 @@ TEST(EmulatedMatmulSimt, MisalignedLeadingDimensionsAndBases) {
 
 // The row sums in the kernels' fixed order, in f32: the contiguous kernel's lanes sum k = lane,
 // lane + 32, ... and a shuffle-down tree adds them; the strided kernel's slices sum k = y,
-// y + kSliceWarps, ... and are added in order of y.
+// y + kSliceWarps, ... of each K chunk and are added in order of y, then the chunks in order.
 float row_sum_in_kernel_order(const Matrix& a, bool trans_a, int64_t i, int64_t k) {
   auto at = [&](int64_t q) { return static_cast<float>(trans_a ? a.at(0, q, i) : a.at(0, i, q)); };
   if (!trans_a) {
@@ -391,12 +392,22 @@ float row_sum_in_kernel_order(const Matrix& a, bool trans_a, int64_t i, int64_t 
     }
     return lanes[0];
   }
+  // The strided kernel: K in chunks (row_sums_chunks, from the shape), each summed by slices,
+  // the chunks' sums then added in order (one chunk: its sum is the result).
   constexpr int kSlices = kn::row_sums_detail::kSliceWarps;
-  float slices[kSlices] = {};
-  for (int64_t q = 0; q < k; ++q) slices[q % kSlices] += at(q);
-  float total = slices[0];
-  for (int s = 1; s < kSlices; ++s) total += slices[s];
-  return total;
+  const int64_t chunks = kn::row_sums_chunks(a.cols, k);
+  const int64_t chunk = chunks == 1 ? k : (k + chunks - 1) / chunks;
+  float result = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) {
+    float slices[kSlices] = {};
+    for (int64_t q = c * chunk; q < std::min(k, (c + 1) * chunk); ++q) {
+      slices[(q - c * chunk) % kSlices] += at(q);
+    }
+    float total = slices[0];
+    for (int s = 1; s < kSlices; ++s) total += slices[s];
+    result = chunks == 1 ? total : result + total;
+  }
+  return result;
 }
 
 // Computes bias_grad for op(A) [m, k] of element type a_type and checks it bit for bit against
@@ -450,6 +461,8 @@ TEST(EmulatedMatmulSimt, BiasGradRowSumsInAFixedOrder) {
     // The tensor-core backend reuses the kernels with f16 / bf16 operands.
     check_row_sums(40, 77, trans_a, DType::f16, DType::f16, 0.0f, false);
     check_row_sums(40, 77, trans_a, DType::bf16, DType::f32, 1.0f, false);
+    // Few rows over a long K (a classifier's bias over the batch): K split over blocks.
+    check_row_sums(10, 3001, trans_a, DType::f32, DType::f32, 1.0f, false);
   }
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
