@@ -1,9 +1,11 @@
-// ops::matmul on the CPU only: the same bits at any OpenBLAS thread count, and the CUDA backends
-// refused. What holds on every device is in matmul_cases.cpp.
+// ops::matmul on the CPU only: the same bits at any OpenMP or OpenBLAS thread count, and the CUDA
+// backends refused. What holds on every device is in matmul_cases.cpp.
 #include <cblas.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/ops/matmul.hpp"
@@ -23,18 +25,42 @@ Tensor random_tensor(Shape shape, uint64_t seed) {
   return t;
 }
 
-TEST(MatmulCpu, SameResultAtAnyBlasThreadCount) {
+// Bitwise at any thread count by construction (ember splits the output into tiles chosen from the
+// shape and runs single-threaded BLAS/oneDNN on each): with 1, 2, 3 and 4 OpenMP threads and
+// OpenBLAS told to use 1 or 4 of its own, in f32 (sgemm) and bf16/f16 (oneDNN where the CPU has
+// native kernels, else widened to sgemm), with transposes, a batch and beta reading C. The
+// product of [300, 200] and [200, 250] used to differ on Intel Sapphire Rapids between 1 and 4
+// OpenBLAS threads.
+TEST(MatmulCpu, SameResultAtAnyThreadCount) {
   ember::Stream stream;
-  const Tensor a = random_tensor({300, 200}, 12);
-  const Tensor b = random_tensor({200, 250}, 13);
-  Tensor c1 = Tensor::zeros({300, 250}), c2 = Tensor::zeros({300, 250});
-  const int saved = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  ember::ops::matmul(stream, c1, a, b);
-  openblas_set_num_threads(4);
-  ember::ops::matmul(stream, c2, a, b);
-  openblas_set_num_threads(saved);
-  EXPECT_EQ(c1.to_vector<float>(), c2.to_vector<float>());
+  const int saved_blas = openblas_get_num_threads(), saved_omp = omp_get_max_threads();
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (auto [ta, tb] : {std::pair{false, false}, {true, true}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << ember::dtype_name(dtype) << " ta=" << ta << " tb=" << tb);
+      const Tensor a = random_tensor(ta ? Shape{2, 200, 300} : Shape{2, 300, 200}, 12).to(dtype);
+      const Tensor b = random_tensor(tb ? Shape{250, 200} : Shape{200, 250}, 13).to(dtype);
+      const Tensor c0 = random_tensor({2, 300, 250}, 14);
+      MatmulOptions o;
+      o.transpose_a = ta;
+      o.transpose_b = tb;
+      o.beta = 0.5f;
+      std::vector<float> first;
+      for (auto [omp, blas] : {std::pair{1, 1}, {1, 4}, {2, 1}, {3, 4}, {4, 4}}) {
+        omp_set_num_threads(omp);
+        openblas_set_num_threads(blas);
+        Tensor c = c0.clone();
+        ember::ops::matmul(stream, c, a, b, o);
+        if (first.empty()) {
+          first = c.to_vector<float>();
+        } else {
+          EXPECT_EQ(c.to_vector<float>(), first) << omp << " OpenMP threads, " << blas << " BLAS";
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved_omp);
+  openblas_set_num_threads(saved_blas);
 }
 
 TEST(MatmulCpu, CudaBackendsAreRefused) {

@@ -12,6 +12,7 @@
 #include "ember/core/scratch.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/matmul/cpu_output_tiles.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
 #include "ops/matmul/matmul_onednn.hpp"
 
@@ -144,14 +145,17 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
     const float* b32 = as_f32(b, b_scratch);
     const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[a.rank() - 1]));
     const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[b.rank() - 1]));
-    for (int64_t e = 0; e < batch; ++e) {
-      cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
-                  options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                  static_cast<blasint>(n), static_cast<blasint>(k), options.alpha,
-                  a32 + (dims.a_batched ? e * m * k : 0), lda,
-                  b32 + (dims.b_batched ? e * k * n : 0), ldb, options.beta, c32 + e * m * n,
-                  static_cast<blasint>(n));
-    }
+    const bool ta = options.transpose_a, tb = options.transpose_b;
+    for_each_output_tile(
+        batch, m, n, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+          // Row i0 of op(A) starts at A[i0, 0], or at A^T's column i0; column j0 of op(B) likewise.
+          const float* a_tile = a32 + (dims.a_batched ? e * m * k : 0) + (ta ? i0 : i0 * lda);
+          const float* b_tile = b32 + (dims.b_batched ? e * k * n : 0) + (tb ? j0 * ldb : j0);
+          cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                      static_cast<blasint>(rows), static_cast<blasint>(cols),
+                      static_cast<blasint>(k), options.alpha, a_tile, lda, b_tile, ldb,
+                      options.beta, c32 + e * m * n + i0 * n + j0, static_cast<blasint>(n));
+        });
   }
 
   // The epilogue, over all batch * m rows at once, with the standalone ops' kernels so that

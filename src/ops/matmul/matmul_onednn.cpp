@@ -1,5 +1,7 @@
 #include "ops/matmul/matmul_onednn.hpp"
 
+#include "ops/matmul/cpu_output_tiles.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -18,7 +20,6 @@ using dnnl::memory;
 
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
 };
 
 OneDnn& onednn() {
@@ -35,14 +36,19 @@ memory::data_type data_type(DType dtype) {
   return dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f16;
 }
 
-// A [rows, cols] operand stored row-major, or transposed ([cols, rows] stored): its strides.
-memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool transposed) {
-  const memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
+// A [rows, cols] operand stored row-major with leading dimension ld, or transposed (its transpose
+// [cols, rows] stored with leading dimension ld): its strides.
+memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool transposed,
+                    int64_t ld) {
+  const memory::dims strides = transposed ? memory::dims{1, ld} : memory::dims{ld, 1};
   return memory::desc({rows, cols}, type, strides);
 }
 
+// The product of an [m, k] tile of op(A) and a [k, n] tile of op(B) into an [m, n] tile of C,
+// whose rows are ldc apart.
 dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::data_type type,
-                                      bool transpose_a, bool transpose_b, float alpha, float beta) {
+                                      bool transpose_a, bool transpose_b, int64_t lda, int64_t ldb,
+                                      int64_t ldc, float alpha, float beta) {
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -50,15 +56,16 @@ dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::d
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::desc desc(matrix(m, k, type, transpose_a), matrix(k, n, type, transpose_b),
-                                memory::desc({m, n}, memory::data_type::f32, {n, 1}));
+  const dnnl::matmul::desc desc(matrix(m, k, type, transpose_a, lda),
+                                matrix(k, n, type, transpose_b, ldb),
+                                memory::desc({m, n}, memory::data_type::f32, {ldc, 1}));
   return dnnl::matmul::primitive_desc(desc, attr, onednn().engine);
 }
 
 // Native kernels only: a reference ("ref:") implementation is slower than widening + sgemm.
 bool native(DType dtype) {
   try {
-    const auto pd = describe(64, 64, 64, data_type(dtype), false, false, 1.0f, 0.0f);
+    const auto pd = describe(64, 64, 64, data_type(dtype), false, false, 64, 64, 64, 1.0f, 0.0f);
     return std::string(pd.impl_info_str()).find("ref") == std::string::npos;
   } catch (const dnnl::error&) {
     return false;
@@ -81,21 +88,28 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   if (a.dtype != b.dtype || !onednn_available(a.dtype)) return false;
   const int64_t m = dims.m, n = dims.n, k = dims.k;
   const memory::data_type type = data_type(a.dtype);
-  // oneDNN keeps created primitives in its own cache: a repeated shape costs a lookup.
-  const auto pd = describe(m, n, k, type, transpose_a, transpose_b, alpha, beta);
-  const dnnl::matmul product(pd);
+  const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
   OneDnn& dnn = onednn();
   const size_t element = dtype_size(a.dtype);
-  for (int64_t e = 0; e < dims.batch; ++e) {
-    auto* a_data = static_cast<char*>(a.data) + (dims.a_batched ? e * m * k * element : 0);
-    auto* b_data = static_cast<char*>(b.data) + (dims.b_batched ? e * k * n * element : 0);
-    memory src(pd.src_desc(), dnn.engine, a_data);
-    memory weights(pd.weights_desc(), dnn.engine, b_data);
-    memory dst(pd.dst_desc(), dnn.engine, c32 + e * m * n);
-    product.execute(dnn.stream,
-                    {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-  }
-  dnn.stream.wait();
+  // Output tiles as the BLAS path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
+  // tile over the whole K, the same tiles at any thread count. oneDNN keeps created primitives in
+  // its own cache: a repeated tile shape costs a lookup.
+  for_each_output_tile(
+      dims.batch, m, n, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+        const auto pd =
+            describe(rows, cols, k, type, transpose_a, transpose_b, lda, ldb, n, alpha, beta);
+        const dnnl::matmul product(pd);
+        const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
+        const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
+        memory src(pd.src_desc(), dnn.engine, static_cast<char*>(a.data) + a_offset * element);
+        memory weights(pd.weights_desc(), dnn.engine,
+                       static_cast<char*>(b.data) + b_offset * element);
+        memory dst(pd.dst_desc(), dnn.engine, c32 + e * m * n + i0 * n + j0);
+        dnnl::stream stream(dnn.engine);  // one per thread: a stream is not shared between threads
+        product.execute(stream,
+                        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+        stream.wait();
+      });
   return true;
 }
 

@@ -1,0 +1,48 @@
+// Internal: the CPU matmul's output tiles (matmul_cpu.cpp, matmul_onednn.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ember::ops::cpu {
+
+// The product is split into output tiles whose size depends on the shape alone, each computed by
+// one single-threaded BLAS (or oneDNN) call over the whole K inside an OpenMP team: no K loop is
+// ever split, and which tiles exist does not depend on the thread count, so results are bitwise
+// the same at any thread count on every CPU (OpenBLAS's own threading is not: on Intel Sapphire
+// Rapids its multi-threaded sgemm differs in the last bits). The libraries run single-threaded
+// inside a parallel region (both check omp_in_parallel()). Tiles aim at 16 per product, between
+// 32 and 512 on a side (multiples of 32).
+struct OutputTiles {
+  int64_t rows = 0, cols = 0;            // tile size
+  int64_t row_tiles = 0, col_tiles = 0;  // per batch entry
+};
+
+inline OutputTiles output_tiles(int64_t m, int64_t n) {
+  const auto side = [](int64_t extent) {
+    const int64_t quarter = (extent + 3) / 4;
+    return std::clamp<int64_t>((quarter + 31) / 32 * 32, 32, 512);
+  };
+  OutputTiles t;
+  t.rows = side(m);
+  t.cols = side(n);
+  t.row_tiles = (m + t.rows - 1) / t.rows;
+  t.col_tiles = (n + t.cols - 1) / t.cols;
+  return t;
+}
+
+// f(e, i0, rows, j0, cols) for every output tile of every batch entry, in an OpenMP team (always
+// a parallel region, so that a one-tile product also runs the library single-threaded).
+template <class F>
+void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
+  const OutputTiles t = output_tiles(m, n);
+  const int64_t per_entry = t.row_tiles * t.col_tiles, total = batch * per_entry;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t index = 0; index < total; ++index) {
+    const int64_t e = index / per_entry, tile = index % per_entry;
+    const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
+    f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+  }
+}
+
+}  // namespace ember::ops::cpu
