@@ -237,7 +237,8 @@ TEST_P(Expr, MixedDtypesMatchTheHandWrittenMap) {
            want = Tensor::zeros({20, 64}, out_dtype, device());
     ex::assign(s, got, ex::relu(ex::tensor(x) * 40.0f + ex::row(b)));
     ops::map(
-        s, want, [](float v, float c) { return ops::fn::Relu{}(v * 40.0f + c); }, x, ops::row(b));
+        s, want, [] EMBER_HOST_DEVICE(float v, float c) { return ops::fn::Relu{}(v * 40.0f + c); },
+        x, ops::row(b));
     EXPECT_EQ(raw(got), raw(want)) << ember::dtype_name(out_dtype);
   }
 }
@@ -291,6 +292,11 @@ TEST_P(Expr, InPlaceAndRepeatedTensors) {
   for (size_t i = 0; i < before.size(); ++i) ASSERT_EQ(after[i], before[i] * before[i] + 1.0f);
 }
 
+// At namespace scope: nvcc instantiates kernels only with types that are not local to a function.
+struct Hypot {
+  EMBER_HOST_DEVICE float operator()(float a, float b) const { return std::sqrt(a * a + b * b); }
+};
+
 TEST_P(Expr, ConstantsAndFunctorsAreExpressionsToo) {
   Stream s = stream();
   Tensor out = Tensor::zeros({3, 9}, DType::f16, device());
@@ -299,9 +305,6 @@ TEST_P(Expr, ConstantsAndFunctorsAreExpressionsToo) {
 
   const Tensor x = random_tensor({3, 9}, 15), y = random_tensor({3, 9}, 16);
   const Tensor xd = on(x), yd = on(y);
-  struct Hypot {
-    EMBER_HOST_DEVICE float operator()(float a, float b) const { return std::sqrt(a * a + b * b); }
-  };
   Tensor got = Tensor::zeros({3, 9}, DType::f32, device());
   ex::assign(s, got, ex::apply(Hypot{}, xd, ex::tensor(yd) * 2));
   const auto vx = host_f32(x), vy = host_f32(y), vg = host_f32(got);

@@ -112,8 +112,9 @@ TEST_P(Map, BroadcastsRowsColumnsAndScalars) {
                    c = random_tensor({m}, 7, d.c);
       Tensor out = Tensor::zeros({m, n}, DType::f32, device());
       ops::map(
-          s, out, [](float a, float b, float e, float k) { return (a + b) * e - k; }, on(x),
-          ops::row(on(r)), ops::col(on(c)), 0.5);
+          s, out,
+          [] EMBER_HOST_DEVICE(float a, float b, float e, float k) { return (a + b) * e - k; },
+          on(x), ops::row(on(r)), ops::col(on(c)), 0.5);
       const auto vx = host_f32(x), vr = host_f32(r), vc = host_f32(c), got = host_f32(out);
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
@@ -132,8 +133,8 @@ TEST_P(Map, SeveralOutputsOfMixedDtypesRoundOnceEach) {
   Tensor a = Tensor::zeros({n}, DType::bf16, device()), b = Tensor::zeros({n}, DType::u8, device()),
          c = Tensor::zeros({n}, DType::f32, device());
   ops::map(
-      s, ops::outputs(a, b, c), [](float v) { return ops::values(v * 1.5f, v * 100.0f, -v); },
-      on(x));
+      s, ops::outputs(a, b, c),
+      [] EMBER_HOST_DEVICE(float v) { return ops::values(v * 1.5f, v * 100.0f, -v); }, on(x));
   const auto vx = host_f32(x), va = host_f32(a), vc = host_f32(c);
   const auto vb = b.to_vector<uint8_t>();
   for (int64_t i = 0; i < n; ++i) {
@@ -150,7 +151,8 @@ TEST_P(Map, SeveralOutputsAndInPlace) {
   const auto va = host_f32(a0), vb = host_f32(b0);
   Tensor a = on(a0).clone(), diff = Tensor::zeros({5000}, DType::f32, device());
   ops::map(
-      s, std::tie(a, diff), [](float p, float q) { return ops::values(p + q, p - q); }, a,
+      s, std::tie(a, diff),
+      [] EMBER_HOST_DEVICE(float p, float q) { return ops::values(p + q, p - q); }, a,
       on(b0));  // a is both an input and an output
   const auto sum = host_f32(a), dif = host_f32(diff);
   for (size_t i = 0; i < va.size(); ++i) {
@@ -162,7 +164,9 @@ TEST_P(Map, SeveralOutputsAndInPlace) {
 TEST_P(Map, WithIndexPassesFlatIndices) {
   Stream s = stream();
   Tensor out = Tensor::zeros({3, 1500}, DType::f32, device());
-  ops::map(s, out, ops::with_index([](int64_t i, float k) { return static_cast<float>(i) * k; }),
+  ops::map(s, out, ops::with_index([] EMBER_HOST_DEVICE(int64_t i, float k) {
+             return static_cast<float>(i) * k;
+           }),
            2.0f);
   const auto got = host_f32(out);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i) * 2.0f) << i;
@@ -172,7 +176,7 @@ TEST_P(Map, ArgumentErrorsNameTheProblem) {
   Stream s = stream();
   Tensor a = Tensor::zeros({4, 8}, DType::f32, device()),
          b = Tensor::zeros({4, 7}, DType::f32, device());
-  const auto id = [](float v) { return v; };
+  const auto id = [] EMBER_HOST_DEVICE(float v) { return v; };
   expect_error([&] { ops::map(s, a, id, b); }, {"ops::map", "shape"});
   expect_error([&] { ops::map(s, a, id, ops::row(Tensor::zeros({4}, DType::f32, device()))); },
                {"row vector", "[8]"});
@@ -188,7 +192,8 @@ TEST_P(Map, ArgumentErrorsNameTheProblem) {
   expect_error(
       [&] {
         ops::map(
-            s, ops::outputs(a, a), [](float v) { return ops::values(v, v); }, 1.0f);
+            s, ops::outputs(a, a), [] EMBER_HOST_DEVICE(float v) { return ops::values(v, v); },
+            1.0f);
       },
       "shares memory");
 }
@@ -203,7 +208,7 @@ TEST_P(MapReduce, SumOfSquaresIsNearTheExactSumAndRepeatable) {
     for (const int64_t n : kTails) {
       const Tensor g = random_tensor({n}, 12, dtype);
       const Tensor gd = on(g);
-      const auto square = [](float v) { return v * v; };
+      const auto square = [] EMBER_HOST_DEVICE(float v) { return v * v; };
       Tensor total = Tensor::zeros({1}, DType::f32, device()),
              again = Tensor::zeros({1}, DType::f32, device());
       ops::map_reduce(s, total, ops::Sum{}, square, gd);
@@ -221,14 +226,15 @@ TEST_P(MapReduce, SumOfSquaresIsNearTheExactSumAndRepeatable) {
 
 TEST_P(MapReduce, NonFiniteFlagAndMax) {
   Stream s = stream();
-  const auto non_finite = [](float a) { return std::isfinite(a) ? 0.0f : 1.0f; };
+  const auto non_finite = [] EMBER_HOST_DEVICE(float a) { return std::isfinite(a) ? 0.0f : 1.0f; };
   std::vector<float> v = random_floats(10000, 13);
   Tensor flag = Tensor::zeros({1}, DType::f32, device()),
          largest = Tensor::zeros({1}, DType::f32, device());
   ops::map_reduce(s, flag, ops::Max{}, non_finite, on(Tensor::from_vector(v, {10000})));
   EXPECT_EQ(flag.item(), 0.0);
   ops::map_reduce(
-      s, largest, ops::Max{}, [](float a) { return a; }, on(Tensor::from_vector(v, {10000})));
+      s, largest, ops::Max{}, [] EMBER_HOST_DEVICE(float a) { return a; },
+      on(Tensor::from_vector(v, {10000})));
   EXPECT_EQ(largest.item(), *std::max_element(v.begin(), v.end()));
   v[7777] = std::numeric_limits<float>::infinity();
   ops::map_reduce(s, flag, ops::Max{}, non_finite, on(Tensor::from_vector(v, {10000})));
@@ -243,7 +249,7 @@ TEST_P(MapReduce, NonFiniteFlagAndMax) {
   expect_error(
       [&] {
         ops::map_reduce(
-            s, flag, ops::Sum{}, [](float a) { return a; }, 1.0f);
+            s, flag, ops::Sum{}, [] EMBER_HOST_DEVICE(float a) { return a; }, 1.0f);
       },
       "at least one tensor input");
 }

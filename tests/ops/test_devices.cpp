@@ -1,8 +1,14 @@
-// ember_tests runs the device cases (tests/ops/*_cases.cpp) on the CPU.
+// ember_tests runs the device cases (tests/<layer>/*_cases.cpp) on the CPU and, in a CUDA build
+// on a machine with a GPU, on the real cuda:0 too.
+#include "ember/core/device.hpp"
 #include "ops/device_cases.hpp"
 
 namespace ember::testing {
 std::vector<Device> test_devices() {
-  return {Device::cpu()};
+  std::vector<Device> devices = {Device::cpu()};
+#if EMBER_WITH_CUDA
+  if (cuda_device_count() > 0) devices.push_back(Device::cuda(0));
+#endif
+  return devices;
 }
 }  // namespace ember::testing
