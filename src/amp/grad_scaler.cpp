@@ -209,8 +209,8 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
   EMBER_CHECK(st.stage != Stage::stepped, "unscale_() is being called after step().");
   std::vector<std::pair<float*, int64_t>> grads;
   const std::vector<nn::Parameter*>& params = optimizer.parameters();
-  for (const nn::Parameter* p : params) {
-    const Tensor& g = p->grad;
+  for (nn::Parameter* p : params) {
+    const Tensor& g = p->materialized_grad();  // a pending zero_grad's zeros, if no backward came
     EMBER_CHECK(g.defined(), "GradScaler::unscale_: the gradient of '{}' is undefined", p->name);
     EMBER_CHECK(g.dtype() != DType::f16, "Attempting to unscale FP16 gradients. ('{}' is {})",
                 p->name, g.view().describe());

@@ -88,10 +88,22 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
               name(), dy.view().describe(), input_.view().describe());
   Tensor dx = Tensor::empty(input_.shape(), input_.dtype(), ctx.stream);
   const TensorView none;
+  // Gradients accumulate, or are written when zero_grad left both pending (one pending alone,
+  // which only a user's own code makes, is filled first and accumulated into).
+  bool accumulate = true;
+  if (options_.affine) {
+    accumulate = !(weight_.grad_zero_pending && bias_.grad_zero_pending);
+    if (accumulate) {
+      weight_.materialized_grad();
+      bias_.materialized_grad();
+    }
+  }
   ops::layer_norm_backward(ctx.stream, dx, options_.affine ? weight_.grad.view() : none,
                            options_.affine ? bias_.grad.view() : none, dy, input_, mean_, rstd_,
-                           options_.affine ? weight_.value.view() : none, /*accumulate=*/true);
+                           options_.affine ? weight_.value.view() : none, accumulate);
   if (options_.affine) {
+    weight_.mark_grad_written();
+    bias_.mark_grad_written();
     grad_ready(weight_);
     grad_ready(bias_);
   }

@@ -142,12 +142,14 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
     grad = Tensor::empty(dy.shape(), dtype, ctx.stream);
     ops::cast(ctx.stream, grad, dy);
   }
+  // Gradients accumulate (+=), or are written (=) when zero_grad left them pending.
+  const float bias_beta = has_bias_ ? bias_.grad_beta() : 0.0f;
   // With an activation: dpre = dy * act'(pre), and db += its column sums, in one pass.
   bool bias_done = false;
   if (activation_ != ops::Activation::none) {
     Tensor dpre = Tensor::empty(dy.shape(), dtype, ctx.stream);
     ops::bias_activation_backward(ctx.stream, dpre, has_bias_ ? bias_.grad : Tensor(), grad, pre_,
-                                  activation_, {.accumulate = true});
+                                  activation_, {.accumulate = bias_beta != 0.0f});
     grad = dpre;
     bias_done = true;
   }
@@ -155,12 +157,14 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   // bias gradient is the row sums of op(A) = grad^T); both final here, so report them ready.
   ops::MatmulOptions dw;
   dw.transpose_a = true;
-  dw.beta = 1.0f;
+  dw.beta = weight_.grad_beta();
   if (has_bias_ && !bias_done) {
     dw.bias_grad = bias_.grad;
-    dw.bias_grad_beta = 1.0f;
+    dw.bias_grad_beta = bias_beta;
   }
   ops::matmul(ctx.stream, weight_.grad, grad, input_, dw);
+  weight_.mark_grad_written();
+  if (has_bias_) bias_.mark_grad_written();
   grad_ready(weight_);
   if (has_bias_) grad_ready(bias_);
   Tensor dx = Tensor::empty(input_.shape(), dtype, ctx.stream);

@@ -7,7 +7,17 @@ namespace ember::nn {
 Parameter make_parameter(std::string name, Tensor value) {
   EMBER_CHECK(value.defined(), "make_parameter: the value of '{}' is undefined", name);
   Tensor grad = Tensor::zeros(value.shape(), value.dtype(), value.stream());
-  return Parameter{std::move(name), std::move(value), std::move(grad), {}};
+  Parameter p;
+  p.name = std::move(name);
+  p.value = std::move(value);
+  p.grad = std::move(grad);
+  return p;
+}
+
+const Tensor& Parameter::materialized_grad() {
+  if (grad_zero_pending && grad.defined()) grad.fill_(0.0);  // on grad's stream
+  grad_zero_pending = false;
+  return grad;
 }
 
 Tensor Parameter::compute_copy(DType dtype, Stream& stream) {

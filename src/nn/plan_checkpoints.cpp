@@ -89,6 +89,7 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
   // that they do not count) to restore.
   std::vector<std::vector<float>> grads;
   for (Parameter* p : model.parameters()) {
+    p->materialized_grad();  // a pending zero_grad's zeros are what is kept and restored
     EMBER_CHECK(p->grad.dtype() == DType::f32 && p->grad.device() == device,
                 "plan_checkpoints: the gradient of '{}' must be f32 on {}, not {}", p->name,
                 device.to_string(), p->grad.view().describe());

@@ -61,7 +61,8 @@ Tensor clip_grad_norm(Stream& stream, const std::vector<nn::Parameter*>& paramet
   for (size_t i = 0; i < parameters.size(); ++i) {
     const nn::Parameter* p = parameters[i];
     EMBER_CHECK(p != nullptr, "{}: parameter {} is null", kOp, i);
-    const Tensor& g = p->grad;
+    // A gradient zero_grad left pending is zero (filled now); the clip writes them all anyway.
+    const Tensor& g = const_cast<nn::Parameter*>(p)->materialized_grad();
     EMBER_CHECK(g.defined() && g.dtype() == DType::f32 && g.device() == device,
                 "{}: the gradient of parameter {} ('{}') must be f32 on {} (the stream's "
                 "device), not {}",

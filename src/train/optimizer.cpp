@@ -214,6 +214,8 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   // The step writes every parameter (unless found_inf skips it on the device): low-precision
   // copies made before it are stale from here on.
   for (nn::Parameter* p : parameters_) mark_written(p->value);
+  // A gradient zero_grad left pending and no backward wrote is zero: fill it (on its stream).
+  for (nn::Parameter* p : parameters_) p->materialized_grad();
   const size_t slot = static_cast<size_t>(steps_ % 2);
   for (DeviceGroup& group : groups_) {
     auto* counters = reinterpret_cast<rules::StepCounters*>(group.counters.data());
@@ -259,16 +261,17 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   ++steps_;
 }
 
-void Optimizer::zero_grad() {
-  // Each fill is queued on its gradient's stream, after the last step (which read it) when
-  // that step ran on another stream.
+void Optimizer::zero_grad(bool fill) {
+  // The next write of each gradient (a fill, or backward's) is queued on its gradient's stream
+  // after the last step (which read it) when that step ran on another stream.
   for (const DeviceGroup& group : groups_) {
     for (size_t i : group.parameters) {
-      Tensor& grad = parameters_[i]->grad;
-      if (group.last_step.device() == group.device && !(grad.stream() == group.last_step)) {
-        grad.stream().wait(group.last_step);
+      nn::Parameter& p = *parameters_[i];
+      if (group.last_step.device() == group.device && !(p.grad.stream() == group.last_step)) {
+        p.grad.stream().wait(group.last_step);
       }
-      grad.fill_(0.0);
+      p.grad_zero_pending = true;
+      if (fill) p.materialized_grad();
     }
   }
 }

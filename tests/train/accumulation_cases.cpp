@@ -8,6 +8,7 @@
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/train/accumulation.hpp"
+#include "ember/train/clip_grad.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "ember/train/sgd.hpp"
 #include "ops/device_cases.hpp"
@@ -72,6 +73,76 @@ TEST_P(AccumulationTest, MicroBatchesGiveTheGradientsOfTheWholeBatch) {
       }
     }
   }
+}
+
+// zero_grad fills nothing: the next backward writes the gradients (beta 0) instead of adding to
+// stale values; later micro-batches accumulate; a step, a clip or unscale without a backward read
+// zeros; zero_grad(true) fills at once. Stale gradients are 1e6 here, so any leak shows.
+TEST_P(AccumulationTest, ZeroGradLetsTheNextBackwardWrite) {
+  const Tensor x = on(Tensor::empty({16, 5}).uniform_(5, -1.0, 1.0));
+  std::vector<int32_t> labels(16);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((i * 7) % 3);
+  const Tensor y = on(Tensor::from_vector(labels, {16}));
+  auto make = [&] {
+    return train::make_residual_mlp({.inputs = 5,
+                                     .width = 12,
+                                     .depth = 2,
+                                     .expansion = 2,
+                                     .outputs = 3,
+                                     .seed = 6,
+                                     .device = device()});
+  };
+  Stream s = stream();
+  nn::Context ctx{s, true};
+  nn::SoftmaxCrossEntropy criterion;
+  auto backward = [&](nn::Module& model, const Tensor& xb, const Tensor& yb) {
+    criterion.forward(ctx, model.forward(ctx, xb), yb);
+    model.backward(ctx, criterion.backward(ctx));
+  };
+  auto grads = [](nn::Module& model) {
+    std::vector<std::vector<float>> out;
+    for (nn::Parameter* p : model.parameters()) out.push_back(p->grad.to_vector<float>());
+    return out;
+  };
+  // The reference: gradients filled with zeros, then accumulated into.
+  auto reference = make();
+  train::SGD ref_sgd(reference->parameters(), {.lr = 0.0f});
+  ref_sgd.zero_grad(/*fill=*/true);
+  for (nn::Parameter* p : reference->parameters()) EXPECT_FALSE(p->grad_zero_pending);
+  backward(*reference, x.slice(0, 8), y.slice(0, 8));
+  const auto one = grads(*reference);
+  backward(*reference, x.slice(8, 16), y.slice(8, 16));
+  const auto two = grads(*reference);
+
+  auto model = make();
+  train::SGD sgd(model->parameters(), {.lr = 0.0f});
+  for (nn::Parameter* p : model->parameters()) p->grad.fill_(1e6);  // stale
+  sgd.zero_grad();
+  for (nn::Parameter* p : model->parameters()) EXPECT_TRUE(p->grad_zero_pending);
+  backward(*model, x.slice(0, 8), y.slice(0, 8));
+  for (nn::Parameter* p : model->parameters()) EXPECT_FALSE(p->grad_zero_pending) << p->name;
+  EXPECT_EQ(grads(*model), one);
+  backward(*model, x.slice(8, 16), y.slice(8, 16));  // a second micro-batch accumulates
+  EXPECT_EQ(grads(*model), two);
+
+  // No backward after zero_grad: the step reads zeros (SGD with weight decay 0 and lr 1 leaves
+  // the parameters), and the gradients are zeros afterwards.
+  train::SGD moving(model->parameters(), {.lr = 1.0f});
+  std::vector<std::vector<float>> before;
+  for (nn::Parameter* p : model->parameters()) before.push_back(p->value.to_vector<float>());
+  for (nn::Parameter* p : model->parameters()) p->grad.fill_(1e6);
+  moving.zero_grad();
+  moving.step(s);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(model->parameters()[i]->value.to_vector<float>(), before[i]);
+    for (float g : model->parameters()[i]->grad.to_vector<float>()) ASSERT_EQ(g, 0.0f);
+  }
+  // clip_grad_norm of pending gradients: norm 0.
+  for (nn::Parameter* p : model->parameters()) p->grad.fill_(1e6);
+  moving.zero_grad();
+  EXPECT_EQ(
+      train::clip_grad_norm(s, model->parameters(), 1.0f).to(Device::cpu()).to_vector<float>(),
+      std::vector<float>{0.0f});
 }
 
 TEST_P(AccumulationTest, LossGradientAndErrors) {

@@ -194,8 +194,15 @@ TEST(Optimizer, ZeroGradClearsEveryGradient) {
   a.grad.fill_(5);
   b.grad.fill_(-1);
   train::SGD opt({&a, &b}, {.lr = 0.1f});
-  opt.zero_grad();
-  EXPECT_EQ(a.grad.to_vector<float>(), (std::vector<float>{0, 0}));
+  opt.zero_grad();  // deferred: nothing filled until a reader asks (or backward writes)
+  EXPECT_TRUE(a.grad_zero_pending && b.grad_zero_pending);
+  EXPECT_EQ(a.grad_beta(), 0.0f);
+  EXPECT_EQ(a.materialized_grad().to_vector<float>(), (std::vector<float>{0, 0}));
+  EXPECT_FALSE(a.grad_zero_pending);
+  EXPECT_EQ(a.grad_beta(), 1.0f);
+  b.grad.fill_(-1);
+  opt.zero_grad(/*fill=*/true);
+  EXPECT_FALSE(b.grad_zero_pending);
   EXPECT_EQ(b.grad.to_vector<float>(), (std::vector<float>{0}));
 }
 

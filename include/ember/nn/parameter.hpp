@@ -14,6 +14,17 @@ struct Parameter {
   Tensor value;
   Tensor grad;  // same shape, dtype and device as value; backward accumulates into it
 
+  // Set by Optimizer::zero_grad: grad's contents are stale and stand for zero, and the next
+  // backward writes the gradient instead of adding to it (PyTorch's set_to_none): no fill per
+  // parameter per step. Modules write with grad_beta() (0 while pending, else 1) and then call
+  // mark_grad_written(); code that reads gradients calls materialized_grad(), which fills the
+  // zero first if no backward has written it. Reading `grad` directly after zero_grad and
+  // before backward reads stale values: use materialized_grad(), or zero_grad(/*fill=*/true).
+  bool grad_zero_pending = false;
+  float grad_beta() const { return grad_zero_pending ? 0.0f : 1.0f; }
+  void mark_grad_written() { grad_zero_pending = false; }
+  const Tensor& materialized_grad();
+
   // `value` in `dtype` for computing: autocast's low-precision working copy of the f32 master
   // weight. value itself when it has that dtype; else a copy converted on `stream` and kept, and
   // returned again until value is written or replaced. Every ember write to a tensor (an

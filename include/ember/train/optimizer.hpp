@@ -36,7 +36,10 @@ class Optimizer {
   // inv_scale, and a nonzero found_inf skips the step entirely (parameters, state and the
   // applied-step count stay). Either may be an undefined Tensor (not used).
   void step(Stream& stream, const Tensor& found_inf, const Tensor& inv_scale);
-  void zero_grad();  // sets every gradient to zero, queued on each gradient's stream
+  // Every gradient becomes zero: by default lazily (Parameter::grad_zero_pending: the next
+  // backward overwrites instead of accumulating, and a step or clip without one reads zeros);
+  // fill = true writes the zeros now, queued on each gradient's stream.
+  void zero_grad(bool fill = false);
 
   // step() calls made (each may have been skipped on the device by found_inf).
   int64_t steps() const { return steps_; }

@@ -125,12 +125,16 @@ bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& 
   return true;
 }
 
-// An accumulating bias gradient (Linear's backward: dW += dY^T X with db += row sums of dY^T),
-// which cuBLASLt's BGRADB cannot do (it overwrites): cuBLASLt runs the product, ember's row-sum
-// kernel the bias gradient. False, with nothing enqueued, when cuBLASLt cannot run the product.
+// A bias gradient (Linear's backward: dW += dY^T X with db += row sums of dY^T): cuBLASLt runs
+// the product, ember's row-sum kernel the bias gradient, accumulated (which cuBLASLt's BGRADB
+// cannot do) or written: the same sums either way, so a gradient written after zero_grad is
+// bitwise the one accumulated into zeros. (BGRADB runs with backend cublaslt.) False, with
+// nothing enqueued, when cuBLASLt cannot run the product.
 bool bias_grad_after_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
                               int device) {
   if (problem.bias_grad.data == nullptr || problem.n == 0) return false;
+  // With an activation too (an unusual mix): the tiled kernels, whose GELU is ember's.
+  if (problem.activation != kernels::EpilogueActivation::none) return false;
   kernels::MatmulProblem product = problem;
   product.bias_grad = kernels::MatrixRef{};
   if (!cublaslt_unsupported_reason(product).empty()) return false;
@@ -174,6 +178,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
       // it cannot, or finds no algorithm for the layout, ember's kernels run the product.
       if (automatic_choice() == MatmulBackend::tiled) break;
       if (gelu_after_cublaslt(stream, c, a, b, dims, options)) return;
+      if (bias_grad_after_cublaslt(problem, handle, device)) return;
       if (cublaslt_unsupported_reason(problem).empty()) {
         try {
           matmul_cublaslt(problem, handle, device);
@@ -182,7 +187,6 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
           // nothing was enqueued: fall through to the tiled kernels
         }
       }
-      if (bias_grad_after_cublaslt(problem, handle, device)) return;
   }
   run_tiled(problem, handle, device);
 }

@@ -68,7 +68,7 @@ TEST(AmpStreams, ZeroGradAfterUnscaleOnAnotherStreamIsOrdered) {
   const std::string m = message_of([&] {
     scaler.unscale_(other, sgd);
     scaler.update(other);
-    sgd.zero_grad();
+    sgd.zero_grad(/*fill=*/true);
   });
   EXPECT_EQ(m, "") << m;
   other.synchronize();

@@ -377,8 +377,8 @@ TEST(EmulatedStreams, OptimizerOrdersItselfWithTheStreamsOfItsTensors) {
                            Tensor::full({4}, 0.5, DType::f32, kGpu)};
     Stream s(kGpu);
     ember::train::AdamW opt({&p}, {.lr = 0.1f, .weight_decay = 0.0f});  // zero state, queued
-    opt.step(s);      // on another stream: waits for the parameter's
-    opt.zero_grad();  // on the gradient's stream: waits for the step
+    opt.step(s);                   // on another stream: waits for the parameter's
+    opt.zero_grad(/*fill=*/true);  // on the gradient's stream: waits for the step
     const std::vector<float> w = p.value.to_vector<float>();
     EXPECT_NEAR(w[0], 0.9f, 1e-6f);
     EXPECT_EQ(p.grad.to_vector<float>(), std::vector<float>(4, 0.0f));
