@@ -4,6 +4,7 @@
 #
 #   ember-gpu-check/run.sh [--quick] [--only STEP[,STEP...]] [--list] [--out DIR]
 #                          [--budget SECONDS] [--build-dir DIR] [--cuda-lib-dir DIR]
+#                          [--allow-no-gpu]
 #
 #   --quick            shorter training runs, fewer benchmark rows and sanitized cases
 #   --only STEPS       run only these steps (comma-separated; a prefix such as train_mlp or
@@ -16,6 +17,7 @@
 #   --build-dir DIR    take the binaries from an ember build tree instead of bin/ and lib/
 #   --cuda-lib-dir DIR where libcudart/libcublas/libcublasLt/libnccl are, if the loader and the
 #                      usual places (/usr/local/cuda, Python's nvidia-* wheels) lack them
+#   --allow-no-gpu     no GPU is a SKIP, not a failure (to check the tarball itself)
 #
 # Every step runs under `timeout`, failures do not stop the run, and the end prints one table
 # (step, PASS/FAIL/SKIP, seconds, detail) that is also written to <out>/summary.txt, with each
@@ -31,16 +33,18 @@ budget=450
 build_dir=""
 cuda_lib_dir=""
 list=0
+allow_no_gpu=0
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
 need_value() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --only) need_value "$@"; only="${only:+$only,}$2"; shift 2 ;;
-    --only=*) only="${only:+$only,}${1#*=}"; shift ;;
+    --only=*) [ -n "${1#*=}" ] || die "--only needs a value"; only="${only:+$only,}${1#*=}"; shift ;;
     --list) list=1; shift ;;
+    --allow-no-gpu) allow_no_gpu=1; shift ;;
     --out) need_value "$@"; out_dir="$2"; shift 2 ;;
     --out=*) out_dir="${1#*=}"; shift ;;
     --budget) need_value "$@"; budget="$2"; shift 2 ;;
@@ -191,8 +195,8 @@ unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE SLURM_PROCID SLURM_NTASKS RANK W
 mkdir -p "$out_dir" || die "cannot create $out_dir"
 out_dir="$(cd "$out_dir" && pwd)"
 logs="$out_dir/logs"
-rm -rf "$logs"
 mkdir -p "$logs"
+rm -f "$logs"/*.log "$out_dir/summary.txt"  # this script's own files only, from an earlier run
 
 # ---- running and recording --------------------------------------------------------------
 now() { echo "${EPOCHREALTIME:-$(date +%s.%N)}"; }
@@ -370,8 +374,11 @@ step_gpu() {
     res=FAIL
     detail="$query; this build's kernels cannot run on it ($arch_note): pack with --arch $cc"
   elif [ -n "$smi_why" ]; then
+    # A GPU check without a GPU checked nothing: a failure, unless asked for (the ctest that
+    # keeps the tarball working runs it so).
     gpu_why="no GPU (see gpu)"
-    res=SKIP
+    res=FAIL
+    [ "$allow_no_gpu" -eq 1 ] && res=SKIP
     detail="no GPU: $smi_why; ember: $ember_why$cuda_note"
   else
     gpu_why="ember cannot use the GPU (see gpu)"

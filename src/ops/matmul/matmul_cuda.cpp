@@ -83,9 +83,9 @@ void run_tiled(const kernels::MatmulProblem& p, cudaStream_t stream, int device)
   matmul_tensor_core(p, stream);
 }
 
-// EMBER_MATMUL_BACKEND steers the automatic choice on CUDA devices: auto (the default), tiled
-// (ember's kernels only) or cublaslt (wherever cuBLASLt can run the product). Tests use it to
-// run every case on each backend; a user may, to compare them in a real job.
+// EMBER_MATMUL_BACKEND steers the automatic choice on CUDA devices: auto (the default) or
+// cublaslt (the same rules: cuBLASLt where it applies), or tiled (ember's kernels only). Tests use
+// it to run every case on each backend; a user may, to compare them in a real job.
 MatmulBackend automatic_choice() {
   const char* value = std::getenv("EMBER_MATMUL_BACKEND");
   if (value == nullptr || *value == '\0' || std::string_view(value) == "auto") {
@@ -107,6 +107,8 @@ bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& 
                          const TensorView& b, const detail::MatmulDims& dims,
                          const MatmulOptions& options) {
   if (options.activation != Activation::gelu || c.dtype != DType::f32) return false;
+  // A residual and output_scale come after the activation: not part of the product.
+  if (options.residual.data != nullptr || options.output_scale != 1.0f) return false;
   const bool separate_pre = options.pre_activation.data != nullptr;
   if (separate_pre && options.beta != 0.0f) return false;  // the product would read pre, not C
   MatmulOptions product = options;
@@ -155,6 +157,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
   EMBER_CHECK(options.backend != MatmulBackend::cpu,
               "{}: backend 'cpu' needs CPU tensors, but the operands are on {}", kOp,
               stream.device().to_string());
+  const MatmulBackend steer = automatic_choice();  // a bad EMBER_MATMUL_BACKEND fails every call
   const kernels::MatmulProblem problem = make_problem(c, a, b, dims, options);
   if (problem.m == 0 || problem.batch == 0 ||
       (problem.n == 0 && problem.bias_grad.data == nullptr)) {
@@ -176,8 +179,10 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
     default:
       // cuBLASLt is the faster choice wherever it can express the epilogue (see README); where
       // it cannot, or finds no algorithm for the layout, ember's kernels run the product.
-      if (automatic_choice() == MatmulBackend::tiled) break;
+      if (steer == MatmulBackend::tiled) break;
       if (gelu_after_cublaslt(stream, c, a, b, dims, options)) return;
+      // Any other f32 GELU product: ember's tiled kernels, never cuBLASLt's own GELU epilogue.
+      if (options.activation == Activation::gelu && c.dtype == DType::f32) break;
       if (bias_grad_after_cublaslt(problem, handle, device)) return;
       if (cublaslt_unsupported_reason(problem).empty()) {
         try {

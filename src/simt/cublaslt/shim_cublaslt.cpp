@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ember/core/half.hpp"
@@ -53,7 +55,9 @@ std::atomic<uint64_t> matmul_calls{0};
 // What the heuristic's algorithm promises; cublasLtMatmul refuses calls outside it.
 struct AlgoRecord {
   uint64_t workspace = 0;
-  uint32_t align[4] = {};
+  uint32_t align[4] = {};   // A, B, C, D: the preference's minimum alignments
+  uint32_t bias_align = 0;  // the bias and aux pointers' alignments at heuristic time, which
+  uint32_t aux_align = 0;   // cuBLASLt reads from the descriptor to choose the algorithm
 };
 static_assert(sizeof(AlgoRecord) <= sizeof(cublasLtMatmulAlgo_t));
 
@@ -163,6 +167,8 @@ cublasStatus_t check(Problem& p) {
     if (l->batch != d.batch) return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (d.batch > 1 && d.batch_stride == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  // BGRADB reduces one batch entry's B: not offered for batches.
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BGRADB && d.batch > 1) return CUBLAS_STATUS_NOT_SUPPORTED;
   // f32 x f32 -> f32; f16/bf16 x the same -> that type or f32 (CUBLAS_COMPUTE_32F's table).
   if (a.type != b.type || c.type != d.type) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (a.type == CUDA_R_32F && d.type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -403,9 +409,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   if (const cublasStatus_t status = check(p); status != CUBLAS_STATUS_SUCCESS) return status;
   // A workspace like a split-k kernel's: some of what the preference allows, so that the caller's
   // workspace handling runs (and the race checker sees it used on the stream).
+  // EMBER_SIMT_CUBLASLT_NO_ALGORITHM=1: no algorithm for anything, as a cuBLASLt that has no
+  // kernel for a case answers; the callers' fallbacks run in tests.
+  if (const char* none = std::getenv("EMBER_SIMT_CUBLASLT_NO_ALGORITHM");
+      none != nullptr && std::string(none) == "1") {
+    *returned = 0;
+    return CUBLAS_STATUS_SUCCESS;
+  }
   AlgoRecord record;
   record.workspace = std::min<uint64_t>(preference->max_workspace, 64 * 1024);
   std::copy(std::begin(preference->align), std::end(preference->align), record.align);
+  record.bias_align = desc->bias != nullptr ? alignment_of(desc->bias) : 0;
+  record.aux_align = desc->aux != nullptr ? alignment_of(desc->aux) : 0;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   std::memcpy(results[0].algo.data, &record, sizeof(record));
   results[0].workspaceSize = record.workspace;
@@ -433,9 +448,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (workspace_bytes < record.workspace || (workspace_bytes > 0 && workspace == nullptr)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  // In place (C == D) needs one layout for both.
+  if (c == d && (c_layout->ld != d_layout->ld || c_layout->type != d_layout->type ||
+                 c_layout->batch_stride != d_layout->batch_stride)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   const void* operands[4] = {a, b, c, d};
+  const cublasLtMatrixLayoutOpaque* layouts[4] = {a_layout, b_layout, c_layout, d_layout};
   for (int i = 0; i < 4; ++i) {
-    if (alignment_of(operands[i]) < record.align[i]) return CUBLAS_STATUS_INVALID_VALUE;
+    // Less aligned than the algorithm was chosen for, or than one element: a GPU kernel faults.
+    if (alignment_of(operands[i]) < record.align[i] ||
+        alignment_of(operands[i]) < type_size(layouts[i]->type)) {
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
+  if (alignment_of(desc->bias) < record.bias_align || alignment_of(desc->aux) < record.aux_align) {
+    return CUBLAS_STATUS_INVALID_VALUE;
   }
   const uint32_t e = desc->epilogue;
   if ((has_bias(e) || e == CUBLASLT_EPILOGUE_BGRADB) && desc->bias == nullptr) {

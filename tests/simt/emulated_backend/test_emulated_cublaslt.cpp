@@ -247,6 +247,76 @@ TEST(EmulatedCublasLt, FewBiasRowsOverALongBatch) {
   }
 }
 
+// f32 GELU products the split cannot take (a residual or output_scale after the GELU, beta
+// reading C with a separate pre-activation) run on the tiled kernels: right values, and GELU still
+// ember's (never cuBLASLt's own epilogue) on the automatic backend.
+TEST(EmulatedCublasLt, GeluWithWhatComesAfterItOrBetaStaysEmbersGelu) {
+  ember::Stream stream = ember::current_stream(kGpu);
+  const Tensor a = random_tensor({32, 40}, DType::f32, 30),
+               b = random_tensor({40, 16}, DType::f32, 31);
+  const Tensor residual = random_tensor({32, 16}, DType::f32, 32);
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    Tensor c = random_tensor({32, 16}, DType::f32, 33),
+           pre = Tensor::zeros({32, 16}, DType::f32, kGpu);
+    MatmulOptions o;
+    o.activation = Activation::gelu;
+    o.pre_activation = pre;
+    if (variant == 0) o.residual = residual;
+    if (variant == 1) o.output_scale = 3.0f;
+    if (variant == 2) o.beta = 1.0f;
+    const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
+    ember::ops::matmul(stream, c, a, b, o);
+    expect_close(c, want.c, matmul_tolerance(DType::f32, 40) + 1e-6);
+    expect_close(pre, want.pre, matmul_tolerance(DType::f32, 40));
+    if (variant == 2) {
+      Tensor remade = Tensor::zeros({32, 16}, DType::f32, kGpu);
+      ember::ops::gelu_forward(stream, remade, pre);
+      EXPECT_EQ(bits(c), bits(remade));
+    }
+  }
+}
+
+// A cuBLASLt with no algorithm for anything (EMBER_SIMT_CUBLASLT_NO_ALGORITHM=1): the automatic
+// backend falls back to the tiled kernels with nothing enqueued on cuBLASLt (plain, GELU and
+// bias-gradient products alike), and backend cublaslt names the problem.
+TEST(EmulatedCublasLt, NoAlgorithmFallsBackToTheTiledKernels) {
+  ember::Stream stream = ember::current_stream(kGpu);
+  setenv("EMBER_SIMT_CUBLASLT_NO_ALGORITHM", "1", 1);
+  // Shapes no other test uses: no cached plan skips the heuristic.
+  const Tensor a = random_tensor({23, 31}, DType::f32, 34),
+               b = random_tensor({31, 29}, DType::f32, 35);
+  const Tensor bias = random_tensor({29}, DType::f32, 36);
+  const uint64_t before = cublaslt_matmul_calls();
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    Tensor c = Tensor::zeros({23, 29}, DType::f32, kGpu),
+           pre = Tensor::zeros({23, 29}, DType::f32, kGpu);
+    Tensor db = random_tensor({23}, DType::f32, 37);
+    MatmulOptions o;
+    if (variant == 1) {
+      o.bias = bias;
+      o.activation = Activation::gelu;
+      o.pre_activation = pre;
+    }
+    if (variant == 2) {
+      o.bias_grad = db;
+      o.bias_grad_beta = 1.0f;
+    }
+    const auto want = matmul_reference(c.view(), a.view(), b.view(), o);
+    ember::ops::matmul(stream, c, a, b, o);
+    expect_close(c, want.c, matmul_tolerance(DType::f32, 31) + 1e-6);
+    if (variant == 2) expect_close(db, want.bias_grad, matmul_tolerance(DType::f32, 31));
+  }
+  EXPECT_EQ(cublaslt_matmul_calls(), before);
+  Tensor c = Tensor::zeros({23, 29}, DType::f32, kGpu);
+  MatmulOptions o;
+  o.backend = MatmulBackend::cublaslt;
+  ember::testing::expect_error([&] { ember::ops::matmul(stream, c, a, b, o); },
+                               "cuBLASLt has no algorithm for this product on cuda:0");
+  unsetenv("EMBER_SIMT_CUBLASLT_NO_ALGORITHM");
+}
+
 TEST(EmulatedCublasLt, BadBackendSettingIsAnError) {
   ember::Stream stream = ember::current_stream(kGpu);
   const Tensor a = random_tensor({4, 3}, DType::f32, 16), b = random_tensor({3, 2}, DType::f32, 17);
