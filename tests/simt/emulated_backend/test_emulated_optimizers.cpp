@@ -254,6 +254,30 @@ TEST(EmulatedOptimizers, ManyTensorsOverflowIntoMoreLaunches) {
   }
 }
 
+// A small model's step (train_mlp's 4 x 256 MLP: ~215 k parameters) is spread over ~256
+// blocks of 1024 elements in one launch, not 14 blocks of 32768 (latency-bound on an H100); big
+// models keep 32768 per block. The same bits as the CPU either way.
+TEST(EmulatedOptimizers, SmallModelsSpreadOverManyBlocks) {
+  EXPECT_EQ(kernels::multi_tensor_chunk(0), 1024);
+  EXPECT_EQ(kernels::multi_tensor_chunk(215'000), 1024);
+  EXPECT_EQ(kernels::multi_tensor_chunk(2'000'000), 8192);
+  EXPECT_EQ(kernels::multi_tensor_chunk(100'000'000), kernels::kMultiTensorChunk);
+  const std::vector<int64_t> sizes = {64 * 256, 256,       256 * 256, 256,      256 * 256,
+                                      256,      256 * 256, 256,       256 * 10, 10};
+  ParameterSet gpu_params(sizes, kGpu, false), cpu_params(sizes, kCpu, false);
+  ember::Stream stream = ember::current_stream(kGpu);
+  const train::AdamWOptions o{.lr = 0.01f};
+  train::AdamW gpu(gpu_params.pointers(), o), cpu(cpu_params.pointers(), o);
+  gpu_params.set_gradients(3);
+  cpu_params.set_gradients(3);
+  EXPECT_EQ(launches_of_one_step(gpu, stream), 1u);
+  cpu.step();
+  stream.synchronize();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(bits(gpu_params.params[i].value), bits(cpu_params.params[i].value)) << i;
+  }
+}
+
 // A big tensor spills over the block table: 320 blocks of 32768 elements per launch.
 TEST(EmulatedOptimizers, TensorLargerThanOneLaunchContinuesInTheNext) {
   const int64_t n = kernels::kMultiTensorMaxBlocks * kernels::kMultiTensorChunk + 5;
