@@ -104,7 +104,8 @@ struct HashedFile {
 };
 
 HashedFile read_hashed(const fs::path& path, int64_t expected_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO without a writer is refused below instead of blocking the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw std::runtime_error(
         fmt::format("cannot open '{}': {}", path.string(), std::strerror(errno)));
@@ -293,7 +294,14 @@ struct Checkpointer::Impl {
 
   std::vector<int64_t> gather(const std::vector<int64_t>& mine) const {
     if (group.world_size == 1) return mine;
-    return group.all_gather(mine);
+    std::vector<int64_t> all = group.all_gather(mine);
+    // A custom group's answer is checked before it is indexed: world_size entries of ours.
+    EMBER_CHECK(all.size() == mine.size() * static_cast<size_t>(group.world_size),
+                "Checkpointer: the group's all_gather returned {} values for {} ranks of {} each "
+                "(expected {}): it must return every rank's values in rank order",
+                all.size(), group.world_size, mine.size(),
+                mine.size() * static_cast<size_t>(group.world_size));
+    return all;
   }
 
   std::string name_of(int64_t step) const { return fmt::format("step-{:012d}", step); }
@@ -428,6 +436,28 @@ struct Checkpointer::Impl {
     gather({1});  // every rank: committed
   }
 
+  // Removes the temporary directories of earlier saves that never committed (a full disk, a
+  // crash): on a small disk they would keep it full, and every later save would fail too. Rank 0
+  // alone, and never the step being saved now (other ranks may be writing into it).
+  void clear_stale_temporaries(int64_t saving) const {
+    if (group.rank != 0) return;
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+      const std::string n = entry.path().filename().string();
+      if ((n.starts_with(".tmp-") && entry.path() != tmp_of(saving)) || n.starts_with(".old-")) {
+        std::error_code ignored;
+        fs::remove_all(entry.path(), ignored);
+      }
+    }
+  }
+
+  // A failed save's temporary directory, removed at once when this rank is the only writer.
+  void discard_failed(int64_t step) const {
+    if (group.world_size != 1) return;  // other ranks may still write into it: the next save
+    std::error_code ignored;            // clears it (clear_stale_temporaries)
+    fs::remove_all(tmp_of(step), ignored);
+  }
+
   // Keeps the newest keep_last checkpoints, and always `written`, the one just committed.
   void prune(int64_t written) const {
     std::vector<int64_t> all = steps();
@@ -520,26 +550,39 @@ void Checkpointer::save(TrainingState& state) {
         "step",
         state.progress.step, impl_->options.dir, committed.front()));
   }
+  const int64_t step = state.progress.step;
+  impl_->clear_stale_temporaries(step);
   try {
     if (!impl_->options.async) {
       const Snapshot s = impl_->snapshot(state, /*copy=*/false);
-      impl_->commit(s, impl_->write_files(s));
+      try {
+        impl_->commit(s, impl_->write_files(s));
+      } catch (...) {
+        impl_->discard_failed(step);
+        throw;
+      }
     } else {
       impl_->pending = impl_->snapshot(state, /*copy=*/true);
       const bool alone = impl_->group.world_size == 1;
       impl_->pending_commit = !alone;
-      impl_->writer = std::thread([this, alone] {
+      impl_->writer = std::thread([this, alone, step] {
         try {
           impl_->pending_records = impl_->write_files(impl_->pending);
           if (alone) impl_->commit(impl_->pending, impl_->pending_records);
+        } catch (const fs::filesystem_error& e) {  // an ember::Error, as the synchronous path
+          impl_->discard_failed(step);
+          impl_->writer_error = std::make_exception_ptr(
+              Error(fmt::format("Checkpointer: saving step {} in '{}' failed: {}", step,
+                                impl_->options.dir, e.what())));
         } catch (...) {
+          impl_->discard_failed(step);
           impl_->writer_error = std::current_exception();
         }
       });
     }
   } catch (const fs::filesystem_error& e) {
-    EMBER_THROW("Checkpointer: saving step {} in '{}' failed: {}", state.progress.step,
-                impl_->options.dir, e.what());
+    EMBER_THROW("Checkpointer: saving step {} in '{}' failed: {}", step, impl_->options.dir,
+                e.what());
   }
   EMBER_CHECK(earlier_failure.empty(),
               "Checkpointer: the earlier asynchronous save of step {} failed ({}); this save of "

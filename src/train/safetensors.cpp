@@ -257,7 +257,8 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
 }
 
 std::string read_whole_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO without a writer is refused below instead of blocking the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   EMBER_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

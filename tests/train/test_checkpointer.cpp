@@ -3,10 +3,13 @@
 // safetensors reader and the manifest under malformed input (fuzzed).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -233,6 +236,121 @@ TEST(Checkpointer, OutsideTestingRegressions) {
     EXPECT_EQ(ck.steps(), (std::vector<int64_t>{3}));
   }
   fs::remove_all(dir);
+}
+
+// A transient disk-full, injected without a mount: a file-size limit (RLIMIT_FSIZE, SIGXFSZ
+// ignored, so writes fail with EFBIG) during step 2's and 3's saves. Each failed save removes
+// its temporary directory; once the limit is lifted the next save commits and keep_last holds.
+// A stale temporary left by a crash is cleared by the next save. Sync and async.
+TEST(Checkpointer, ATransientWriteFailureDoesNotStopCheckpointingForGood) {
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const std::string dir = fresh_dir(async ? "diskfull_async" : "diskfull");
+    Counter c;
+    Checkpointer ck({.dir = dir, .keep_last = 1, .async = async});
+    c.set(1);
+    ck.save(c.state);
+    ck.wait();
+    fs::create_directories(fs::path(dir) / ".tmp-step-000000000099");  // a crash's leftover
+    struct rlimit saved {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+    void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = saved;
+    small.rlim_cur = 1000;  // bytes: the 4000-byte tensor file cannot be written
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    for (int64_t step : {2, 3}) {
+      c.set(step);
+      try {
+        ck.save(c.state);
+        ck.wait();
+        ADD_FAILURE() << "step " << step << " saved past the file-size limit";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("File too large"), std::string::npos) << e.what();
+      }
+    }
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+    std::signal(SIGXFSZ, previous);
+    for (const auto& e : fs::directory_iterator(dir)) {
+      EXPECT_FALSE(e.path().filename().string().starts_with(".tmp-")) << e.path();
+    }
+    c.set(4);
+    ck.save(c.state);
+    ck.wait();
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{4}));
+    c.set(0);
+    EXPECT_EQ(Checkpointer({.dir = dir}).resume(c.state), std::optional<int64_t>(4));
+    EXPECT_TRUE(c.consistent(4));
+    fs::remove_all(dir);
+  }
+}
+
+// A custom CheckpointGroup whose all_gather returns too few or no values is an Error naming the
+// lengths, at save and at resume (it was indexed unchecked: garbage in the manifest, a crash).
+TEST(Checkpointer, AGroupReturningTheWrongLengthIsAnError) {
+  const std::string dir = fresh_dir("group");
+  Counter c;
+  c.set(1);
+  Checkpointer({.dir = dir}).save(c.state);
+  for (int returned : {0, 1}) {
+    SCOPED_TRACE(returned);
+    CheckpointGroup group{.rank = 0, .world_size = 2, .all_gather = [returned](const auto& mine) {
+                            return returned == 0 ? std::vector<int64_t>{} : mine;
+                          }};
+    Checkpointer ck({.dir = dir}, group);
+    c.set(2);
+    testing::expect_error([&] { ck.save(c.state); },
+                          {"all_gather returned", "for 2 ranks", "expected"});
+    testing::expect_error([&] { ck.resume(c.state); }, {"all_gather returned", "for 2 ranks"});
+  }
+  fs::remove_all(dir);
+}
+
+// An asynchronous save's filesystem failure (here the directory replaced by a file) reaches
+// wait() as an ember::Error naming the step and the directory, as a synchronous save's does.
+TEST(Checkpointer, AnAsyncFilesystemFailureIsAnEmberError) {
+  const std::string dir = fresh_dir("async_fs");
+  Counter c;
+  Checkpointer ck({.dir = dir, .async = true});
+  fs::remove_all(dir);
+  std::ofstream(dir) << "not a directory";
+  c.set(7);
+  ck.save(c.state);
+  try {
+    ck.wait();
+    ADD_FAILURE() << "the save did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("saving step 7 in '" + dir + "' failed"), std::string::npos)
+        << e.message();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not an ember::Error: " << e.what();
+  }
+  fs::remove(dir);
+}
+
+// A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
+// would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
+TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {
+  for (const char* file : {"manifest.json", "replicated.safetensors"}) {
+    SCOPED_TRACE(file);
+    const std::string dir = fresh_dir("fifo");
+    Counter c;
+    Checkpointer ck({.dir = dir, .keep_last = 2});
+    c.set(1);
+    ck.save(c.state);
+    c.set(2);
+    ck.save(c.state);
+    const fs::path target = fs::path(ck.path_of(2)) / file;
+    fs::remove(target);
+    ASSERT_EQ(::mkfifo(target.c_str(), 0644), 0);
+    std::vector<std::string> warnings;
+    c.set(0);
+    Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+    EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
+    EXPECT_TRUE(c.consistent(1));
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("not a regular file"), std::string::npos) << warnings[0];
+    fs::remove_all(dir);
+  }
 }
 
 TEST(Checkpointer, AsynchronousSaveKeepsTheStepBoundaryValues) {

@@ -21,7 +21,10 @@ class PreemptionGuard {
   PreemptionGuard(const PreemptionGuard&) = delete;
   PreemptionGuard& operator=(const PreemptionGuard&) = delete;
 
-  // True once SIGTERM or SIGUSR1 arrived (since construction or the last reset()).
+  // True once SIGTERM or SIGUSR1 arrived (since construction or the last reset()). Call it at
+  // each step boundary: the first call arms the guard. Before it, and for a second signal while
+  // the first is still unanswered (not reset()), a signal ends the process with its default
+  // action, so that a job stuck before or between step boundaries can still be stopped.
   bool requested() const;
   // The signal that arrived first (0: none).
   int signal() const;
