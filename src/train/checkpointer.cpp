@@ -21,6 +21,7 @@
 #include <set>
 #include <span>
 #include <thread>
+#include <utility>
 
 #include "ember/core/error.hpp"
 #include "ember/memory/pinned_host_upstream.hpp"
@@ -385,55 +386,112 @@ struct Checkpointer::Impl {
     return records;
   }
 
-  // Every rank's records gathered: rank 0 writes the manifest and renames the directory into
-  // place; then every rank knows it is committed.
-  void commit(const Snapshot& s, const std::vector<int64_t>& records) {
-    const std::vector<int64_t> all = gather(records);
-    if (group.rank == 0) {
-      json files = json::object();
-      files[kReplicated] = {{"bytes", all[2]}, {"xxh3", hex(static_cast<uint64_t>(all[3]))}};
-      for (int r = 0; r < group.world_size; ++r) {
-        const int64_t* rec = &all[static_cast<size_t>(r) * 4];
-        files[rank_file(r)] = {{"bytes", rec[0]}, {"xxh3", hex(static_cast<uint64_t>(rec[1]))}};
-      }
-      json tensors = json::object();
-      for (const auto& [key, v] : s.views) {
-        std::vector<int64_t> shape(v.shape.dims().begin(), v.shape.dims().end());
-        tensors[key] = {{"dtype", dtype_name(v.dtype)}, {"shape", shape}};
-      }
-      const json manifest = {{"format", "ember-checkpoint"},
-                             {"format_version", kFormatVersion},
-                             {"ember_version", kEmberVersion},
-                             {"world_size", group.world_size},
-                             {"step", s.step},
-                             {"files", files},
-                             {"tensors", tensors},
-                             {"metadata", s.metadata}};
-      const fs::path tmp = tmp_of(s.step);
-      std::string text;
-      try {
-        text = manifest.dump(2);
-      } catch (const json::exception& e) {
-        EMBER_THROW("checkpoint: the metadata must be valid UTF-8 text: {}", e.what());
-      }
-      write_durably(tmp / "manifest.json", text);
-      fsync_dir(tmp);
-      const fs::path final_path = dir / name_of(s.step);
-      if (fs::exists(final_path)) {
-        // The same step saved again: swap the two directories in one atomic step, so that a
-        // crash leaves one complete checkpoint of that step, then remove the old one.
-        EMBER_CHECK(
-            ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
-            "checkpoint: cannot replace '{}': {}", final_path.string(), std::strerror(errno));
-        fsync_dir(dir);
-        fs::remove_all(tmp);
-      } else {
-        fs::rename(tmp, final_path);
-        fsync_dir(dir);
-      }
-      prune(s.step);
+  // Every rank's records and outcome gathered (`failure`: why this rank could not write its
+  // files, empty when it could); if every rank wrote its files, rank 0 writes the manifest and
+  // renames the directory into place, and the ranks agree on that too. Any failure throws the
+  // same Error on every rank, naming the first failing rank's cause: no rank waits for a commit
+  // another rank abandoned, and every rank skips the same checkpoint.
+  void commit(const Snapshot& s, const std::vector<int64_t>& records,
+              const std::string& failure = {}) {
+    std::vector<int64_t> mine = records;
+    mine.resize(kRecords);
+    append_failure(mine, failure);
+    const std::vector<int64_t> gathered = gather(mine);
+    const size_t stride = mine.size();
+    std::vector<int64_t> all;
+    for (int r = 0; r < group.world_size; ++r) {
+      const auto* rec = &gathered[static_cast<size_t>(r) * stride];
+      all.insert(all.end(), rec, rec + kRecords);
     }
-    gather({1});  // every rank: committed
+    fail_if_any(s.step, gathered, stride, kRecords);
+    std::string commit_failure;
+    try {
+      if (group.rank == 0) write_manifest_and_rename(s, all);
+    } catch (const std::exception& e) {
+      if (group.world_size == 1) throw;
+      commit_failure = e.what();
+    }
+    if (group.world_size == 1) return;
+    std::vector<int64_t> outcome;
+    append_failure(outcome, commit_failure);
+    const std::vector<int64_t> outcomes = gather(outcome);  // every rank: committed, or not
+    fail_if_any(s.step, outcomes, outcome.size(), 0);
+  }
+
+  static constexpr size_t kRecords = 4;
+  static constexpr size_t kFailureBytes = 240;  // of a failure's message, shared with every rank
+
+  // A failure's message as int64 words after `out`: its length (0: none), then its bytes.
+  static void append_failure(std::vector<int64_t>& out, const std::string& failure) {
+    const std::string text = failure.substr(0, kFailureBytes);
+    out.push_back(failure.empty() ? 0 : static_cast<int64_t>(std::max<size_t>(text.size(), 1)));
+    std::vector<int64_t> words(kFailureBytes / sizeof(int64_t), 0);
+    std::memcpy(words.data(), text.data(), text.size());
+    out.insert(out.end(), words.begin(), words.end());
+  }
+
+  // Throws the first failing rank's message (every rank throws the same), after rank 0 has
+  // removed the abandoned temporary directory (every rank is past writing into it).
+  void fail_if_any(int64_t step, const std::vector<int64_t>& gathered, size_t stride,
+                   size_t offset) const {
+    for (int r = 0; r < group.world_size; ++r) {
+      const int64_t* at = &gathered[static_cast<size_t>(r) * stride + offset];
+      if (at[0] == 0) continue;
+      const std::string message(reinterpret_cast<const char*>(at + 1),
+                                static_cast<size_t>(std::min<int64_t>(at[0], kFailureBytes)));
+      if (group.rank == 0) {
+        std::error_code ignored;
+        fs::remove_all(tmp_of(step), ignored);
+      }
+      EMBER_THROW("Checkpointer: saving step {} in '{}' failed on rank {} of {}: {}", step,
+                  options.dir, r, group.world_size, message);
+    }
+  }
+
+  // Rank 0: the manifest from every rank's records, then the directory into place.
+  void write_manifest_and_rename(const Snapshot& s, const std::vector<int64_t>& all) {
+    json files = json::object();
+    files[kReplicated] = {{"bytes", all[2]}, {"xxh3", hex(static_cast<uint64_t>(all[3]))}};
+    for (int r = 0; r < group.world_size; ++r) {
+      const int64_t* rec = &all[static_cast<size_t>(r) * 4];
+      files[rank_file(r)] = {{"bytes", rec[0]}, {"xxh3", hex(static_cast<uint64_t>(rec[1]))}};
+    }
+    json tensors = json::object();
+    for (const auto& [key, v] : s.views) {
+      std::vector<int64_t> shape(v.shape.dims().begin(), v.shape.dims().end());
+      tensors[key] = {{"dtype", dtype_name(v.dtype)}, {"shape", shape}};
+    }
+    const json manifest = {{"format", "ember-checkpoint"},
+                           {"format_version", kFormatVersion},
+                           {"ember_version", kEmberVersion},
+                           {"world_size", group.world_size},
+                           {"step", s.step},
+                           {"files", files},
+                           {"tensors", tensors},
+                           {"metadata", s.metadata}};
+    const fs::path tmp = tmp_of(s.step);
+    std::string text;
+    try {
+      text = manifest.dump(2);
+    } catch (const json::exception& e) {
+      EMBER_THROW("checkpoint: the metadata must be valid UTF-8 text: {}", e.what());
+    }
+    write_durably(tmp / "manifest.json", text);
+    fsync_dir(tmp);
+    const fs::path final_path = dir / name_of(s.step);
+    if (fs::exists(final_path)) {
+      // The same step saved again: swap the two directories in one atomic step, so that a
+      // crash leaves one complete checkpoint of that step, then remove the old one.
+      EMBER_CHECK(
+          ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
+          "checkpoint: cannot replace '{}': {}", final_path.string(), std::strerror(errno));
+      fsync_dir(dir);
+      fs::remove_all(tmp);
+    } else {
+      fs::rename(tmp, final_path);
+      fsync_dir(dir);
+    }
+    prune(s.step);
   }
 
   // Removes the temporary directories of earlier saves that never committed (a full disk, a
@@ -489,17 +547,26 @@ struct Checkpointer::Impl {
     return out;
   }
 
+  // Waits for the writer thread. Several ranks: the commit, in which the ranks agree whether
+  // every rank wrote its files (a failed writer takes part, so that no rank is left waiting).
   void join_writer() {
     if (writer.joinable()) writer.join();
-    if (writer_error) {
-      std::exception_ptr e = writer_error;
-      writer_error = nullptr;
-      pending_commit = false;
-      std::rethrow_exception(e);
-    }
+    const std::exception_ptr e = std::exchange(writer_error, nullptr);
     if (pending_commit) {
       pending_commit = false;
-      commit(pending, pending_records);
+      commit(pending, pending_records, e ? message_of(e) : std::string());
+      return;
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+  static std::string message_of(const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what()[0] != '\0' ? x.what() : "an exception without a message";
+    } catch (...) {
+      return "an exception that is not a std::exception";
     }
   }
 };
@@ -555,11 +622,23 @@ void Checkpointer::save(TrainingState& state) {
   try {
     if (!impl_->options.async) {
       const Snapshot s = impl_->snapshot(state, /*copy=*/false);
-      try {
-        impl_->commit(s, impl_->write_files(s));
-      } catch (...) {
-        impl_->discard_failed(step);
-        throw;
+      if (impl_->group.world_size > 1) {
+        // This rank's failure goes into the commit, where every rank learns of it and throws.
+        std::vector<int64_t> records;
+        std::string failure;
+        try {
+          records = impl_->write_files(s);
+        } catch (const std::exception& e) {
+          failure = e.what()[0] != '\0' ? e.what() : "an exception without a message";
+        }
+        impl_->commit(s, records, failure);
+      } else {
+        try {
+          impl_->commit(s, impl_->write_files(s));
+        } catch (...) {
+          impl_->discard_failed(step);
+          throw;
+        }
       }
     } else {
       impl_->pending = impl_->snapshot(state, /*copy=*/true);

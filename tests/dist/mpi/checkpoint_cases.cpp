@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "dist_test_support.hpp"
+#include "ember/core/error.hpp"
 #include "ember/dist/checkpoint_group.hpp"
 #include "ember/dist/ddp.hpp"
 #include "ember/nn/loss.hpp"
@@ -107,6 +108,54 @@ TEST_P(DistCheckpoint, ResumesBitwiseAndEveryRankAgrees) {
   EXPECT_EQ(second.values(), expected);
   world().barrier();
   if (rank() == 0) fs::remove_all(dir);
+}
+
+// A save that fails on one rank (rank 0: metadata that is not UTF-8, found writing the manifest;
+// the last rank: its progress file cannot be created) fails on every rank with the same Error
+// naming that rank and its cause, promptly (no rank waits for a commit another abandoned),
+// synchronous and asynchronous; the failed step is not committed and the next save is.
+TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
+  for (bool async : {false, true}) {
+    for (int failing : {0, ranks() - 1}) {
+      SCOPED_TRACE(::testing::Message() << (async ? "async" : "sync") << ", rank " << failing);
+      const std::string dir = shared_dir(async ? "fail_async" : "fail_sync");
+      if (rank() == 0) fs::remove_all(dir);
+      world().barrier();
+      Replica replica(device());
+      train::Checkpointer ck({.dir = dir, .keep_last = 5, .async = async},
+                             dist::checkpoint_group(world()));
+      replica.train_to(1, device(), stream());
+      ck.save(replica.state);
+      ck.wait();
+      replica.train_to(2, device(), stream());
+      if (rank() == failing && failing == 0) replica.state.metadata["note"] = "\xff\xfe";
+      if (rank() == failing && failing != 0) {
+        fs::create_directories(fs::path(dir) / ".tmp-step-000000000002" /
+                               fmt::format("rank-{:05d}.json", failing));
+      }
+      world().barrier();
+      std::string message;
+      try {
+        ck.save(replica.state);
+        ck.wait();
+      } catch (const Error& e) {
+        message = e.message();
+      }
+      EXPECT_NE(message.find(fmt::format("saving step 2 in '{}' failed on rank {} of {}", dir,
+                                         failing, ranks())),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find(failing == 0 ? "valid UTF-8" : "rank-0000"), std::string::npos)
+          << message;
+      replica.state.metadata.clear();
+      replica.train_to(3, device(), stream());
+      ck.save(replica.state);
+      ck.wait();
+      EXPECT_EQ(ck.steps(), (std::vector<int64_t>{3, 1}));
+      world().barrier();
+      if (rank() == 0) fs::remove_all(dir);
+    }
+  }
 }
 
 TEST_P(DistCheckpoint, APreemptionSignalOnOneRankStopsEveryRank) {
