@@ -448,8 +448,17 @@ struct Checkpointer::Impl {
     }
   }
 
-  // Rank 0: the manifest from every rank's records, then the directory into place.
+  // Rank 0: the manifest from every rank's records, then the directory into place. Every rank's
+  // file must be there: a directory that is not shared (node-local paths) fails the save on
+  // every rank now, not at resume.
   void write_manifest_and_rename(const Snapshot& s, const std::vector<int64_t>& all) {
+    for (int r = 0; r < group.world_size; ++r) {
+      const fs::path file = tmp_of(s.step) / rank_file(r);
+      EMBER_CHECK(fs::is_regular_file(file),
+                  "rank {} wrote its progress, but '{}' is not in '{}' of rank 0: is the "
+                  "directory shared by every rank?",
+                  r, rank_file(r), options.dir);
+    }
     json files = json::object();
     files[kReplicated] = {{"bytes", all[2]}, {"xxh3", hex(static_cast<uint64_t>(all[3]))}};
     for (int r = 0; r < group.world_size; ++r) {

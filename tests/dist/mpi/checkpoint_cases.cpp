@@ -158,6 +158,27 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
   }
 }
 
+// A directory that is not shared (each rank its own node-local path): the save fails on every
+// rank, naming the missing file and asking whether the directory is shared.
+TEST_P(DistCheckpoint, ADirectoryThatIsNotSharedFailsTheSaveOnEveryRank) {
+  const std::string base = shared_dir("local");
+  const std::string dir = rank() == 0 ? base : fmt::format("{}_rank{}", base, rank());
+  Replica replica(device());
+  replica.train_to(1, device(), stream());
+  train::Checkpointer ck({.dir = dir}, dist::checkpoint_group(world()));
+  std::string message;
+  try {
+    ck.save(replica.state);
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
+  EXPECT_NE(message.find("is the directory shared by every rank?"), std::string::npos) << message;
+  EXPECT_TRUE(ck.steps().empty());
+  world().barrier();
+  fs::remove_all(dir);
+}
+
 TEST_P(DistCheckpoint, APreemptionSignalOnOneRankStopsEveryRank) {
   EXPECT_TRUE(dist::any_rank(world(), rank() == ranks() - 1));
   EXPECT_FALSE(dist::any_rank(world(), false));
