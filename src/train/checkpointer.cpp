@@ -746,7 +746,12 @@ Loaded load_verified(const fs::path& path, int rank, int world_size) {
     return read;
   };
   Loaded out;
-  out.replicated = decode_safetensors(verified(kReplicated).bytes(), (path / kReplicated).string());
+  try {  // checksum-valid but undecodable (a writer's bug, a hand-made file): skipped too
+    out.replicated =
+        decode_safetensors(verified(kReplicated).bytes(), (path / kReplicated).string());
+  } catch (const Error& e) {
+    throw std::runtime_error(e.message());
+  }
   json progress;
   try {
     const HashedFile progress_file = verified(rank_file(rank));

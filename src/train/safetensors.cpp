@@ -67,6 +67,10 @@ std::string header_bytes(const Named& tensors, const std::map<std::string, std::
   for (const auto& [name, t] : tensors) {
     EMBER_CHECK(!name.empty() && name != "__metadata__",
                 "safetensors: a tensor cannot be named '{}'", name);
+    EMBER_CHECK(!header.contains(name),
+                "safetensors: two tensors are named '{}' (names must be "
+                "unique)",
+                name);
     std::vector<int64_t> shape(t.shape.dims().begin(), t.shape.dims().end());
     header[name] = {{"dtype", st_dtype(t.dtype)},
                     {"shape", shape},
@@ -81,6 +85,11 @@ std::string header_bytes(const Named& tensors, const std::map<std::string, std::
     EMBER_THROW("safetensors: tensor names and metadata must be valid UTF-8 text: {}", e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  // What the reader refuses, the writer refuses: a file saved must load.
+  EMBER_CHECK(text.size() <= kMaxHeader,
+              "safetensors: the header would be {} bytes, over the format's 100 MB limit (fewer "
+              "tensors, shorter names or less metadata)",
+              text.size());
   std::string out(8, '\0');
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)

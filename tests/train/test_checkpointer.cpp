@@ -24,6 +24,9 @@
 #include "ember/train/sgd.hpp"
 #include "test_support.hpp"
 
+#define XXH_INLINE_ALL  // header-only: the checksum ember writes, without linking libxxhash
+#include <xxhash.h>
+
 namespace ember::train {
 namespace {
 
@@ -464,6 +467,23 @@ TEST(Safetensors, RoundTripsEveryDtypeEmptyTensorsAndMetadata) {
   EXPECT_EQ(header % 8, 0u);
 }
 
+// The writer refuses what the reader refuses: a header over 100 MB, two tensors of one name.
+TEST(Safetensors, TheWriterRefusesWhatTheReaderRefuses) {
+  StateDict d;
+  d.insert("x", Tensor::zeros({2}));
+  testing::expect_error(
+      [&] {
+        encode_safetensors(d, {{"big", std::string(100'000'001, 'a')}});
+      },
+      "over the format's 100 MB limit");
+  const Tensor t = Tensor::zeros({2});
+  const NamedViews twice = {{"w", t.view()}, {"w", t.view()}};
+  const std::string path =
+      (fs::temp_directory_path() / fmt::format("ember_twice_{}.safetensors", ::getpid())).string();
+  testing::expect_error([&] { write_safetensors(path, twice, {}); }, "two tensors are named 'w'");
+  EXPECT_FALSE(fs::exists(path));
+}
+
 TEST(Safetensors, MalformedFilesAreErrors) {
   auto decode = [](const std::string& bytes) {
     return decode_safetensors(
@@ -530,6 +550,43 @@ TEST(Safetensors, FuzzedBytesNeverCrash) {
 
 // The manifest and the progress file, fuzzed on disk: resume skips (with a warning) or loads,
 // never crashes.
+// A tensor file whose size and checksum match the manifest but that does not decode (a header
+// size beyond the file) is skipped with a warning like a corrupt one: resume takes the older.
+TEST(Checkpointer, AChecksumValidButUndecodableFileIsSkipped) {
+  const std::string dir = fresh_dir("undecodable");
+  Counter c;
+  Checkpointer ck({.dir = dir, .keep_last = 2});
+  for (int64_t step : {1, 2}) {
+    c.set(step);
+    ck.save(c.state);
+  }
+  const fs::path step2(ck.path_of(2));
+  auto slurp = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto hex = [](const std::string& bytes) {
+    return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
+  };
+  std::string tensors = slurp(step2 / "replicated.safetensors");
+  const std::string old_hash = hex(tensors);
+  std::memset(tensors.data(), 0xff, 8);  // the header size: far beyond the file
+  std::ofstream(step2 / "replicated.safetensors", std::ios::trunc | std::ios::binary) << tensors;
+  std::string manifest = slurp(step2 / "manifest.json");
+  const size_t at = manifest.find(old_hash);
+  ASSERT_NE(at, std::string::npos);
+  manifest.replace(at, old_hash.size(), hex(tensors));
+  std::ofstream(step2 / "manifest.json", std::ios::trunc | std::ios::binary) << manifest;
+  std::vector<std::string> warnings;
+  c.set(0);
+  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+  EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
+  EXPECT_TRUE(c.consistent(1));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("exceeds the file"), std::string::npos) << warnings[0];
+  fs::remove_all(dir);
+}
+
 TEST(Checkpointer, FuzzedManifestsAreSkippedOrLoaded) {
   const std::string dir = fresh_dir("fuzz");
   Counter c;
