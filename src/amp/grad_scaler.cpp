@@ -113,9 +113,12 @@ GradScaler::GradScaler(Device device, GradScalerOptions options)
                   o.max_scale >= o.min_scale && o.max_scale > 0.0,
               "GradScaler: need 0 <= min_scale <= max_scale, max_scale > 0, not {} and {}",
               o.min_scale, o.max_scale);
-  EMBER_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0.0 &&
+  // A subnormal f32 scale (1e-45) makes 1 / scale inf: every parameter nan on the first step.
+  EMBER_CHECK(std::isfinite(o.init_scale) &&
+                  static_cast<float>(o.init_scale) >= std::numeric_limits<float>::min() &&
                   static_cast<float>(o.init_scale) <= std::numeric_limits<float>::max(),
-              "GradScaler: init_scale must be finite and > 0 (as an f32), not {}", o.init_scale);
+              "GradScaler: init_scale must be a finite, normal f32 ({} to {}), not {}",
+              std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), o.init_scale);
   EMBER_CHECK(o.init_scale >= o.min_scale && o.init_scale <= o.max_scale,
               "GradScaler: init_scale {} is outside [min_scale, max_scale] = [{}, {}]",
               o.init_scale, o.min_scale, o.max_scale);
@@ -326,6 +329,10 @@ void GradScaler::update(Stream& stream, float new_scale) {
   check_stream(stream, "update");
   EMBER_CHECK(std::isfinite(new_scale) && new_scale > 0.0f,
               "GradScaler::update: new_scale must be finite and > 0, not {}", new_scale);
+  EMBER_CHECK(new_scale >= options_.min_scale && new_scale <= options_.max_scale,
+              "GradScaler::update: new_scale {} is outside this scaler's [min_scale, max_scale] "
+              "= [{}, {}]",
+              new_scale, options_.min_scale, options_.max_scale);
   ScaleRule rule{};
   rule.forced = new_scale;
   run_update(stream, rule);
@@ -530,6 +537,10 @@ StateDict GradScaler::state_dict() const {
   return out;
 }
 
+// The hysteresis tracker counts down by one per overflow and goes below 0 in a long run of them
+// (its own state may hold -199); far below that (INT32_MIN) its next decrement would overflow.
+constexpr int32_t kLowestHysteresisTracker = -(1 << 30);
+
 void GradScaler::load_state_dict(const StateDict& state) {
   if (!options_.enabled) return;  // as PyTorch: a disabled scaler keeps its scale of 1
   EMBER_CHECK(!state.empty(),
@@ -548,14 +559,15 @@ void GradScaler::load_state_dict(const StateDict& state) {
                 scalar("hysteresis_tracker").data<int32_t>()[0],
                 scalar("overflows_at_min_scale").data<int32_t>()[0], 0.0f};
   // 0 is a scale that underflowed (as PyTorch's can): it loads, as its own state must.
-  EMBER_CHECK(std::isfinite(scale) && scale >= 0.0f,
+  EMBER_CHECK(std::isfinite(scale) && scale >= 0.0f && !std::signbit(scale),
               "GradScaler::load_state_dict: the scale must be finite and >= 0, not {}", scale);
   EMBER_CHECK(scale >= options_.min_scale && scale <= options_.max_scale,
               "GradScaler::load_state_dict: the scale {} is outside this scaler's [min_scale, "
               "max_scale] = [{}, {}]",
               scale, options_.min_scale, options_.max_scale);
   EMBER_CHECK(s.growth_tracker >= 0 && s.growth_tracker < options_.growth_interval &&
-                  s.overflows_at_min >= 0 && s.hysteresis_left <= options_.hysteresis,
+                  s.overflows_at_min >= 0 && s.hysteresis_left >= kLowestHysteresisTracker &&
+                  s.hysteresis_left <= options_.hysteresis,
               "GradScaler::load_state_dict: growth_tracker {} (growth_interval {}), "
               "hysteresis_tracker {} (hysteresis {}) or overflows_at_min_scale {} is out of range",
               s.growth_tracker, options_.growth_interval, s.hysteresis_left, options_.hysteresis,

@@ -184,6 +184,12 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
 }
 
 void apply_checkpoint_plan(Sequential& model, const CheckpointPlan& plan) {
+  for (size_t i : plan.checkpointed) {  // checked first: nothing is wrapped when one is wrong
+    EMBER_CHECK(i < model.size(),
+                "apply_checkpoint_plan: the plan checkpoints child {}, but the model has {} "
+                "children (a plan made for another model?)",
+                i, model.size());
+  }
   for (size_t i : plan.checkpointed) {
     EMBER_CHECK(dynamic_cast<Checkpoint*>(&model[i]) == nullptr,
                 "apply_checkpoint_plan: child {} is checkpointed already", i);

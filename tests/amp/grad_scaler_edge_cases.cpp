@@ -197,6 +197,46 @@ TEST_P(GradScalerEdges, ScaleUnderflowsToZero) {
   EXPECT_EQ(other.get_scale(), 0.0f);
 }
 
+// Scales that would break a run are refused: an init_scale that is subnormal as an f32 (1 / it
+// is inf: every parameter nan on the first step), a forced update outside [min_scale,
+// max_scale], and state with scale -0 or a negative hysteresis tracker.
+TEST_P(GradScalerEdges, OutOfRangeScalesAndStateAreErrors) {
+  GradScalerOptions tiny;
+  tiny.init_scale = 1e-45;
+  expect_error([&] { GradScaler scaler(device(), tiny); },
+               "init_scale must be a finite, normal f32");
+  Stream s = stream();
+  GradScalerOptions bounded;
+  bounded.min_scale = 1.0;
+  bounded.max_scale = 1024.0;
+  bounded.init_scale = 64.0;
+  GradScaler scaler(device(), bounded);
+  train::SGD sgd({&a, &b}, {.lr = 0.0f});
+  set(a, {1, 1, 1});
+  set(b, {1, 1});
+  scaler.step(s, sgd);
+  expect_error([&] { scaler.update(s, 4096.0f); },
+               "new_scale 4096 is outside this scaler's [min_scale, max_scale] = [1, 1024]");
+  scaler.update(s, 512.0f);
+  EXPECT_EQ(scaler.get_scale(), 512.0f);
+  GradScaler other(device(), bounded);
+  for (int field = 0; field < 2; ++field) {
+    StateDict state = scaler.state_dict();
+    StateDict bad;
+    for (const auto& [key, t] : state) {
+      Tensor copy = t.clone();
+      if (field == 0 && key == "scale") copy.fill_(-0.0);
+      if (field == 1 && key == "hysteresis_tracker") {
+        copy.copy_(
+            Tensor::from_vector(std::vector<int32_t>{std::numeric_limits<int32_t>::min()}, {1}));
+      }
+      bad.insert(key, copy);
+    }
+    expect_error([&] { other.load_state_dict(bad); },
+                 field == 0 ? "the scale must be finite and >= 0" : "hysteresis_tracker");
+  }
+}
+
 // Growth with a huge factor and interval 1: never inf.
 TEST_P(GradScalerEdges, HugeGrowthFactor) {
   Stream s = stream();

@@ -368,6 +368,10 @@ TEST_P(ModuleEdges, PlanCheckpointsSideEffects) {
   if (!tight.checkpointed.empty()) {
     expect_error([&] { nn::apply_checkpoint_plan(*model, tight); }, "checkpointed already");
   }
+  // A plan naming a child the model does not have (made for another model).
+  nn::CheckpointPlan foreign;
+  foreign.checkpointed = {model->size() + 3};
+  expect_error([&] { nn::apply_checkpoint_plan(*model, foreign); }, "the plan checkpoints child");
   // Planning a model with checkpointed children again.
   const nn::CheckpointPlan again = nn::plan_checkpoints(*model, x, int64_t{1} << 40, ctx);
   EXPECT_TRUE(again.checkpointed.empty());
