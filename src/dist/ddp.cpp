@@ -1,6 +1,8 @@
 #include "ember/dist/ddp.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 
 #include <fmt/format.h>
@@ -22,6 +24,55 @@ int64_t mib_to_bytes(double mib, const char* what) {
 
 // What every rank's module must agree on: parameter count, elements, and names, shapes and
 // dtypes (hashed).
+std::string describe_parameter(const nn::Parameter& p) {
+  return fmt::format("'{}' {}", p.name, p.value.view().describe());
+}
+
+// Every rank's `words` (one length on every rank), gathered on `stream` (construction only).
+std::vector<int64_t> gather_words(Communicator& comm, Stream& stream,
+                                  const std::vector<int64_t>& words) {
+  const auto n = static_cast<int64_t>(words.size());
+  Tensor local = Tensor::from_vector(words, {n}, stream);
+  Tensor all = Tensor::empty({n * comm.world_size()}, DType::i64, stream);
+  comm.all_gather(stream, all, local).wait(stream);
+  return all.to_vector<int64_t>();
+}
+
+// The modules differ (every rank found it: the signatures are all-gathered): the first parameter
+// whose name, shape or dtype differs on some rank, named as this rank and that rank have it.
+std::string first_difference(Communicator& comm, Stream& stream,
+                             const std::vector<nn::Parameter*>& params, int64_t most) {
+  std::vector<int64_t> hashes(static_cast<size_t>(most), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    hashes[i] = static_cast<int64_t>(std::hash<std::string>{}(describe_parameter(*params[i]))) | 1;
+  }
+  const std::vector<int64_t> all = gather_words(comm, stream, hashes);
+  int64_t index = -1;
+  for (int64_t i = 0; i < most && index < 0; ++i) {
+    for (int r = 0; r < comm.world_size(); ++r) {
+      if (all[static_cast<size_t>(r * most + i)] != all[static_cast<size_t>(i)]) index = i;
+    }
+  }
+  if (index < 0) return "";
+  constexpr size_t kBytes = 160;
+  const std::string mine = static_cast<size_t>(index) < params.size()
+                               ? describe_parameter(*params[static_cast<size_t>(index)])
+                               : std::string("none");
+  std::vector<int64_t> words(kBytes / 8, 0);
+  std::memcpy(words.data(), mine.data(), std::min(mine.size(), kBytes - 1));
+  const std::vector<int64_t> texts = gather_words(comm, stream, words);
+  for (int r = 0; r < comm.world_size(); ++r) {
+    const char* theirs =
+        reinterpret_cast<const char*>(&texts[static_cast<size_t>(r) * words.size()]);
+    const std::string other(theirs, strnlen(theirs, kBytes));
+    if (other != mine) {
+      return fmt::format("; parameter {} is {} on rank {} but {} on rank {}", index, mine,
+                         comm.rank(), other, r);
+    }
+  }
+  return "";
+}
+
 std::vector<int64_t> signature(const std::vector<nn::Parameter*>& params) {
   int64_t elements = 0;
   std::string text;
@@ -57,19 +108,23 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   // The same model on every rank, or a clear Error (not a hang or silently wrong averages).
   const std::vector<int64_t> mine = signature(order_);
   const auto n = static_cast<int64_t>(mine.size());
-  Tensor local = Tensor::from_vector(mine, {n}, stream);
-  Tensor all = Tensor::empty({n * comm.world_size()}, DType::i64, stream);
-  comm.all_gather(stream, all, local).wait(stream);
-  const std::vector<int64_t> got = all.to_vector<int64_t>();
+  const std::vector<int64_t> got = gather_words(comm, stream, mine);
+  int differs = -1;
+  int64_t most = 0;
   for (int r = 0; r < comm.world_size(); ++r) {
     const int64_t* s = &got[static_cast<size_t>(r * n)];
-    EMBER_CHECK(
-        s[0] == mine[0] && s[1] == mine[1] && s[2] == mine[2],
+    most = std::max(most, s[0]);
+    if (differs < 0 && !(s[0] == mine[0] && s[1] == mine[1] && s[2] == mine[2])) differs = r;
+  }
+  if (differs >= 0) {  // every rank is here: the signatures differ for all of them
+    const int64_t* s = &got[static_cast<size_t>(differs * n)];
+    const std::string which = first_difference(comm, stream, order_, most);
+    EMBER_THROW(
         "DistributedDataParallel: the module differs across ranks: rank {} has {} "
-        "parameters of {} elements, rank {} has {} parameters of {} elements{}; every rank "
+        "parameters of {} elements, rank {} has {} parameters of {} elements{}{}; every rank "
         "must build the same model",
-        comm.rank(), mine[0], mine[1], r, s[0], s[1],
-        s[0] == mine[0] && s[1] == mine[1] ? " (their names, shapes or dtypes differ)" : "");
+        comm.rank(), mine[0], mine[1], differs, s[0], s[1],
+        s[0] == mine[0] && s[1] == mine[1] ? " (their names, shapes or dtypes differ)" : "", which);
   }
 
   if (options.broadcast_parameters) {

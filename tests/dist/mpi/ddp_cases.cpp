@@ -11,8 +11,10 @@
 #include "dist_test_support.hpp"
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/dist/ddp.hpp"
+#include "ember/nn/linear.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/nn/mlp.hpp"
+#include "ember/nn/sequential.hpp"
 #include "ember/train/accumulation.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/residual_mlp.hpp"
@@ -269,7 +271,13 @@ TEST_P(Ddp, ModelsThatDifferAcrossRanksAreAnError) {
                          .seed = 1,
                          .device = device()});
   expect_error([&] { dist::DistributedDataParallel(m, world()); },
-               "(their names, shapes or dtypes differ)");
+               {"(their names, shapes or dtypes differ)", "; parameter 0 is '"});
+  // The first parameter that differs is named as each side has it.
+  auto named = std::make_shared<nn::Sequential>();
+  named->add(rank() == 1 ? "b" : "a",
+             std::make_shared<nn::Linear>(4, 3, nn::LinearOptions{.seed = 1, .device = device()}));
+  expect_error([&] { dist::DistributedDataParallel(named, world()); },
+               {"parameter 0 is '", "'b.weight' f32[3, 4]", "'a.weight' f32[3, 4]"});
 }
 
 INSTANTIATE_DIST_DEVICES(Ddp);
