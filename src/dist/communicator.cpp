@@ -33,7 +33,8 @@ void Broken::check(const std::string& what) const {
 void throw_timeout(const std::string& what, int rank, int world, double seconds,
                    const std::string& engine_note) {
   EMBER_THROW(
-      "dist: {} timed out after {} s on rank {} of {}: a peer rank did not take part in time (it "
+      "dist: {} timed out after {:.1f} s on rank {} of {}: a peer rank did not take part in time "
+      "(it "
       "died, hangs, or called a different collective). The communicator is unusable now; end "
       "the job (dist::abort_job) and resume from a checkpoint. {}",
       what, seconds, rank, world, engine_note);

@@ -150,14 +150,16 @@ struct Shared {
     any_failure = true;
     EMBER_THROW("{}", message);
   }
-  [[noreturn]] void time_out(const std::string& what) {
+  // `waited`: the seconds the wait really took (the deadline counts from its start, but a loaded
+  // machine may wake the waiter later than that).
+  [[noreturn]] void time_out(const std::string& what, double waited) {
     {
       std::lock_guard lock(mutex);
-      broken.set(fmt::format("dist: {} timed out after {} s on rank {} of {}", what, timeout,
+      broken.set(fmt::format("dist: {} timed out after {:.1f} s on rank {} of {}", what, waited,
                              launch.rank, launch.world_size));
     }
     any_failure = true;
-    throw_timeout(what, launch.rank, launch.world_size, timeout,
+    throw_timeout(what, launch.rank, launch.world_size, waited,
                   "(MPI: under mpirun a rank that exits makes mpirun end the job at once; the "
                   "survivors see this only when mpirun lets them run on, e.g. "
                   "--mca orte_abort_on_non_zero_status 0)");
@@ -181,16 +183,23 @@ class MpiWork final : public PendingWork {
   }
   void wait() override {
     shared_->check(state_->what);
+    // The deadline counts from here, whatever the polling below costs on a loaded machine.
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(shared_->timeout));
     // A small collective is done within microseconds: poll briefly (yielding the core to the
     // communication thread) before sleeping on the condition variable.
-    for (int i = 0; i < 2000 && !state_->done_flag.load(std::memory_order_acquire); ++i) {
+    for (int i = 0; i < 2000 && !state_->done_flag.load(std::memory_order_acquire) &&
+                    std::chrono::steady_clock::now() < deadline;
+         ++i) {
       std::this_thread::yield();
     }
     std::unique_lock lock(state_->mutex);
-    if (!state_->finished.wait_for(lock, std::chrono::duration<double>(shared_->timeout),
-                                   [&] { return state_->done; })) {
+    if (!state_->finished.wait_until(lock, deadline, [&] { return state_->done; })) {
       lock.unlock();
-      shared_->time_out(state_->what);
+      shared_->time_out(
+          state_->what,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     report(state_->rc);
   }

@@ -210,8 +210,7 @@ TEST_P(Collectives, CudaMisuseAndFailuresAreErrors) {
         c.all_reduce(s, u).wait();
         ADD_FAILURE() << "no timeout";
       } catch (const Error& e) {
-        EXPECT_NE(e.message().find("timed out after 2 s on rank 0"), std::string::npos)
-            << e.message();
+        EXPECT_NE(e.message().find("timed out after 2."), std::string::npos) << e.message();
       }
       expect_error([&] { c.all_reduce(cpu, Tensor::zeros({1})); },
                    "refused: this communicator failed earlier");
