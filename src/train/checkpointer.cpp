@@ -1,6 +1,7 @@
 #include "ember/train/checkpointer.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -277,6 +278,37 @@ struct Checkpointer::Impl {
   CheckpointOptions options;
   CheckpointGroup group;
   fs::path dir;
+
+  // The writer's lock on <dir>/.lock (rank 0), taken at the first save and held for this
+  // Checkpointer's life: a second writer's save is an Error naming the holder.
+  int lock_fd = -1;
+
+  void take_writer_lock() {
+    if (lock_fd >= 0 || group.rank != 0) return;
+    const fs::path path = dir / ".lock";
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    EMBER_CHECK(fd >= 0, "Checkpointer: cannot open the lock file '{}': {}", path.string(),
+                std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char holder[256] = {};
+      const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+      ::close(fd);
+      EMBER_CHECK(e != EWOULDBLOCK,
+                  "Checkpointer: another writer is saving into '{}' ({}): one Checkpointer per "
+                  "directory; give this job its own directory",
+                  options.dir,
+                  n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("unknown"));
+      EMBER_THROW("Checkpointer: cannot lock '{}': {}", path.string(), std::strerror(e));
+    }
+    char host[128] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    const std::string who = fmt::format("pid {} on {}", ::getpid(), host);
+    if (::ftruncate(fd, 0) == 0) {
+      [[maybe_unused]] const ssize_t written = ::pwrite(fd, who.data(), who.size(), 0);
+    }
+    lock_fd = fd;
+  }
 
   // The save in flight (asynchronous).
   std::thread writer;
@@ -600,6 +632,12 @@ Checkpointer::Checkpointer(CheckpointOptions options, CheckpointGroup group)
 }
 
 Checkpointer::~Checkpointer() {
+  struct ReleaseLock {  // after the last save is done
+    int fd;
+    ~ReleaseLock() {
+      if (fd >= 0) ::close(fd);  // closing the descriptor releases the flock
+    }
+  } release{impl_->lock_fd};
   try {
     impl_->join_writer();
   } catch (const std::exception& e) {
@@ -627,6 +665,7 @@ void Checkpointer::save(TrainingState& state) {
         state.progress.step, impl_->options.dir, committed.front()));
   }
   const int64_t step = state.progress.step;
+  impl_->take_writer_lock();
   impl_->clear_stale_temporaries(step);
   try {
     if (!impl_->options.async) {

@@ -72,8 +72,9 @@ TEST(Checkpointer, KeepsTheLastNAndLeavesNoTemporaries) {
     ck.save(c.state);
   }
   EXPECT_EQ(ck.steps(), (std::vector<int64_t>{5, 4}));
-  for (const auto& e : fs::directory_iterator(dir)) {
-    EXPECT_FALSE(e.path().filename().string().starts_with(".")) << e.path();
+  for (const auto& e : fs::directory_iterator(dir)) {  // the writer's lock file only
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(!name.starts_with(".") || name == ".lock") << e.path();
   }
   // The files a checkpoint holds.
   for (const char* f : {"manifest.json", "replicated.safetensors", "rank-00000.json"}) {
@@ -314,6 +315,9 @@ TEST(Checkpointer, AnAsyncFilesystemFailureIsAnEmberError) {
   const std::string dir = fresh_dir("async_fs");
   Counter c;
   Checkpointer ck({.dir = dir, .async = true});
+  c.set(1);
+  ck.save(c.state);  // holds the writer's lock from here on
+  ck.wait();
   fs::remove_all(dir);
   std::ofstream(dir) << "not a directory";
   c.set(7);
@@ -328,6 +332,26 @@ TEST(Checkpointer, AnAsyncFilesystemFailureIsAnEmberError) {
     ADD_FAILURE() << "not an ember::Error: " << e.what();
   }
   fs::remove(dir);
+}
+
+// Two writers in one directory: the second one's save is an Error naming the holder of the lock
+// (this process); once the first is gone, the second saves.
+TEST(Checkpointer, ASecondWriterInOneDirectoryIsAnErrorNamingTheFirst) {
+  const std::string dir = fresh_dir("two_writers");
+  Counter c;
+  c.set(1);
+  auto first = std::make_unique<Checkpointer>(CheckpointOptions{.dir = dir});
+  first->save(c.state);
+  Checkpointer second({.dir = dir});
+  EXPECT_EQ(second.resume(c.state), std::optional<int64_t>(1));  // reading needs no lock
+  c.set(2);
+  testing::expect_error(
+      [&] { second.save(c.state); },
+      {"another writer is saving into '" + dir + "'", fmt::format("pid {} on ", ::getpid())});
+  first.reset();
+  second.save(c.state);
+  EXPECT_EQ(second.steps(), (std::vector<int64_t>{2, 1}));
+  fs::remove_all(dir);
 }
 
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer

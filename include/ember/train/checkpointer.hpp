@@ -20,9 +20,10 @@
 // state (names, shapes, dtypes, world size, dropout seeds) is an Error listing the differences,
 // and nothing is loaded.
 //
-// One Checkpointer per directory: two writing to one directory remove each other's temporary
-// files. Saving a step below the newest warns (resume takes the highest step); the checkpoint
-// just written is never the one pruned.
+// One Checkpointer writes to a directory: the first save takes <dir>/.lock (flock, naming the
+// process and host), and another writer's save is then an Error naming the holder (reading,
+// resume, needs no lock). Saving a step below the newest warns (resume takes the highest step); the
+// checkpoint just written is never the one pruned.
 //
 // Data parallel: pass a CheckpointGroup (dist::checkpoint_group(comm)). Rank 0 writes the
 // replicated state, every rank its own progress; all ranks resume from the same checkpoint (the
