@@ -78,10 +78,14 @@ void fsync_dir(const fs::path& dir) {
   EMBER_CHECK(synced, "checkpoint: fsync of directory '{}' failed", dir.string());
 }
 
-// A file's bytes; a std::runtime_error (the checkpoint is skipped) when it cannot be read.
+// A manifest lists files and tensors: far below this unless something else took its place.
+constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+
+// A file's bytes (at most kMaxManifestBytes); a std::runtime_error (the checkpoint is skipped)
+// when it cannot be read.
 std::string read_file(const fs::path& path) {
   try {
-    return read_whole_file(path.string());
+    return read_whole_file(path.string(), kMaxManifestBytes);
   } catch (const Error& e) {
     throw std::runtime_error(e.message());
   }

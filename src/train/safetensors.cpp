@@ -265,7 +265,7 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
   return out;
 }
 
-std::string read_whole_file(const std::string& path) {
+std::string read_whole_file(const std::string& path, uint64_t max_bytes) {
   // O_NONBLOCK: a FIFO without a writer is refused below instead of blocking the open.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   EMBER_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
@@ -273,6 +273,10 @@ std::string read_whole_file(const std::string& path) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     EMBER_THROW("'{}' is not a regular file", path);
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {  // before allocating for it
+    ::close(fd);
+    EMBER_THROW("'{}' has {} bytes, more than the {} it may have", path, st.st_size, max_bytes);
   }
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;

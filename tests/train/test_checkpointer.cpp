@@ -354,6 +354,26 @@ TEST(Checkpointer, ASecondWriterInOneDirectoryIsAnErrorNamingTheFirst) {
   fs::remove_all(dir);
 }
 
+// A huge manifest (a sparse 1 TiB file in its place) is refused before it is read: skipped with
+// a warning.
+TEST(Checkpointer, AHugeManifestIsSkippedWithoutReadingIt) {
+  const std::string dir = fresh_dir("huge_manifest");
+  Counter c;
+  Checkpointer ck({.dir = dir, .keep_last = 2});
+  for (int64_t step : {1, 2}) {
+    c.set(step);
+    ck.save(c.state);
+  }
+  fs::resize_file(fs::path(ck.path_of(2)) / "manifest.json", uintmax_t{1} << 40);
+  std::vector<std::string> warnings;
+  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+  EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("more than the 268435456 it may have"), std::string::npos)
+      << warnings[0];
+  fs::remove_all(dir);
+}
+
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
 // would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
 TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -41,7 +42,9 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
 // Parses a whole file's bytes; `name` is for messages.
 Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name);
 Safetensors read_safetensors(const std::string& path);
-// A regular file's bytes, read at once (an Error for a missing file, a directory, a FIFO).
-std::string read_whole_file(const std::string& path);
+// A regular file's bytes, read at once (an Error for a missing file, a directory, a FIFO, or a
+// file over max_bytes, refused before anything is allocated).
+std::string read_whole_file(const std::string& path,
+                            uint64_t max_bytes = std::numeric_limits<uint64_t>::max());
 
 }  // namespace ember::train
