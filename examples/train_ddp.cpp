@@ -92,7 +92,9 @@ Config parse_args(int argc, char** argv) {
       {"--bucket-mb",
        [&](const std::string& v) {
          c.bucket_mb = parse_double("--bucket-mb", v);
-         if (c.bucket_mb <= 0) throw UsageError{fmt::format("--bucket-mb must be > 0, not {}", v)};
+         if (!(c.bucket_mb > 0 && c.bucket_mb < 1e9)) {
+           throw UsageError{fmt::format("--bucket-mb must be > 0 and below 1e9, not {}", v)};
+         }
        }},
       {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
       {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},

@@ -17,8 +17,8 @@ int64_t align_up(int64_t n) {
 }
 
 int64_t mib_to_bytes(double mib, const char* what) {
-  EMBER_CHECK(mib > 0 && mib < 1e9, "DistributedDataParallel: {} must be > 0 MiB, not {}", what,
-              mib);
+  EMBER_CHECK(mib > 0 && mib < 1e9,
+              "DistributedDataParallel: {} must be > 0 and below 1e9 MiB, not {}", what, mib);
   return static_cast<int64_t>(mib * 1024.0 * 1024.0);
 }
 

@@ -43,7 +43,7 @@ std::string CheckpointPlan::describe() const {
   std::string blocks;
   for (size_t i : checkpointed) blocks += (blocks.empty() ? "" : ", ") + std::to_string(i);
   return fmt::format(
-      "checkpoint plan for a budget of {:.1f} MiB: checkpoint children [{}] ({} of {}); "
+      "checkpoint plan for a budget of {:.4g} MiB: checkpoint children [{}] ({} of {}); "
       "predicted peak {:.1f} MiB (without checkpointing {:.1f} MiB); recompute {:.0f}% of a "
       "forward",
       mib(budget_bytes), blocks, checkpointed.size(), kept_bytes.size(), mib(predicted_peak_bytes),
@@ -165,8 +165,8 @@ CheckpointPlan plan_checkpoints(Sequential& model, const Tensor& sample_batch, i
     peak = predict(plan, chosen);
   }
   EMBER_CHECK(peak <= budget_bytes,
-              "plan_checkpoints: no plan fits {:.1f} MiB: the least predicted peak is {:.1f} MiB "
-              "(every child checkpointed; {:.1f} MiB without checkpointing). Use a smaller batch, "
+              "plan_checkpoints: no plan fits {:.4g} MiB: the least predicted peak is {:.4g} MiB "
+              "(every child checkpointed; {:.4g} MiB without checkpointing). Use a smaller batch, "
               "gradient accumulation, or a larger budget",
               mib(budget_bytes), mib(peak), mib(plan.unplanned_peak_bytes));
   plan.predicted_peak_bytes = peak;

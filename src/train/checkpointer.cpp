@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -630,6 +631,10 @@ Checkpointer::Checkpointer(CheckpointOptions options, CheckpointGroup group)
   impl_->group = std::move(group);
   impl_->dir = impl_->options.dir;
   std::error_code error;
+  EMBER_CHECK(!(fs::is_symlink(impl_->dir, error) && !fs::exists(impl_->dir, error)),
+              "Checkpointer: '{}' is a symbolic link to '{}', which does not exist: create it, "
+              "or point the link at a directory",
+              impl_->options.dir, fs::read_symlink(impl_->dir, error).string());
   fs::create_directories(impl_->dir, error);
   EMBER_CHECK(fs::is_directory(impl_->dir), "Checkpointer: cannot create the directory '{}'{}",
               impl_->options.dir, error ? ": " + error.message() : "");
@@ -745,6 +750,10 @@ struct Loaded {
 int64_t get_int(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) {
     throw std::runtime_error(fmt::format("'{}' is missing or not an integer", key));
+  }
+  if (j[key].is_number_unsigned() &&
+      j[key].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw std::runtime_error(fmt::format("'{}' is {}: out of range", key, j[key].get<uint64_t>()));
   }
   return j[key].get<int64_t>();
 }

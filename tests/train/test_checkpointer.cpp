@@ -374,6 +374,35 @@ TEST(Checkpointer, AHugeManifestIsSkippedWithoutReadingIt) {
   fs::remove_all(dir);
 }
 
+// Messages that used to mislead: a directory that is a dangling symbolic link ("File exists"),
+// a manifest's world size of 2^63 (printed negative): now named as what they are.
+TEST(Checkpointer, DanglingLinksAndHugeWorldSizesAreNamed) {
+  const std::string dir = fresh_dir("dangling");
+  fs::create_directory_symlink(dir + "_nowhere", dir);
+  testing::expect_error([&] { Checkpointer ck({.dir = dir}); },
+                        {"is a symbolic link to '" + dir + "_nowhere', which does not exist"});
+  fs::remove(dir);
+  Counter c;
+  c.set(1);
+  Checkpointer ck({.dir = dir});
+  ck.save(c.state);
+  const fs::path manifest = fs::path(ck.path_of(1)) / "manifest.json";
+  std::ifstream in(manifest);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"world_size\": 1");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 15, "\"world_size\": 9223372036854775808");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  std::vector<std::string> warnings;
+  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+  EXPECT_EQ(reader.resume(c.state), std::nullopt);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("'world_size' is 9223372036854775808: out of range"),
+            std::string::npos)
+      << warnings[0];
+  fs::remove_all(dir);
+}
+
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
 // would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
 TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {
