@@ -8,9 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli.hpp"
 #include "ember/amp/grad_scaler.hpp"
+#include "ember/core/state_dict.hpp"
 #include "ember/train/checkpointer.hpp"
 #include "ember/train/preemption.hpp"
 
@@ -59,9 +61,23 @@ class Checkpoints {
       : config_(config), options_(std::move(options)) {
     state_.add_module("model", model);
     state_.add_optimizer("optimizer", optimizer);
+    // The scaler fits as docs/amp.md says: disabled (bf16, f32), it loads nothing, so an f16 run
+    // resumes in bf16; enabled (f16), it needs the state an f16 run saved.
     state_.add_state(
         "scaler", [&scaler] { return scaler.state_dict(); },
-        [&scaler](const ember::StateDict& d) { scaler.load_state_dict(d); });
+        [&scaler](const ember::StateDict& d) { scaler.load_state_dict(d); },
+        [&scaler](const ember::StateDict& given) -> std::vector<std::string> {
+          if (!scaler.enabled()) return {};
+          if (given.empty()) {
+            return {
+                "the checkpoint has no loss-scaling state (it was saved with --amp bf16 or "
+                "f32), which --amp f16 needs: resume with the --amp it was saved with, or "
+                "start a new f16 run without --resume"};
+          }
+          const ember::StateDictMismatch m = ember::compare_state_dicts(scaler.state_dict(), given);
+          if (m.empty()) return {};
+          return {m.describe()};
+        });
     state_.metadata = options_;
     if (config.dir.empty()) return;
     checkpoints_.emplace(ember::train::CheckpointOptions{.dir = config.dir}, std::move(group));

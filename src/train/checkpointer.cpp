@@ -272,9 +272,10 @@ void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,
-                              std::function<void(const StateDict&)> load) {
+                              std::function<void(const StateDict&)> load,
+                              std::function<std::vector<std::string>(const StateDict&)> fit) {
   EMBER_CHECK(save && load, "TrainingState::add_state('{}'): save and load are both needed", name);
-  add(Component{std::move(name), std::move(save), std::move(load), nullptr});
+  add(Component{std::move(name), std::move(save), std::move(load), nullptr, std::move(fit)});
 }
 
 // ---- Checkpointer --------------------------------------------------------------------------
@@ -859,6 +860,11 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
           given.insert(key.substr(c.name.size() + 1), t);
           used.insert(key);
         }
+      }
+      if (c.fit) {
+        for (const std::string& p : c.fit(given)) problems += fmt::format("\n  {}: {}", c.name, p);
+        parts.emplace_back(&c, std::move(given));
+        continue;
       }
       const StateDictMismatch m = compare_state_dicts(c.save(), given);
       if (!m.empty()) problems += fmt::format("\n  {}: {}", c.name, m.describe());

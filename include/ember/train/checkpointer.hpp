@@ -71,8 +71,13 @@ class TrainingState {
   // contain '/'.
   void add_module(std::string name, nn::Module& module);
   void add_optimizer(std::string name, Optimizer& optimizer);
+  // `fit`, when given, decides alone whether a checkpoint's entries for this component fit (the
+  // problems, empty when they do) instead of comparing them with save()'s names, shapes and
+  // dtypes: for state whose entries legitimately vary, e.g. a GradScaler, whose dict is empty
+  // when disabled (an f16 run resumed in bf16 loads nothing; the reverse needs a clear Error).
   void add_state(std::string name, std::function<StateDict()> save,
-                 std::function<void(const StateDict&)> load);
+                 std::function<void(const StateDict&)> load,
+                 std::function<std::vector<std::string>(const StateDict&)> fit = nullptr);
 
   Progress progress;                            // this rank's
   std::map<std::string, std::string> metadata;  // the user's (replicated)
@@ -84,6 +89,8 @@ class TrainingState {
     std::function<void(const StateDict&)> load;
     // Problems beyond names, shapes and dtypes (e.g. dropout seeds), found before anything loads.
     std::function<std::vector<std::string>(const StateDict&)> check;
+    // When set: the whole fit check (add_state's `fit`), in place of the comparison with save().
+    std::function<std::vector<std::string>(const StateDict&)> fit;
   };
   const std::vector<Component>& components() const { return components_; }
 
