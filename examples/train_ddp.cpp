@@ -207,6 +207,11 @@ int run(const Config& c) {
   example::Checkpoints checkpoints(c.save, *ddp, optimizer, scaler,
                                    {{"steps", std::to_string(c.steps)},
                                     {"batch", std::to_string(c.batch)},
+                                    {"accumulate", std::to_string(c.accumulate)},
+                                    {"lr", fmt::format("{}", c.lr)},
+                                    {"dropout", fmt::format("{}", c.dropout)},
+                                    {"classes", std::to_string(c.classes)},
+                                    {"points", std::to_string(c.points)},
                                     {"seed", std::to_string(c.seed)},
                                     {"amp", c.amp}},
                                    dist::checkpoint_group(*comm));

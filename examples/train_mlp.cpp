@@ -217,6 +217,7 @@ int run(const Config& c) {
                                     {"classes", std::to_string(c.classes)},
                                     {"points", std::to_string(c.points)},
                                     {"data", c.data_dir},
+                                    {"activation", c.activation},
                                     {"amp", c.amp}});
   int64_t first_step = 1;
   if (const auto resumed = checkpoints.resume([](const std::string& line) {
