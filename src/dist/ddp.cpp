@@ -106,7 +106,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   Stream stream = current_stream(device);
 
   // The same model on every rank, or a clear Error (not a hang or silently wrong averages).
-  const std::vector<int64_t> mine = signature(order_);
+  // The bucket caps too: buckets cut differently on two ranks pair all-reduces of other sizes
+  // (MPI_ERR_TRUNCATE on one rank, wrong sums on another), whatever EMBER_DIST_CHECK says.
+  std::vector<int64_t> mine = signature(order_);
+  mine.push_back(cap);
+  mine.push_back(first_cap);
   const auto n = static_cast<int64_t>(mine.size());
   const std::vector<int64_t> got = gather_words(comm, stream, mine);
   int differs = -1;
@@ -115,6 +119,17 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     const int64_t* s = &got[static_cast<size_t>(r * n)];
     most = std::max(most, s[0]);
     if (differs < 0 && !(s[0] == mine[0] && s[1] == mine[1] && s[2] == mine[2])) differs = r;
+  }
+  for (int r = 0; r < comm.world_size(); ++r) {  // the same model: are the buckets alike?
+    const int64_t* s = &got[static_cast<size_t>(r * n)];
+    if (differs >= 0) break;
+    EMBER_CHECK(s[3] == mine[3] && s[4] == mine[4],
+                "DistributedDataParallel: the bucket sizes differ across ranks: rank {} has "
+                "bucket_cap_mb {:.6g} and first_bucket_mb {:.6g}, rank {} has {:.6g} and {:.6g}; "
+                "every rank must pass the same DdpOptions",
+                comm.rank(), static_cast<double>(mine[3]) / (1 << 20),
+                static_cast<double>(mine[4]) / (1 << 20), r, static_cast<double>(s[3]) / (1 << 20),
+                static_cast<double>(s[4]) / (1 << 20));
   }
   if (differs >= 0) {  // every rank is here: the signatures differ for all of them
     const int64_t* s = &got[static_cast<size_t>(differs * n)];

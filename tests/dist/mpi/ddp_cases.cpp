@@ -272,6 +272,13 @@ TEST_P(Ddp, ModelsThatDifferAcrossRanksAreAnError) {
                          .device = device()});
   expect_error([&] { dist::DistributedDataParallel(m, world()); },
                {"(their names, shapes or dtypes differ)", "; parameter 0 is '"});
+  // The same model with buckets cut differently on one rank.
+  expect_error(
+      [&] {
+        dist::DistributedDataParallel(model(8, false, 0, 1), world(),
+                                      {.bucket_cap_mb = rank() == 1 ? 0.5 : 0.25});
+      },
+      {"the bucket sizes differ across ranks", "every rank must pass the same DdpOptions"});
   // The first parameter that differs is named as each side has it.
   auto named = std::make_shared<nn::Sequential>();
   named->add(rank() == 1 ? "b" : "a",
