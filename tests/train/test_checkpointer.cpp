@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -401,6 +402,52 @@ TEST(Checkpointer, DanglingLinksAndHugeWorldSizesAreNamed) {
             std::string::npos)
       << warnings[0];
   fs::remove_all(dir);
+}
+
+// The disk-full of the report, on a real small disk: a 912 KiB tmpfs (ctest mounts it in a mount
+// namespace: train.checkpoint_on_a_full_tmpfs; skipped without EMBER_TEST_TMPFS), keep_last 1, a
+// save per step of ~240 KB; a filler file fills the disk at step 3 and goes at step 5. Steps 3
+// and 4 fail; from step 5 on every save commits again (the failed saves' temporaries used to keep
+// the disk full for good). Sync and async.
+TEST(Checkpointer, AFullDiskThatEmptiesAgainTakesCheckpointsAgain) {
+  const char* mount = std::getenv("EMBER_TEST_TMPFS");
+  if (mount == nullptr) GTEST_SKIP() << "run by train.checkpoint_on_a_full_tmpfs";
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const fs::path dir = fs::path(mount) / (async ? "async" : "sync");
+    const fs::path filler = fs::path(mount) / "filler";
+    Tensor weights = Tensor::zeros({60'000});  // 240 KB
+    TrainingState state;
+    state.add_state(
+        "w",
+        [&] {
+          StateDict d;
+          d.insert("w", weights);
+          return d;
+        },
+        [&](const StateDict& d) { weights.copy_(d.at("w")); });
+    Checkpointer ck({.dir = dir.string(), .keep_last = 1, .async = async});
+    std::vector<int64_t> failed;
+    for (int64_t step = 1; step <= 8; ++step) {
+      if (step == 3) {
+        const fs::space_info space = fs::space(mount);
+        std::ofstream(filler, std::ios::binary)
+            << std::string(static_cast<size_t>(space.available) - 100'000, 'x');
+      }
+      if (step == 5) fs::remove(filler);
+      weights.fill_(static_cast<double>(step));
+      state.progress.step = step;
+      try {
+        ck.save(state);
+        ck.wait();
+      } catch (const Error&) {
+        failed.push_back(step);
+      }
+    }
+    EXPECT_EQ(failed, (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{8}));
+    fs::remove_all(dir);
+  }
 }
 
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
