@@ -64,6 +64,21 @@ struct Counter {
   }
 };
 
+// Resumes `dir` into c with a fresh reader: it takes `step` (consistent: every element that
+// step), having skipped exactly one checkpoint with a warning that contains `text`.
+void expect_one_skipped(const std::string& dir, Counter& c, std::optional<int64_t> step,
+                        const std::string& text) {
+  std::vector<std::string> warnings;
+  c.set(0);
+  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
+  EXPECT_EQ(reader.resume(c.state), step);
+  if (step) {
+    EXPECT_TRUE(c.consistent(*step));
+  }
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(text), std::string::npos) << warnings[0];
+}
+
 TEST(Checkpointer, KeepsTheLastNAndLeavesNoTemporaries) {
   const std::string dir = fresh_dir("keep");
   Counter c;
@@ -366,12 +381,7 @@ TEST(Checkpointer, AHugeManifestIsSkippedWithoutReadingIt) {
     ck.save(c.state);
   }
   fs::resize_file(fs::path(ck.path_of(2)) / "manifest.json", uintmax_t{1} << 40);
-  std::vector<std::string> warnings;
-  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
-  EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("more than the 268435456 it may have"), std::string::npos)
-      << warnings[0];
+  expect_one_skipped(dir, c, 1, "more than the 268435456 it may have");
   fs::remove_all(dir);
 }
 
@@ -394,13 +404,7 @@ TEST(Checkpointer, DanglingLinksAndHugeWorldSizesAreNamed) {
   ASSERT_NE(at, std::string::npos);
   text.replace(at, 15, "\"world_size\": 9223372036854775808");
   std::ofstream(manifest, std::ios::trunc) << text;
-  std::vector<std::string> warnings;
-  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
-  EXPECT_EQ(reader.resume(c.state), std::nullopt);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("'world_size' is 9223372036854775808: out of range"),
-            std::string::npos)
-      << warnings[0];
+  expect_one_skipped(dir, c, std::nullopt, "'world_size' is 9223372036854775808: out of range");
   fs::remove_all(dir);
 }
 
@@ -465,13 +469,7 @@ TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {
     const fs::path target = fs::path(ck.path_of(2)) / file;
     fs::remove(target);
     ASSERT_EQ(::mkfifo(target.c_str(), 0644), 0);
-    std::vector<std::string> warnings;
-    c.set(0);
-    Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
-    EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
-    EXPECT_TRUE(c.consistent(1));
-    ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_NE(warnings[0].find("not a regular file"), std::string::npos) << warnings[0];
+    expect_one_skipped(dir, c, 1, "not a regular file");
     fs::remove_all(dir);
   }
 }
@@ -697,13 +695,7 @@ TEST(Checkpointer, AChecksumValidButUndecodableFileIsSkipped) {
   ASSERT_NE(at, std::string::npos);
   manifest.replace(at, old_hash.size(), hex(tensors));
   std::ofstream(step2 / "manifest.json", std::ios::trunc | std::ios::binary) << manifest;
-  std::vector<std::string> warnings;
-  c.set(0);
-  Checkpointer reader({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }});
-  EXPECT_EQ(reader.resume(c.state), std::optional<int64_t>(1));
-  EXPECT_TRUE(c.consistent(1));
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("exceeds the file"), std::string::npos) << warnings[0];
+  expect_one_skipped(dir, c, 1, "exceeds the file");
   fs::remove_all(dir);
 }
 
