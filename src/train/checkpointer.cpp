@@ -762,7 +762,32 @@ int64_t get_int(const json& j, const char* key) {
 // Verifies `path` for `rank` (sizes and checksums of its files): the loaded state, or a
 // std::runtime_error saying what is wrong (the caller skips it). A world size that differs is an
 // ember::Error (the job does not fit the checkpoint).
-Loaded load_verified(const fs::path& path, int rank, int world_size) {
+// The manifest's tensor table against the tensor file's own header: the same names, dtypes and
+// shapes, or a std::runtime_error naming the first difference.
+void check_tensor_table(const json& manifest, const Safetensors& replicated) {
+  if (!manifest.contains("tensors") || !manifest["tensors"].is_object()) {
+    throw std::runtime_error("its manifest has no tensor table");
+  }
+  const json& table = manifest["tensors"];
+  if (table.size() != replicated.tensors.size()) {
+    throw std::runtime_error(fmt::format("its manifest lists {} tensors, its tensor file holds {}",
+                                         table.size(), replicated.tensors.size()));
+  }
+  for (const auto& [key, t] : replicated.tensors) {
+    if (!table.contains(key) || !table[key].is_object()) {
+      throw std::runtime_error(fmt::format("'{}' is in its tensor file, not in its manifest", key));
+    }
+    const json& entry = table[key];
+    const std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
+    if (entry.value("dtype", "") != dtype_name(t.dtype()) || !entry.contains("shape") ||
+        entry["shape"] != json(shape)) {
+      throw std::runtime_error(fmt::format("'{}' is {} in its tensor file but {} in its manifest",
+                                           key, t.view().describe(), entry.dump()));
+    }
+  }
+}
+
+Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_size) {
   json manifest;
   try {
     manifest = json::parse(read_file(path / "manifest.json"));
@@ -817,6 +842,15 @@ Loaded load_verified(const fs::path& path, int rank, int world_size) {
   out.progress.epoch = get_int(progress, "epoch");
   out.progress.data_position = get_int(progress, "data_position");
   out.progress.micro_step = static_cast<uint64_t>(get_int(progress, "micro_step"));
+  // The directory's step, the manifest's and this rank's progress agree: a step directory copied
+  // or renamed is not a checkpoint of the step its name says.
+  const int64_t manifest_step = get_int(manifest, "step");
+  if (manifest_step != step || out.progress.step != step) {
+    throw std::runtime_error(fmt::format(
+        "its directory says step {}, but its manifest says {} and {} says {} (copied or renamed?)",
+        step, manifest_step, rank_file(rank), out.progress.step));
+  }
+  check_tensor_table(manifest, out.replicated);
   return out;
 }
 
@@ -839,7 +873,7 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
     std::optional<Loaded> loaded;
     std::string reason;
     try {
-      loaded = load_verified(path, impl_->group.rank, impl_->group.world_size);
+      loaded = load_verified(path, step, impl_->group.rank, impl_->group.world_size);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

@@ -454,6 +454,32 @@ TEST(Checkpointer, AFullDiskThatEmptiesAgainTakesCheckpointsAgain) {
   }
 }
 
+// A step directory copied under another step's name is not that step's checkpoint: skipped with
+// a warning (it resumed with the returned step not progress.step); nor is one whose manifest's
+// tensor table disagrees with its tensor file.
+TEST(Checkpointer, ACopiedStepDirectoryOrAWrongTensorTableIsSkipped) {
+  const std::string dir = fresh_dir("copied");
+  Counter c;
+  Checkpointer ck({.dir = dir, .keep_last = 5});
+  c.set(1);
+  ck.save(c.state);
+  fs::copy(ck.path_of(1), ck.path_of(7), fs::copy_options::recursive);
+  expect_one_skipped(dir, c, 1, "its directory says step 7, but its manifest says 1");
+  fs::remove_all(ck.path_of(7));
+  c.set(2);
+  ck.save(c.state);
+  const fs::path manifest = fs::path(ck.path_of(2)) / "manifest.json";
+  std::ifstream in(manifest);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const size_t at = text.find("1000", text.find("\"shape\""));  // the counter's shape [1000]
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 4, "1001");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  expect_one_skipped(dir, c, 1, "'counter/value' is f32[1000] on cpu in its tensor file");
+  fs::remove_all(dir);
+}
+
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
 // would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
 TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {
