@@ -563,13 +563,27 @@ struct Checkpointer::Impl {
     fs::remove_all(tmp_of(step), ignored);
   }
 
-  // Keeps the newest keep_last checkpoints, and always `written`, the one just committed.
-  void prune(int64_t written) const {
+  // Checkpoints a resume skipped as corrupt (on some rank): they hold no keep_last slot.
+  std::set<int64_t> known_corrupt;
+
+  // Keeps the newest keep_last checkpoints that are not known to be corrupt, and always
+  // `written`; known-corrupt ones go when a later checkpoint commits (resume never takes them).
+  void prune(int64_t written) {
     std::vector<int64_t> all = steps();
     std::erase(all, written);
-    for (size_t i = static_cast<size_t>(options.keep_last - 1); i < all.size(); ++i) {
+    std::vector<int64_t> valid;
+    for (int64_t step : all) {
       std::error_code ignored;
-      fs::remove_all(dir / name_of(all[i]), ignored);
+      if (known_corrupt.contains(step)) {
+        fs::remove_all(dir / name_of(step), ignored);
+        known_corrupt.erase(step);
+      } else {
+        valid.push_back(step);
+      }
+    }
+    for (size_t i = static_cast<size_t>(options.keep_last - 1); i < valid.size(); ++i) {
+      std::error_code ignored;
+      fs::remove_all(dir / name_of(valid[i]), ignored);
     }
     // Leftovers of interrupted saves (their step is not in flight: we just committed).
     for (const auto& entry : fs::directory_iterator(dir)) {
@@ -881,7 +895,10 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
     }
     if (!loaded) impl_->warn(fmt::format("skipping checkpoint '{}': {}", path.string(), reason));
     const std::vector<int64_t> valid = impl_->gather({loaded ? 1 : 0});
-    if (std::find(valid.begin(), valid.end(), 0) != valid.end()) continue;
+    if (std::find(valid.begin(), valid.end(), 0) != valid.end()) {
+      impl_->known_corrupt.insert(step);
+      continue;
+    }
 
     // The checkpoint must fit everything registered before anything is loaded.
     std::vector<std::pair<const TrainingState::Component*, StateDict>> parts;

@@ -480,6 +480,27 @@ TEST(Checkpointer, ACopiedStepDirectoryOrAWrongTensorTableIsSkipped) {
   fs::remove_all(dir);
 }
 
+// A checkpoint a resume skipped as corrupt holds no keep_last slot: with keep_last 2, after
+// resuming past a corrupt step 3, saving step 4 keeps 4 and 2 (the corrupt one goes), not 4 and 3.
+TEST(Checkpointer, AKnownCorruptCheckpointHoldsNoKeepLastSlot) {
+  const std::string dir = fresh_dir("corrupt_slot");
+  Counter c;
+  {
+    Checkpointer writer({.dir = dir, .keep_last = 2});
+    for (int64_t step : {1, 2, 3}) {
+      c.set(step);
+      writer.save(c.state);
+    }
+  }
+  fs::resize_file(fs::path(dir) / "step-000000000003" / "replicated.safetensors", 10);
+  Checkpointer ck({.dir = dir, .keep_last = 2, .warn = [](const std::string&) {}});
+  EXPECT_EQ(ck.resume(c.state), std::optional<int64_t>(2));
+  c.set(4);
+  ck.save(c.state);
+  EXPECT_EQ(ck.steps(), (std::vector<int64_t>{4, 2}));
+  fs::remove_all(dir);
+}
+
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
 // would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
 TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {
