@@ -3,6 +3,7 @@
 // SIGUSR1 (train::PreemptionGuard) that saves and exits 0.
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "cli.hpp"
 #include "ember/amp/grad_scaler.hpp"
+#include "ember/core/error.hpp"
 #include "ember/core/state_dict.hpp"
 #include "ember/train/checkpointer.hpp"
 #include "ember/train/preemption.hpp"
@@ -109,12 +111,21 @@ class Checkpoints {
 
   // After each step: a checkpoint on --save-every steps; true when a signal asked to stop (then
   // the state is saved). `any_rank` (data parallel) makes every rank stop after the same step.
+  // A periodic save that fails (a full disk for a while, an I/O error) is a warning and training
+  // goes on: the next save retries (ranks fail a save together, so they go on together).
   bool after_step(const ember::train::Progress& progress,
                   const std::function<bool(bool)>& any_rank = {}) {
     if (!checkpoints_) return false;
     state_.progress = progress;
     const bool periodic = config_.every > 0 && progress.step % config_.every == 0;
-    if (periodic) checkpoints_->save(state_);
+    if (periodic) {
+      try {
+        checkpoints_->save(state_);
+      } catch (const ember::Error& e) {
+        std::fprintf(stderr, "warning: the checkpoint of step %lld failed; training goes on: %s\n",
+                     static_cast<long long>(progress.step), e.message().c_str());
+      }
+    }
     bool stop = guard_->requested();
     if (any_rank) stop = any_rank(stop);
     if (stop && !periodic) checkpoints_->save(state_);

@@ -79,6 +79,14 @@ void fsync_dir(const fs::path& dir) {
   EMBER_CHECK(synced, "checkpoint: fsync of directory '{}' failed", dir.string());
 }
 
+// A checkpoint that was read and is damaged (sizes, checksums, JSON, headers, tables that do not
+// match): resume skips it, and it holds no keep_last slot. A plain std::runtime_error is a
+// checkpoint that could not be read (an I/O error, a FIFO, a newer format): skipped too, but kept,
+// since it may be fine (a transient error, a newer ember).
+struct Damaged : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // A manifest lists files and tensors: far below this unless something else took its place.
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 
@@ -124,8 +132,8 @@ HashedFile read_hashed(const fs::path& path, int64_t expected_bytes) {
   }
   if (static_cast<int64_t>(st.st_size) != expected_bytes) {  // before allocating for it
     ::close(fd);
-    throw std::runtime_error(fmt::format("{} has {} bytes, not {} (truncated?)",
-                                         path.filename().string(), st.st_size, expected_bytes));
+    throw Damaged(fmt::format("{} has {} bytes, not {} (truncated?)", path.filename().string(),
+                              st.st_size, expected_bytes));
   }
   HashedFile out;
   out.buffer = Tensor::empty({static_cast<int64_t>(st.st_size)}, DType::u8, Device::cpu());
@@ -569,6 +577,7 @@ struct Checkpointer::Impl {
   // Keeps the newest keep_last checkpoints that are not known to be corrupt, and always
   // `written`; known-corrupt ones go when a later checkpoint commits (resume never takes them).
   void prune(int64_t written) {
+    known_corrupt.erase(written);  // written again just now: whole
     std::vector<int64_t> all = steps();
     std::erase(all, written);
     std::vector<int64_t> valid;
@@ -689,19 +698,37 @@ void Checkpointer::save(TrainingState& state) {
         state.progress.step, impl_->options.dir, committed.front()));
   }
   const int64_t step = state.progress.step;
-  impl_->take_writer_lock();
-  impl_->clear_stale_temporaries(step);
+  const bool several = impl_->group.world_size > 1;
+  // Before any file is written: the writer's lock, stale temporaries, the snapshot. With several
+  // ranks a failure here (rank 0 cannot take the lock, a component's save() throws) goes into the
+  // commit like a write failure: no rank is left waiting in the commit's gather.
+  std::string early_failure;
+  Snapshot early;
+  early.step = step;
+  auto prepare = [&](bool copy) -> Snapshot {
+    try {
+      impl_->take_writer_lock();
+      impl_->clear_stale_temporaries(step);
+      return impl_->snapshot(state, copy);
+    } catch (const std::exception& e) {
+      if (!several) throw;
+      early_failure = e.what()[0] != '\0' ? e.what() : "an exception without a message";
+      return early;
+    }
+  };
   try {
     if (!impl_->options.async) {
-      const Snapshot s = impl_->snapshot(state, /*copy=*/false);
-      if (impl_->group.world_size > 1) {
+      const Snapshot s = prepare(/*copy=*/false);
+      if (several) {
         // This rank's failure goes into the commit, where every rank learns of it and throws.
         std::vector<int64_t> records;
-        std::string failure;
-        try {
-          records = impl_->write_files(s);
-        } catch (const std::exception& e) {
-          failure = e.what()[0] != '\0' ? e.what() : "an exception without a message";
+        std::string failure = early_failure;
+        if (failure.empty()) {
+          try {
+            records = impl_->write_files(s);
+          } catch (const std::exception& e) {
+            failure = e.what()[0] != '\0' ? e.what() : "an exception without a message";
+          }
         }
         impl_->commit(s, records, failure);
       } else {
@@ -713,23 +740,28 @@ void Checkpointer::save(TrainingState& state) {
         }
       }
     } else {
-      impl_->pending = impl_->snapshot(state, /*copy=*/true);
-      const bool alone = impl_->group.world_size == 1;
-      impl_->pending_commit = !alone;
-      impl_->writer = std::thread([this, alone, step] {
-        try {
-          impl_->pending_records = impl_->write_files(impl_->pending);
-          if (alone) impl_->commit(impl_->pending, impl_->pending_records);
-        } catch (const fs::filesystem_error& e) {  // an ember::Error, as the synchronous path
-          impl_->discard_failed(step);
-          impl_->writer_error = std::make_exception_ptr(
-              Error(fmt::format("Checkpointer: saving step {} in '{}' failed: {}", step,
-                                impl_->options.dir, e.what())));
-        } catch (...) {
-          impl_->discard_failed(step);
-          impl_->writer_error = std::current_exception();
-        }
-      });
+      impl_->pending = prepare(/*copy=*/true);
+      const bool alone = !several;
+      impl_->pending_commit = several;
+      if (!early_failure.empty()) {  // several ranks: the commit at the next call reports it
+        impl_->pending_records.clear();
+        impl_->writer_error = std::make_exception_ptr(Error(early_failure));
+      } else {
+        impl_->writer = std::thread([this, alone, step] {
+          try {
+            impl_->pending_records = impl_->write_files(impl_->pending);
+            if (alone) impl_->commit(impl_->pending, impl_->pending_records);
+          } catch (const fs::filesystem_error& e) {  // an ember::Error, as the synchronous path
+            impl_->discard_failed(step);
+            impl_->writer_error = std::make_exception_ptr(
+                Error(fmt::format("Checkpointer: saving step {} in '{}' failed: {}", step,
+                                  impl_->options.dir, e.what())));
+          } catch (...) {
+            impl_->discard_failed(step);
+            impl_->writer_error = std::current_exception();
+          }
+        });
+      }
     }
   } catch (const fs::filesystem_error& e) {
     EMBER_THROW("Checkpointer: saving step {} in '{}' failed: {}", step, impl_->options.dir,
@@ -764,11 +796,11 @@ struct Loaded {
 
 int64_t get_int(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) {
-    throw std::runtime_error(fmt::format("'{}' is missing or not an integer", key));
+    throw Damaged(fmt::format("'{}' is missing or not an integer", key));
   }
   if (j[key].is_number_unsigned() &&
       j[key].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    throw std::runtime_error(fmt::format("'{}' is {}: out of range", key, j[key].get<uint64_t>()));
+    throw Damaged(fmt::format("'{}' is {}: out of range", key, j[key].get<uint64_t>()));
   }
   return j[key].get<int64_t>();
 }
@@ -780,23 +812,23 @@ int64_t get_int(const json& j, const char* key) {
 // shapes, or a std::runtime_error naming the first difference.
 void check_tensor_table(const json& manifest, const Safetensors& replicated) {
   if (!manifest.contains("tensors") || !manifest["tensors"].is_object()) {
-    throw std::runtime_error("its manifest has no tensor table");
+    throw Damaged("its manifest has no tensor table");
   }
   const json& table = manifest["tensors"];
   if (table.size() != replicated.tensors.size()) {
-    throw std::runtime_error(fmt::format("its manifest lists {} tensors, its tensor file holds {}",
-                                         table.size(), replicated.tensors.size()));
+    throw Damaged(fmt::format("its manifest lists {} tensors, its tensor file holds {}",
+                              table.size(), replicated.tensors.size()));
   }
   for (const auto& [key, t] : replicated.tensors) {
     if (!table.contains(key) || !table[key].is_object()) {
-      throw std::runtime_error(fmt::format("'{}' is in its tensor file, not in its manifest", key));
+      throw Damaged(fmt::format("'{}' is in its tensor file, not in its manifest", key));
     }
     const json& entry = table[key];
     const std::vector<int64_t> shape(t.shape().dims().begin(), t.shape().dims().end());
     if (entry.value("dtype", "") != dtype_name(t.dtype()) || !entry.contains("shape") ||
         entry["shape"] != json(shape)) {
-      throw std::runtime_error(fmt::format("'{}' is {} in its tensor file but {} in its manifest",
-                                           key, t.view().describe(), entry.dump()));
+      throw Damaged(fmt::format("'{}' is {} in its tensor file but {} in its manifest", key,
+                                t.view().describe(), entry.dump()));
     }
   }
 }
@@ -806,10 +838,10 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
   try {
     manifest = json::parse(read_file(path / "manifest.json"));
   } catch (const json::exception& e) {
-    throw std::runtime_error(fmt::format("its manifest is not valid JSON: {}", e.what()));
+    throw Damaged(fmt::format("its manifest is not valid JSON: {}", e.what()));
   }
   if (!manifest.is_object() || manifest.value("format", "") != "ember-checkpoint") {
-    throw std::runtime_error("its manifest is not an ember checkpoint's");
+    throw Damaged("its manifest is not an ember checkpoint's");
   }
   if (get_int(manifest, "format_version") != kFormatVersion) {
     throw std::runtime_error(fmt::format("format version {} is not {}",
@@ -821,19 +853,19 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
               "world size",
               path.string(), saved_world, world_size);
   if (!manifest.contains("files") || !manifest["files"].is_object()) {
-    throw std::runtime_error("its manifest lists no files");
+    throw Damaged("its manifest lists no files");
   }
   auto verified = [&](const std::string& file) {
     const json& files = manifest["files"];
-    if (!files.contains(file)) throw std::runtime_error(fmt::format("the manifest lacks {}", file));
+    if (!files.contains(file)) throw Damaged(fmt::format("the manifest lacks {}", file));
     const json& rec = files[file];
     HashedFile read = read_hashed(path / file, get_int(rec, "bytes"));
     if (static_cast<int64_t>(read.size) != get_int(rec, "bytes")) {
-      throw std::runtime_error(fmt::format("{} has {} bytes, not {} (truncated?)", file, read.size,
-                                           get_int(rec, "bytes")));
+      throw Damaged(fmt::format("{} has {} bytes, not {} (truncated?)", file, read.size,
+                                get_int(rec, "bytes")));
     }
     if (!rec.contains("xxh3") || !rec["xxh3"].is_string() || hex(read.xxh3) != rec["xxh3"]) {
-      throw std::runtime_error(fmt::format("{}'s checksum does not match the manifest", file));
+      throw Damaged(fmt::format("{}'s checksum does not match the manifest", file));
     }
     return read;
   };
@@ -842,7 +874,7 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
     out.replicated =
         decode_safetensors(verified(kReplicated).bytes(), (path / kReplicated).string());
   } catch (const Error& e) {
-    throw std::runtime_error(e.message());
+    throw Damaged(e.message());
   }
   json progress;
   try {
@@ -850,7 +882,7 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
     const std::span<const uint8_t> text = progress_file.bytes();
     progress = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    throw std::runtime_error(fmt::format("{} is not valid JSON: {}", rank_file(rank), e.what()));
+    throw Damaged(fmt::format("{} is not valid JSON: {}", rank_file(rank), e.what()));
   }
   out.progress.step = get_int(progress, "step");
   out.progress.epoch = get_int(progress, "epoch");
@@ -860,9 +892,10 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
   // or renamed is not a checkpoint of the step its name says.
   const int64_t manifest_step = get_int(manifest, "step");
   if (manifest_step != step || out.progress.step != step) {
-    throw std::runtime_error(fmt::format(
-        "its directory says step {}, but its manifest says {} and {} says {} (copied or renamed?)",
-        step, manifest_step, rank_file(rank), out.progress.step));
+    throw Damaged(
+        fmt::format("its directory says step {}, but its manifest says {} and {} says {} (copied "
+                    "or renamed?)",
+                    step, manifest_step, rank_file(rank), out.progress.step));
   }
   check_tensor_table(manifest, out.replicated);
   return out;
@@ -886,17 +919,25 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
     const fs::path path = impl_->dir / impl_->name_of(step);
     std::optional<Loaded> loaded;
     std::string reason;
+    bool damaged = false;
     try {
       loaded = load_verified(path, step, impl_->group.rank, impl_->group.world_size);
     } catch (const Error&) {
       throw;
+    } catch (const Damaged& e) {
+      reason = e.what();
+      damaged = true;
     } catch (const std::exception& e) {
       reason = e.what();
     }
     if (!loaded) impl_->warn(fmt::format("skipping checkpoint '{}': {}", path.string(), reason));
-    const std::vector<int64_t> valid = impl_->gather({loaded ? 1 : 0});
-    if (std::find(valid.begin(), valid.end(), 0) != valid.end()) {
+    // 1: loaded here; 0: unreadable here (kept); 2: damaged here (it holds no keep_last slot).
+    const std::vector<int64_t> outcome = impl_->gather({loaded ? 1 : (damaged ? 2 : 0)});
+    if (std::find(outcome.begin(), outcome.end(), 2) != outcome.end()) {
       impl_->known_corrupt.insert(step);
+    }
+    if (std::find_if(outcome.begin(), outcome.end(), [](int64_t o) { return o != 1; }) !=
+        outcome.end()) {
       continue;
     }
 

@@ -501,6 +501,41 @@ TEST(Checkpointer, AKnownCorruptCheckpointHoldsNoKeepLastSlot) {
   fs::remove_all(dir);
 }
 
+// Only damage frees a slot: a checkpoint that could not be read (here its manifest is a FIFO, as
+// an I/O error or a newer format would be) is skipped but kept, and a step skipped as damaged and
+// then saved again is whole: neither is pruned (the first version deleted both).
+TEST(Checkpointer, OnlyDamagedCheckpointsLoseTheirSlot) {
+  const std::string dir = fresh_dir("unreadable_slot");
+  Counter c;
+  {
+    Checkpointer writer({.dir = dir, .keep_last = 3});
+    for (int64_t step : {1, 2, 3}) {
+      c.set(step);
+      writer.save(c.state);
+    }
+  }
+  const fs::path manifest = fs::path(dir) / "step-000000000003" / "manifest.json";
+  fs::remove(manifest);
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0644), 0);
+  {
+    Checkpointer ck({.dir = dir, .keep_last = 3, .warn = [](const std::string&) {}});
+    EXPECT_EQ(ck.resume(c.state), std::optional<int64_t>(2));
+    c.set(4);
+    ck.save(c.state);
+    EXPECT_EQ(ck.steps(), (std::vector<int64_t>{4, 3, 2}));
+  }
+  // Step 4 damaged, skipped, saved again, then step 5: 5, 4 and 3 stay.
+  fs::resize_file(fs::path(dir) / "step-000000000004" / "replicated.safetensors", 10);
+  Checkpointer ck({.dir = dir, .keep_last = 3, .warn = [](const std::string&) {}});
+  EXPECT_EQ(ck.resume(c.state), std::optional<int64_t>(2));
+  c.set(4);
+  ck.save(c.state);
+  c.set(5);
+  ck.save(c.state);
+  EXPECT_EQ(ck.steps(), (std::vector<int64_t>{5, 4, 3}));
+  fs::remove_all(dir);
+}
+
 // A FIFO where a checkpoint's manifest or tensor file should be is refused at once (no writer
 // would ever come: opening it blocked forever), and the checkpoint skipped with a warning.
 TEST(Checkpointer, AFifoInACheckpointIsSkippedNotWaitedFor) {

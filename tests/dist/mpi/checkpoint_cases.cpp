@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "dist_test_support.hpp"
 #include "ember/core/error.hpp"
@@ -155,6 +156,41 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
       world().barrier();
       if (rank() == 0) fs::remove_all(dir);
     }
+  }
+}
+
+// Rank 0 cannot take the writer's lock (another writer holds the directory): every rank fails
+// the save at once with the same Error, sync and async (the other ranks used to wait out
+// EMBER_DIST_TIMEOUT in the commit).
+TEST_P(DistCheckpoint, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
+  for (bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const std::string dir = shared_dir(async ? "locked_async" : "locked_sync");
+    if (rank() == 0) fs::remove_all(dir);
+    world().barrier();
+    Replica replica(device());
+    replica.train_to(1, device(), stream());
+    std::optional<train::Checkpointer> holder;  // another writer, on rank 0's side
+    if (rank() == 0) {
+      holder.emplace(train::CheckpointOptions{.dir = dir});
+      train::TrainingState other;
+      other.progress.step = 1;
+      holder->save(other);
+    }
+    world().barrier();
+    train::Checkpointer ck({.dir = dir, .async = async}, dist::checkpoint_group(world()));
+    std::string message;
+    try {
+      ck.save(replica.state);
+      ck.wait();
+    } catch (const Error& e) {
+      message = e.message();
+    }
+    EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
+    EXPECT_NE(message.find("another writer is saving into"), std::string::npos) << message;
+    holder.reset();
+    world().barrier();
+    if (rank() == 0) fs::remove_all(dir);
   }
 }
 
