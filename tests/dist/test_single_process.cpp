@@ -197,10 +197,10 @@ TEST(SingleProcessDdp, MisuseIsAnError) {
   Communicator comm(Launch{});
   testing::expect_error(
       [&] { DistributedDataParallel(small_mlp(1), comm, DdpOptions{.bucket_cap_mb = 0}); },
-      "bucket_cap_mb must be > 0 MiB, not 0");
+      "bucket_cap_mb must be > 0 and below 1e9 MiB, not 0");
   testing::expect_error(
       [&] { DistributedDataParallel(small_mlp(1), comm, DdpOptions{.first_bucket_mb = -1}); },
-      "first_bucket_mb must be > 0 MiB");
+      "first_bucket_mb must be > 0 and below 1e9 MiB");
   testing::expect_error([&] { DistributedDataParallel(std::make_shared<nn::Sequential>(), comm); },
                         "has no parameters");
   Stream s;
