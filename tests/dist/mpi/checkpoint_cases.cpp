@@ -80,6 +80,17 @@ struct Replica {
   }
 };
 
+// A save (and its asynchronous commit) expected to fail: the Error's message ("" if it did not).
+std::string save_failure(train::Checkpointer& ck, train::TrainingState& state) {
+  try {
+    ck.save(state);
+    ck.wait();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
 TEST_P(DistCheckpoint, ResumesBitwiseAndEveryRankAgrees) {
   const std::string dir = shared_dir("resume");
   Replica straight(device());
@@ -135,13 +146,7 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
                                fmt::format("rank-{:05d}.json", failing));
       }
       world().barrier();
-      std::string message;
-      try {
-        ck.save(replica.state);
-        ck.wait();
-      } catch (const Error& e) {
-        message = e.message();
-      }
+      const std::string message = save_failure(ck, replica.state);
       EXPECT_NE(message.find(fmt::format("saving step 2 in '{}' failed on rank {} of {}", dir,
                                          failing, ranks())),
                 std::string::npos)
@@ -179,13 +184,7 @@ TEST_P(DistCheckpoint, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
     }
     world().barrier();
     train::Checkpointer ck({.dir = dir, .async = async}, dist::checkpoint_group(world()));
-    std::string message;
-    try {
-      ck.save(replica.state);
-      ck.wait();
-    } catch (const Error& e) {
-      message = e.message();
-    }
+    const std::string message = save_failure(ck, replica.state);
     EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
     EXPECT_NE(message.find("another writer is saving into"), std::string::npos) << message;
     holder.reset();
@@ -202,12 +201,7 @@ TEST_P(DistCheckpoint, ADirectoryThatIsNotSharedFailsTheSaveOnEveryRank) {
   Replica replica(device());
   replica.train_to(1, device(), stream());
   train::Checkpointer ck({.dir = dir}, dist::checkpoint_group(world()));
-  std::string message;
-  try {
-    ck.save(replica.state);
-  } catch (const Error& e) {
-    message = e.message();
-  }
+  const std::string message = save_failure(ck, replica.state);
   EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
   EXPECT_NE(message.find("is the directory shared by every rank?"), std::string::npos) << message;
   EXPECT_TRUE(ck.steps().empty());
