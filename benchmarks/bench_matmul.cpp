@@ -1,10 +1,10 @@
 // bench_matmul: ember's matmul against the vendor library on the same shapes, same run.
 //
-// CPU backend: against OpenBLAS's sgemm called directly (GFLOP/s; the ratio is ember's
-// dispatch, conversion and epilogue overhead). GPU (bench_matmul_cuda.cpp): ember's tiled
-// kernels and its cuBLASLt backend against cublasGemmEx (TFLOP/s). Without a GPU the GPU
-// benchmarks are skipped with a notice saying why. Options: --flush_l2 (GPU), and Google
-// Benchmark's own (--benchmark_filter=cuda_bf16, ...).
+// CPU backend: against OpenBLAS's sgemm called directly (GFLOP/s), whichever engine ember uses
+// (cpu_gemm_engine(): oneDNN on AVX2/AVX-512 CPUs). benchmarks/reference/ compares with PyTorch.
+// GPU (bench_matmul_cuda.cpp): ember's tiled kernels and its cuBLASLt backend against cublasGemmEx
+// (TFLOP/s). Without a GPU the GPU benchmarks are skipped with a notice saying why. Options:
+// --flush_l2 (GPU), and Google Benchmark's own (--benchmark_filter=cuda_bf16, ...).
 #include <cblas.h>
 
 #include <cstdio>
@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend against OpenBLAS.\n",
                 why.c_str());
   }
+  std::printf("CPU GEMM engine: %s (EMBER_CPU_GEMM=auto|onednn|openblas).\n",
+              ember::ops::cpu_gemm_engine_name(ember::ops::cpu_gemm_engine()));
   register_all();
   return ember::bench::run_with_ratios(argc, argv, {"blas", "cublas"},
                                        {{"cpu_bf16", "cpu_f32"}, {"cpu_f16", "cpu_f32"}});

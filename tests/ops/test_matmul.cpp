@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 using ember::DType;
 using ember::Shape;
 using ember::Tensor;
+using ember::ops::CpuGemmEngine;
 using ember::ops::MatmulOptions;
 using ember::testing::expect_error;
 
@@ -31,36 +33,105 @@ Tensor random_tensor(Shape shape, uint64_t seed) {
 // native kernels, else widened to sgemm), with transposes, a batch and beta reading C. The
 // product of [300, 200] and [200, 250] used to differ on Intel Sapphire Rapids between 1 and 4
 // OpenBLAS threads.
+// Sets the CPU GEMM engine for a scope and restores the one in use before.
+class EngineScope {
+ public:
+  explicit EngineScope(CpuGemmEngine engine) { ember::ops::set_cpu_gemm_engine(engine); }
+  ~EngineScope() { ember::ops::set_cpu_gemm_engine(saved_); }
+
+ private:
+  CpuGemmEngine saved_ = ember::ops::cpu_gemm_engine();
+};
+
+std::vector<CpuGemmEngine> available_engines() {
+  std::vector<CpuGemmEngine> engines{CpuGemmEngine::openblas};
+#if EMBER_WITH_ONEDNN
+  engines.push_back(CpuGemmEngine::onednn);
+#endif
+  return engines;
+}
+
 TEST(MatmulCpu, SameResultAtAnyThreadCount) {
   ember::Stream stream;
   const int saved_blas = openblas_get_num_threads(), saved_omp = omp_get_max_threads();
-  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-    for (auto [ta, tb] : {std::pair{false, false}, {true, true}}) {
-      SCOPED_TRACE(::testing::Message()
-                   << ember::dtype_name(dtype) << " ta=" << ta << " tb=" << tb);
-      const Tensor a = random_tensor(ta ? Shape{2, 200, 300} : Shape{2, 300, 200}, 12).to(dtype);
-      const Tensor b = random_tensor(tb ? Shape{250, 200} : Shape{200, 250}, 13).to(dtype);
-      const Tensor c0 = random_tensor({2, 300, 250}, 14);
-      MatmulOptions o;
-      o.transpose_a = ta;
-      o.transpose_b = tb;
-      o.beta = 0.5f;
-      std::vector<float> first;
-      for (auto [omp, blas] : {std::pair{1, 1}, {1, 4}, {2, 1}, {3, 4}, {4, 4}}) {
-        omp_set_num_threads(omp);
-        openblas_set_num_threads(blas);
-        Tensor c = c0.clone();
-        ember::ops::matmul(stream, c, a, b, o);
-        if (first.empty()) {
-          first = c.to_vector<float>();
-        } else {
-          EXPECT_EQ(c.to_vector<float>(), first) << omp << " OpenMP threads, " << blas << " BLAS";
+  for (CpuGemmEngine engine : available_engines()) {
+    const EngineScope scope(engine);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (auto [ta, tb] : {std::pair{false, false}, {true, true}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << ember::ops::cpu_gemm_engine_name(engine) << " " << ember::dtype_name(dtype)
+                     << " ta=" << ta << " tb=" << tb);
+        const Tensor a = random_tensor(ta ? Shape{2, 200, 300} : Shape{2, 300, 200}, 12).to(dtype);
+        const Tensor b = random_tensor(tb ? Shape{250, 200} : Shape{200, 250}, 13).to(dtype);
+        const Tensor c0 = random_tensor({2, 300, 250}, 14);
+        MatmulOptions o;
+        o.transpose_a = ta;
+        o.transpose_b = tb;
+        o.beta = 0.5f;
+        std::vector<float> first;
+        for (auto [omp, blas] : {std::pair{1, 1}, {1, 4}, {2, 1}, {3, 4}, {4, 4}}) {
+          omp_set_num_threads(omp);
+          openblas_set_num_threads(blas);
+          Tensor c = c0.clone();
+          ember::ops::matmul(stream, c, a, b, o);
+          if (first.empty()) {
+            first = c.to_vector<float>();
+          } else {
+            EXPECT_EQ(c.to_vector<float>(), first) << omp << " OpenMP threads, " << blas << " BLAS";
+          }
         }
       }
     }
   }
   omp_set_num_threads(saved_omp);
   openblas_set_num_threads(saved_blas);
+}
+
+// Both engines compute the same product (to f32 rounding; their summation orders differ), with
+// transposes, alpha, beta and a tile edge (70 is not a multiple of any tile side).
+TEST(MatmulCpu, EnginesAgree) {
+  ember::Stream stream;
+  const Tensor a = random_tensor({130, 70}, 1), b = random_tensor({70, 90}, 2);
+  const Tensor c0 = random_tensor({130, 90}, 3);
+  MatmulOptions o;
+  o.alpha = 0.75f;
+  o.beta = -0.5f;
+  std::vector<std::vector<float>> results;
+  for (CpuGemmEngine engine : available_engines()) {
+    const EngineScope scope(engine);
+    EXPECT_EQ(ember::ops::cpu_gemm_engine(), engine);
+    Tensor c = c0.clone();
+    ember::ops::matmul(stream, c, a, b, o);
+    results.push_back(c.to_vector<float>());
+  }
+  const std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>();
+  const std::vector<float> cv = c0.to_vector<float>();
+  for (const std::vector<float>& r : results) {
+    for (int64_t i = 0; i < 130; ++i) {
+      for (int64_t j = 0; j < 90; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < 70; ++p) sum += double(av[i * 70 + p]) * bv[p * 90 + j];
+        const double want = 0.75 * sum - 0.5 * cv[i * 90 + j];
+        ASSERT_NEAR(r[i * 90 + j], want, 1e-5) << i << "," << j;
+      }
+    }
+  }
+}
+
+// automatic resolves to an engine; oneDNN where its kernels are AVX2 or wider (every x86-64 CPU
+// this project runs on), and the engine names.
+TEST(MatmulCpu, EngineChoice) {
+  const EngineScope scope(CpuGemmEngine::automatic);
+  const CpuGemmEngine chosen = ember::ops::cpu_gemm_engine();
+  EXPECT_NE(chosen, CpuGemmEngine::automatic);
+#if EMBER_WITH_ONEDNN && defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      std::getenv("EMBER_ONEDNN") == nullptr) {
+    EXPECT_EQ(chosen, CpuGemmEngine::onednn);
+  }
+#endif
+  EXPECT_STREQ(ember::ops::cpu_gemm_engine_name(CpuGemmEngine::onednn), "onednn");
+  EXPECT_STREQ(ember::ops::cpu_gemm_engine_name(CpuGemmEngine::openblas), "openblas");
 }
 
 TEST(MatmulCpu, CudaBackendsAreRefused) {

@@ -1,5 +1,6 @@
 // matmul: C = output_scale * act(alpha * op(A) op(B) + beta * C + bias) + residual, with op =
-// transpose or none, batched, on the CPU (OpenBLAS) or CUDA (ember's kernels or cuBLASLt).
+// transpose or none, batched, on the CPU (oneDNN or OpenBLAS) or CUDA (ember's kernels or
+// cuBLASLt).
 #pragma once
 
 #include "ember/core/stream.hpp"
@@ -42,5 +43,15 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
             const MatmulOptions& options = {});
 
 const char* backend_name(MatmulBackend backend);
+
+// The library that runs the CPU backend's f32 products (and 16-bit ones without native oneDNN
+// kernels): oneDNN's JIT sgemm or OpenBLAS's sgemm. `automatic` takes oneDNN wherever its
+// kernels are AVX2 or wider, else OpenBLAS (docs/matmul.md has the measurements). The choice is
+// per process: EMBER_CPU_GEMM=auto|onednn|openblas, or set_cpu_gemm_engine. Either engine gives
+// the same bits at any thread count; the two engines differ from each other in the last bits.
+enum class CpuGemmEngine { automatic, onednn, openblas };
+void set_cpu_gemm_engine(CpuGemmEngine engine);  // Error: oneDNN named but not available
+CpuGemmEngine cpu_gemm_engine();                 // the engine in use (never automatic)
+const char* cpu_gemm_engine_name(CpuGemmEngine engine);
 
 }  // namespace ember::ops

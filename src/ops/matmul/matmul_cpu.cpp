@@ -1,10 +1,8 @@
 // CPU matmul: the product runs through oneDNN for 16-bit inputs where the CPU has native
-// 16-bit dot products (matmul_onednn.hpp), else through OpenBLAS's sgemm with the inputs
-// widened to f32 (f32 accumulation either way); then the epilogue adds the bias, saves the
-// pre-activation and applies the activation with the same code as the standalone ops, so fused
-// and unfused results are bitwise equal.
-#include <cblas.h>
-
+// 16-bit dot products (matmul_onednn.hpp), else through the f32 GEMM engine (oneDNN's or
+// OpenBLAS's sgemm, cpu_gemm.hpp) with the inputs widened to f32 (f32 accumulation either way);
+// then the epilogue adds the bias, saves the pre-activation and applies the activation with the
+// same code as the standalone ops, so fused and unfused results are bitwise equal.
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "ember/core/scratch.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/matmul/cpu_gemm.hpp"
 #include "ops/matmul/cpu_output_tiles.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
 #include "ops/matmul/matmul_onednn.hpp"
@@ -143,18 +142,17 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
                             options.alpha, options.beta)) {
     const float* a32 = as_f32(a, a_scratch);
     const float* b32 = as_f32(b, b_scratch);
-    const blasint lda = static_cast<blasint>(std::max<int64_t>(1, a.shape[a.rank() - 1]));
-    const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, b.shape[b.rank() - 1]));
+    const int64_t lda = std::max<int64_t>(1, a.shape[a.rank() - 1]);
+    const int64_t ldb = std::max<int64_t>(1, b.shape[b.rank() - 1]);
     const bool ta = options.transpose_a, tb = options.transpose_b;
+    const CpuGemmEngine engine = cpu_gemm_engine();
     for_each_output_tile(
         batch, m, n, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
           // Row i0 of op(A) starts at A[i0, 0], or at A^T's column i0; column j0 of op(B) likewise.
           const float* a_tile = a32 + (dims.a_batched ? e * m * k : 0) + (ta ? i0 : i0 * lda);
           const float* b_tile = b32 + (dims.b_batched ? e * k * n : 0) + (tb ? j0 * ldb : j0);
-          cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                      static_cast<blasint>(rows), static_cast<blasint>(cols),
-                      static_cast<blasint>(k), options.alpha, a_tile, lda, b_tile, ldb,
-                      options.beta, c32 + e * m * n + i0 * n + j0, static_cast<blasint>(n));
+          sgemm_tile(engine, ta, tb, rows, cols, k, options.alpha, a_tile, lda, b_tile, ldb,
+                     options.beta, c32 + e * m * n + i0 * n + j0, n);
         });
   }
 
