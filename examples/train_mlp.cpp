@@ -50,6 +50,7 @@ struct Config {
   std::string device = "auto";
   std::string log_csv;  // empty: none
   std::string amp = "f32";
+  bool count_subnormals = false;
   example::SaveConfig save;
 };
 
@@ -80,8 +81,25 @@ options:
                      saves at the end of the current step and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --count-subnormals on progress lines, count the subnormal values in the parameters, the
+                     gradients and AdamW's moments (a debugging aid; docs/ops.md)
   -h, --help         show this help
 )";
+
+// Subnormal values in the training state (--count-subnormals).
+void print_subnormals(const std::vector<ember::nn::Parameter*>& parameters,
+                      const ember::train::AdamW& optimizer) {
+  int64_t values = 0, grads = 0, exp_avg = 0, exp_avg_sq = 0, total = 0;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    values += ember::count_subnormals(parameters[i]->value);
+    grads += ember::count_subnormals(parameters[i]->grad);
+    exp_avg += ember::count_subnormals(optimizer.exp_avg(i));
+    exp_avg_sq += ember::count_subnormals(optimizer.exp_avg_sq(i));
+    total += parameters[i]->value.numel();
+  }
+  fmt::print("  subnormals of {} each: parameters {} | gradients {} | exp_avg {} | exp_avg_sq {}\n",
+             total, values, grads, exp_avg, exp_avg_sq);
+}
 
 Config parse_args(int argc, char** argv) {
   Config c;
@@ -122,8 +140,9 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
+  options["--count-subnormals"] = [&](const std::string&) { c.count_subnormals = true; };
   example::add_save_options(options, c.save);
-  parse_options(argc, argv, options, kUsage, {"--resume"});
+  parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals"});
   example::check_save_options(c.save);
   return c;
 }
@@ -283,6 +302,7 @@ int run(const Config& c) {
       fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s{}\n", step, last_loss,
                  percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds,
                  scaling_state);
+      if (c.count_subnormals) print_subnormals(model->parameters(), optimizer);
       std::fflush(stdout);
       interval_seconds = 0;
       interval_samples = 0;

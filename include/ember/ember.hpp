@@ -7,6 +7,7 @@
 
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/core/allocator.hpp"
+#include "ember/core/denormals.hpp"
 #include "ember/core/device.hpp"
 #include "ember/core/dtype.hpp"
 #include "ember/core/dynamic_shared.hpp"

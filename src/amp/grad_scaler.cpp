@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "amp/scaler_state.hpp"
+#include "ember/core/denormals.hpp"
 #include "ember/core/error.hpp"
 #include "ember/ops/elementwise.hpp"
 
@@ -237,11 +238,15 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
       float* g = grads[t].first;
       const int64_t n = grads[t].second;
       int bad = 0;
-#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = g[i];
-        bad |= detail::finite_float(v) ? 0 : 1;
-        g[i] = v * inv;
+#pragma omp parallel if (n > 65536)
+      {
+        const ember::detail::CpuFloatScope float_scope;
+#pragma omp for simd schedule(static) reduction(| : bad)
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = g[i];
+          bad |= detail::finite_float(v) ? 0 : 1;
+          g[i] = v * inv;
+        }
       }
       flags[t] = bad;
       if (bad) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "ember/core/denormals.hpp"
 #include "ember/core/error.hpp"
 
 namespace ember {
@@ -39,6 +40,7 @@ void read_environment() {
 namespace detail {
 void apply_thread_environment() {
   std::call_once(g_env_read, read_environment);
+  read_flush_denormals_environment();
   const uint64_t generation = g_generation.load();
   if (t_applied == generation) return;
   t_applied = generation;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "ember/core/denormals.hpp"
 #include "ember/core/error.hpp"
 
 #if EMBER_WITH_CUDA
@@ -29,12 +30,16 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
   }
   std::vector<double> partials(chunks.size());
   const auto count = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (count > 1)
-  for (int64_t c = 0; c < count; ++c) {
-    double sum = 0.0;
-    const auto [p, n] = chunks[static_cast<size_t>(c)];
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
-    partials[static_cast<size_t>(c)] = sum;
+#pragma omp parallel if (count > 1)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < count; ++c) {
+      double sum = 0.0;
+      const auto [p, n] = chunks[static_cast<size_t>(c)];
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+      partials[static_cast<size_t>(c)] = sum;
+    }
   }
   double sum = 0.0;
   for (double s : partials) sum += s;
@@ -44,8 +49,12 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
   const float factor = f > 1.0f ? 1.0f : f;  // nan stays nan, as PyTorch's clamp
   if (factor == 1.0f) return;
   for (const auto& [g, n] : grads) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) g[i] = g[i] * factor;
+#pragma omp parallel if (n > 65536)
+    {
+      const ember::detail::CpuFloatScope float_scope;
+#pragma omp for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) g[i] = g[i] * factor;
+    }
   }
 }
 

@@ -13,17 +13,20 @@
 #include <utility>
 #include <vector>
 
+#include "ember/core/denormals.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/map_types.hpp"
 
 // OpenMP where the compiler has it on (nvcc compiles a .cu's host code without -fopenmp: the
 // CPU path then runs on one thread, with the same results).
+// Each thread of the team flushes subnormals as the CPU backend's loops do (core/denormals.hpp).
 #if defined(_OPENMP)
-#define EMBER_MAP_OMP_PARALLEL_FOR \
-  _Pragma("omp parallel for schedule(static) if (n >= kMapParallelMin)")
+#define EMBER_MAP_OMP_PARALLEL _Pragma("omp parallel if (n >= kMapParallelMin)")
+#define EMBER_MAP_OMP_FOR _Pragma("omp for schedule(static)")
 #define EMBER_MAP_OMP_SIMD _Pragma("omp simd")
 #else
-#define EMBER_MAP_OMP_PARALLEL_FOR
+#define EMBER_MAP_OMP_PARALLEL
+#define EMBER_MAP_OMP_FOR
 #define EMBER_MAP_OMP_SIMD
 #endif
 
@@ -157,27 +160,32 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   constexpr bool kBroadcast = ((K == MapKind::row || K == MapKind::col) || ... || false);
   const int64_t n = outs[0].numel();
   const CpuBlocks blocks(n, row_length, kBroadcast);
-  EMBER_MAP_OMP_PARALLEL_FOR
-  for (int64_t item = 0; item < blocks.count_total; ++item) {
-    const int64_t row = item / blocks.col_blocks;
-    const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
-    const int64_t count = std::min(kMapBlock, blocks.cols - c0);
-    const int64_t begin = row * blocks.cols + c0;
-    [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
-    float out_buffer[kOuts][kMapBlock];
-    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
-    float* po[kOuts];
-    for (size_t o = 0; o < kOuts; ++o) {
-      po[o] = map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
-    }
-    EMBER_MAP_OMP_SIMD
-    for (int64_t j = 0; j < count; ++j) {
-      const auto r = map_invoke(f, begin + j, cpu_at(std::get<I>(args), j)...);
-      static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
-      for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
-    }
-    for (size_t o = 0; o < kOuts; ++o) {
-      map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
+  const ember::detail::CpuFloatScope caller_scope;
+  EMBER_MAP_OMP_PARALLEL {
+    const ember::detail::CpuFloatScope float_scope;
+    EMBER_MAP_OMP_FOR
+    for (int64_t item = 0; item < blocks.count_total; ++item) {
+      const int64_t row = item / blocks.col_blocks;
+      const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
+      const int64_t count = std::min(kMapBlock, blocks.cols - c0);
+      const int64_t begin = row * blocks.cols + c0;
+      [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+      float out_buffer[kOuts][kMapBlock];
+      const std::tuple<CpuArg<K>...> args{
+          cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+      float* po[kOuts];
+      for (size_t o = 0; o < kOuts; ++o) {
+        po[o] = map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
+      }
+      EMBER_MAP_OMP_SIMD
+      for (int64_t j = 0; j < count; ++j) {
+        const auto r = map_invoke(f, begin + j, cpu_at(std::get<I>(args), j)...);
+        static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
+        for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
+      }
+      for (size_t o = 0; o < kOuts; ++o) {
+        map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
+      }
     }
   }
 }
@@ -199,31 +207,38 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
   constexpr int kLanes = 16;
   const CpuBlocks blocks(n, row_length, kBroadcast);
   std::vector<float> partial(static_cast<size_t>(blocks.count_total));
-  EMBER_MAP_OMP_PARALLEL_FOR
-  for (int64_t item = 0; item < blocks.count_total; ++item) {
-    const int64_t row = item / blocks.col_blocks;
-    const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
-    const int64_t count = std::min(kMapBlock, blocks.cols - c0);
-    const int64_t begin = row * blocks.cols + c0;
-    float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
-    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
-    float lane[kLanes];
-    for (float& l : lane) l = R::identity();
-    int64_t j = 0;
-    for (; j + kLanes <= count; j += kLanes) {
-      EMBER_MAP_OMP_SIMD
-      for (int l = 0; l < kLanes; ++l) {
+  const ember::detail::CpuFloatScope caller_scope;  // also for the combine below
+  EMBER_MAP_OMP_PARALLEL {
+    const ember::detail::CpuFloatScope float_scope;
+    EMBER_MAP_OMP_FOR
+    for (int64_t item = 0; item < blocks.count_total; ++item) {
+      const int64_t row = item / blocks.col_blocks;
+      const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
+      const int64_t count = std::min(kMapBlock, blocks.cols - c0);
+      const int64_t begin = row * blocks.cols + c0;
+      float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+      const std::tuple<CpuArg<K>...> args{
+          cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+      float lane[kLanes];
+      for (float& l : lane) l = R::identity();
+      int64_t j = 0;
+      for (; j + kLanes <= count; j += kLanes) {
+        EMBER_MAP_OMP_SIMD
+        for (int l = 0; l < kLanes; ++l) {
+          lane[l] =
+              r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
+        }
+      }
+      for (int l = 0; j + l < count; ++l) {
         lane[l] =
             r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
       }
+      float total = lane[0];
+      for (int l = 1; l < kLanes; ++l) total = r(total, lane[l]);
+      partial[static_cast<size_t>(item)] = total;
     }
-    for (int l = 0; j + l < count; ++l) {
-      lane[l] = r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
-    }
-    float total = lane[0];
-    for (int l = 1; l < kLanes; ++l) total = r(total, lane[l]);
-    partial[static_cast<size_t>(item)] = total;
   }
+
   float total = R::identity();
   for (const float p : partial) total = r(total, p);
   return total;

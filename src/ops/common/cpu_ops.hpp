@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "core/cpu_clones.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/activation.hpp"
 #include "ember/ops/expr_math.hpp"
@@ -31,19 +32,6 @@ void argmax(const TensorView& out, const TensorView& x);
 void count_correct(const TensorView& correct, const TensorView& logits, const TensorView& labels);
 
 // ---- shared helpers ----------------------------------------------------------------------------
-
-// The library targets baseline x86-64 (SSE2), but the compute-bound loops (exp, 16-bit
-// conversions) run 2-4x faster with AVX2 or AVX-512. Those loops are compiled for several
-// x86-64 levels and the best one for the running CPU is picked when the library loads (GCC
-// function multiversioning). The results do not depend on the version: lanes are explicit and
-// ISO C++ mode (-std=c++20) keeps GCC from contracting a * b + c into an FMA.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && \
-    !defined(EMBER_NO_CPU_CLONES)
-#define EMBER_CPU_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define EMBER_CPU_CLONES
-#endif
 
 // 16-bit <-> f32 conversion of n elements (elementwise_cpu.cpp).
 void f16_to_f32(const half* in, int64_t n, float* out);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ember/core/denormals.hpp"
 #include "ops/common/cpu_ops.hpp"
 #include "ops/layer_norm/layer_norm_cpu.hpp"
 #include "ops/layer_norm/layer_norm_math.hpp"
@@ -34,6 +35,7 @@ void layer_norm_forward(const TensorView& y, const TensorView& mean, const Tenso
   auto* rstd_out = static_cast<float*>(rstd.data);
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
+    const ember::detail::CpuFloatScope float_scope;
     std::vector<float> in(static_cast<size_t>(cols)), out(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -70,6 +72,7 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   if (dx.data != nullptr) {
 #pragma omp parallel if (rows * cols >= kParallelMin)
     {
+      const ember::detail::CpuFloatScope float_scope;
       std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols)),
           out(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
@@ -99,6 +102,7 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   std::vector<double> part_beta(static_cast<size_t>(chunks * cols), 0.0);
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
+    const ember::detail::CpuFloatScope float_scope;
     std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {

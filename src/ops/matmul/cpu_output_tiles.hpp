@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ember/core/denormals.hpp"
+
 namespace ember::ops::cpu {
 
 // The product is split into output tiles whose size depends on the shape alone, each computed by
@@ -37,11 +39,15 @@ template <class F>
 void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
   const OutputTiles t = output_tiles(m, n);
   const int64_t per_entry = t.row_tiles * t.col_tiles, total = batch * per_entry;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t index = 0; index < total; ++index) {
-    const int64_t e = index / per_entry, tile = index % per_entry;
-    const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
-    f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+#pragma omp parallel
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t index = 0; index < total; ++index) {
+      const int64_t e = index / per_entry, tile = index % per_entry;
+      const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
+      f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+    }
   }
 }
 

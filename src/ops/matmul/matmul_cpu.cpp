@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "ember/core/denormals.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
@@ -37,9 +38,13 @@ const float* as_f32(const TensorView& t, F32Scratch& scratch) {
   if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
   const int64_t n = t.numel();
   float* out = scratch.get(n);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
+    }
   }
   return out;
 }
@@ -51,9 +56,13 @@ void store_from_f32(const TensorView& t, const float* values) {
     std::copy(values, values + n, static_cast<float*>(t.data));
     return;
   }
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
+    }
   }
 }
 
@@ -72,6 +81,7 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
   } else {
 #pragma omp parallel if (m * k > 65536)
     {
+      const ember::detail::CpuFloatScope float_scope;
       std::vector<float> row(static_cast<size_t>(k));
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < m; ++i) {
@@ -91,11 +101,15 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
 }
 
 void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
-#pragma omp parallel for schedule(static) if (rows * n > 16384)
-  for (int64_t i = 0; i < rows; ++i) {
-    float* r = values + i * n;
+#pragma omp parallel if (rows * n > 16384)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      float* r = values + i * n;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) r[j] += row[j];
+      for (int64_t j = 0; j < n; ++j) r[j] += row[j];
+    }
   }
 }
 
@@ -104,6 +118,7 @@ void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
 void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
             const detail::MatmulDims& dims, const MatmulOptions& options) {
   const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
+  const ember::detail::CpuFloatScope float_scope;  // the loops on this thread; teams set their own
   F32Scratch a_scratch, b_scratch, c_scratch, scratch;
   if (options.bias_grad.data != nullptr && m > 0) {
     row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a, m, k, options.transpose_a);
@@ -135,9 +150,13 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   }
 
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
-#pragma omp parallel for schedule(static) if (total > 65536)
-    for (int64_t i = 0; i < total; ++i)
-      c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
+#pragma omp parallel if (total > 65536)
+    {
+      const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < total; ++i)
+        c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
+    }
   } else if (!matmul_onednn(c32, a, b, dims, options.transpose_a, options.transpose_b,
                             options.alpha, options.beta)) {
     const float* a32 = as_f32(a, a_scratch);
@@ -174,13 +193,21 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   if (options.activation == Activation::gelu) ops::gelu_forward(host, result, result);
   if (options.output_scale != 1.0f) {
     const float s = options.output_scale;
-#pragma omp parallel for simd schedule(static) if (total > 65536)
-    for (int64_t i = 0; i < total; ++i) c32[i] *= s;
+#pragma omp parallel if (total > 65536)
+    {
+      const ember::detail::CpuFloatScope float_scope;
+#pragma omp for simd schedule(static)
+      for (int64_t i = 0; i < total; ++i) c32[i] *= s;
+    }
   }
   if (residual32 != nullptr) {
     const float* r = residual32;
-#pragma omp parallel for simd schedule(static) if (total > 65536)
-    for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
+#pragma omp parallel if (total > 65536)
+    {
+      const ember::detail::CpuFloatScope float_scope;
+#pragma omp for simd schedule(static)
+      for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
+    }
   }
   if (c.dtype != DType::f32) store_from_f32(c, c32);
 }

@@ -2,10 +2,12 @@
 
 #include "ops/matmul/cpu_output_tiles.hpp"
 
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #if EMBER_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -82,6 +84,53 @@ bool onednn_available(DType dtype) {
   return !off && (dtype == DType::bf16 ? bf16 : f16);
 }
 
+namespace {
+
+// What a tile's primitive depends on.
+struct TileKey {
+  int64_t rows, cols, k, lda, ldb, ldc;
+  int type;
+  bool transpose_a, transpose_b;
+  float alpha, beta;
+  bool operator==(const TileKey&) const = default;
+};
+
+struct TileKeyHash {
+  size_t operator()(const TileKey& key) const {
+    size_t h = 0;
+    for (const int64_t v :
+         {key.rows, key.cols, key.k, key.lda, key.ldb, key.ldc, int64_t{key.type},
+          int64_t{key.transpose_a}, int64_t{key.transpose_b},
+          int64_t{std::bit_cast<int32_t>(key.alpha)}, int64_t{std::bit_cast<int32_t>(key.beta)}}) {
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    }
+    return h;
+  }
+};
+
+struct TilePrimitive {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul product;
+};
+
+// Primitives by tile, made once per thread: describing a primitive (oneDNN's dispatch over its
+// implementations) costs more than a small tile's product, and a training step repeats the same
+// few tile shapes. Per thread, because a primitive keeps its scratchpad: two threads executing one
+// primitive at once corrupt each other's results (seen in bf16 products). Bounded: cleared at
+// 1024 shapes.
+const TilePrimitive& tile_primitive(const TileKey& key) {
+  thread_local std::unordered_map<TileKey, TilePrimitive, TileKeyHash> cache;
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 1024) cache.clear();
+  auto pd =
+      describe(key.rows, key.cols, key.k, static_cast<memory::data_type>(key.type), key.transpose_a,
+               key.transpose_b, key.lda, key.ldb, key.ldc, key.alpha, key.beta);
+  return cache.emplace(key, TilePrimitive{pd, dnnl::matmul(pd)}).first->second;
+}
+
+}  // namespace
+
 bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
                    const detail::MatmulDims& dims, bool transpose_a, bool transpose_b, float alpha,
                    float beta) {
@@ -91,23 +140,24 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
   OneDnn& dnn = onednn();
   const size_t element = dtype_size(a.dtype);
-  // Output tiles as the BLAS path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
-  // tile over the whole K, the same tiles at any thread count. oneDNN keeps created primitives in
-  // its own cache: a repeated tile shape costs a lookup.
+  // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
+  // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
+  // once (tile_primitive).
   for_each_output_tile(
       dims.batch, m, n, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-        const auto pd =
-            describe(rows, cols, k, type, transpose_a, transpose_b, lda, ldb, n, alpha, beta);
-        const dnnl::matmul product(pd);
+        const TilePrimitive& tile =
+            tile_primitive({rows, cols, k, lda, ldb, n, static_cast<int>(type), transpose_a,
+                            transpose_b, alpha, beta});
         const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
         const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
-        memory src(pd.src_desc(), dnn.engine, static_cast<char*>(a.data) + a_offset * element);
-        memory weights(pd.weights_desc(), dnn.engine,
+        memory src(tile.pd.src_desc(), dnn.engine, static_cast<char*>(a.data) + a_offset * element);
+        memory weights(tile.pd.weights_desc(), dnn.engine,
                        static_cast<char*>(b.data) + b_offset * element);
-        memory dst(pd.dst_desc(), dnn.engine, c32 + e * m * n + i0 * n + j0);
-        dnnl::stream stream(dnn.engine);  // one per thread: a stream is not shared between threads
-        product.execute(stream,
-                        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+        memory dst(tile.pd.dst_desc(), dnn.engine, c32 + e * m * n + i0 * n + j0);
+        // One stream per thread: a stream is not shared between threads.
+        thread_local dnnl::stream stream(dnn.engine);
+        tile.product.execute(
+            stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
         stream.wait();
       });
   return true;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ember/core/denormals.hpp"
 #include "ops/common/cpu_ops.hpp"
 
 namespace ember::ops::cpu {
@@ -81,23 +82,27 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
   std::vector<double> row_loss(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
-    // before p overwrites it.
-    const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
-    float* p = static_cast<float*>(probs.data) + r * cols;
-    const float x_label = x[label_at(labels, r)];
-    MaxLanes max_lanes;
-    max_lanes.add(x, cols);
-    const float m = max_lanes.total();
-    exp_shifted(x, m, cols, p);
-    SumLanes sum_lanes;
-    sum_lanes.add(p, cols);
-    const double s = sum_lanes.total();
-    scale_in_double(p, cols, 1.0 / s);
-    row_loss[static_cast<size_t>(r)] =
-        (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
+      // before p overwrites it.
+      const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
+      float* p = static_cast<float*>(probs.data) + r * cols;
+      const float x_label = x[label_at(labels, r)];
+      MaxLanes max_lanes;
+      max_lanes.add(x, cols);
+      const float m = max_lanes.total();
+      exp_shifted(x, m, cols, p);
+      SumLanes sum_lanes;
+      sum_lanes.add(p, cols);
+      const double s = sum_lanes.total();
+      scale_in_double(p, cols, 1.0 / s);
+      row_loss[static_cast<size_t>(r)] =
+          (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+    }
   }
   double total = 0.0;
   for (const double l : row_loss) total += l;
@@ -113,22 +118,26 @@ void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView&
   const float scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
   const int64_t col_blocks = ceil_div(cols, kBlock);
   const int64_t items = rows * col_blocks;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t r = item / col_blocks;
-    const int64_t c0 = (item % col_blocks) * kBlock;
-    const int64_t width = std::min(kBlock, cols - c0);
-    const int64_t begin = r * cols + c0;
-    const float* p = static_cast<const float*>(probs.data) + begin;
-    const int64_t at = label_at(labels, r) - c0;  // the label's column within this block
-    const bool has_label = 0 <= at && at < width;
-    const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
-    float buffer[kBlock];
-    float* d = result_f32(dlogits.data, dlogits.dtype, begin, buffer);
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t r = item / col_blocks;
+      const int64_t c0 = (item % col_blocks) * kBlock;
+      const int64_t width = std::min(kBlock, cols - c0);
+      const int64_t begin = r * cols + c0;
+      const float* p = static_cast<const float*>(probs.data) + begin;
+      const int64_t at = label_at(labels, r) - c0;  // the label's column within this block
+      const bool has_label = 0 <= at && at < width;
+      const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
+      float buffer[kBlock];
+      float* d = result_f32(dlogits.data, dlogits.dtype, begin, buffer);
 #pragma omp simd
-    for (int64_t j = 0; j < width; ++j) d[j] = p[j] * scale;
-    if (has_label) d[at] = (p_label - 1.0f) * scale;
-    store_f32(dlogits.data, dlogits.dtype, begin, width, d);
+      for (int64_t j = 0; j < width; ++j) d[j] = p[j] * scale;
+      if (has_label) d[at] = (p_label - 1.0f) * scale;
+      store_f32(dlogits.data, dlogits.dtype, begin, width, d);
+    }
   }
 }
 
@@ -136,14 +145,18 @@ void argmax(const TensorView& out, const TensorView& x) {
   const int64_t rows = x.shape[0];
   const int64_t cols = x.shape[1];
   RowScratch scratch(x.dtype, cols);
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t index =
-        row_argmax(load_f32(x.data, x.dtype, r * cols, cols, scratch.get()), cols);
-    if (out.dtype == DType::i32) {
-      static_cast<int32_t*>(out.data)[r] = static_cast<int32_t>(index);
-    } else {
-      static_cast<int64_t*>(out.data)[r] = index;
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t index =
+          row_argmax(load_f32(x.data, x.dtype, r * cols, cols, scratch.get()), cols);
+      if (out.dtype == DType::i32) {
+        static_cast<int32_t*>(out.data)[r] = static_cast<int32_t>(index);
+      } else {
+        static_cast<int64_t*>(out.data)[r] = index;
+      }
     }
   }
 }
@@ -153,10 +166,14 @@ void count_correct(const TensorView& correct, const TensorView& logits, const Te
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
   int64_t count = 0;  // an integer sum: exact in any order
-#pragma omp parallel for schedule(static) reduction(+ : count) if (rows > 1 && rows * cols >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
-    count += row_argmax(x, cols) == label_at(labels, r) ? 1 : 0;
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope;
+#pragma omp for schedule(static) reduction(+ : count)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
+      count += row_argmax(x, cols) == label_at(labels, r) ? 1 : 0;
+    }
   }
   *static_cast<int64_t*>(correct.data) = count;
 }

@@ -1,0 +1,75 @@
+#include "ember/core/denormals.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "ember/core/error.hpp"
+#include "ember/core/half.hpp"
+#include "ember/core/tensor.hpp"
+
+namespace ember {
+namespace detail {
+
+std::atomic<int> g_flush_denormals{-1};
+
+void read_flush_denormals_environment() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* v = std::getenv("EMBER_FLUSH_DENORMALS");
+    int flush = 1;
+    if (v != nullptr && *v != '\0') {
+      EMBER_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
+                  "EMBER_FLUSH_DENORMALS='{}': expected 1 (flush subnormals to zero in the CPU "
+                  "backend, the default) or 0 (keep them)",
+                  v);
+      flush = v[0] - '0';
+    }
+    int unread = -1;  // set_flush_denormals, if it came first, wins
+    g_flush_denormals.compare_exchange_strong(unread, flush);
+  });
+}
+
+}  // namespace detail
+
+void set_flush_denormals(bool flush) {
+  detail::g_flush_denormals.store(flush ? 1 : 0);
+}
+
+int64_t count_subnormals(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return 0;
+  // Exponent bits all zero, fraction nonzero: per dtype, the exponent mask and the fraction mask.
+  uint32_t exponent = 0, fraction = 0;
+  size_t width = 0;
+  switch (t.dtype()) {
+    case DType::f32:
+      exponent = 0x7f800000u, fraction = 0x007fffffu, width = 4;
+      break;
+    case DType::f16:
+      exponent = 0x7c00u, fraction = 0x03ffu, width = 2;
+      break;
+    case DType::bf16:
+      exponent = 0x7f80u, fraction = 0x007fu, width = 2;
+      break;
+    default:
+      return 0;
+  }
+  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  if (!t.device().is_cpu()) t.stream().synchronize();
+  const auto* bytes = static_cast<const unsigned char*>(host.data());
+  const int64_t n = host.numel();
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, bytes + i * static_cast<int64_t>(width), width);
+    count += (bits & exponent) == 0 && (bits & fraction) != 0 ? 1 : 0;
+  }
+  return count;
+}
+
+bool flush_denormals() {
+  detail::read_flush_denormals_environment();
+  return detail::flush_denormals_now();
+}
+
+}  // namespace ember

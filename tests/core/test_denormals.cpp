@@ -1,0 +1,167 @@
+// Subnormals on the CPU backend: flushed in ember's loops by default, on every thread of a team,
+// kept with set_flush_denormals(false); the caller's own floating-point mode untouched; AdamW's
+// and SGD's state never decays into subnormals; count_subnormals.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "ember/core/denormals.hpp"
+#include "ember/core/half.hpp"
+#include "ember/core/tensor.hpp"
+#include "ember/ops/elementwise.hpp"
+#include "ember/ops/matmul.hpp"
+#include "ember/train/adamw.hpp"
+#include "ember/train/sgd.hpp"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
+namespace {
+
+using ember::DType;
+using ember::Tensor;
+
+constexpr float kSubnormal = 1e-39f;  // below 2^-126 = 1.1754944e-38
+
+// Sets the flushing choice for a scope, and restores the default (on) after.
+class FlushScope {
+ public:
+  explicit FlushScope(bool flush) { ember::set_flush_denormals(flush); }
+  ~FlushScope() { ember::set_flush_denormals(true); }
+};
+
+// Four threads, whatever the machine has, so that a team's workers run part of every loop.
+class ThreadsScope {
+ public:
+  ThreadsScope() { omp_set_num_threads(4); }
+  ~ThreadsScope() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_ = omp_get_max_threads();
+};
+
+TEST(Denormals, OnByDefault) {
+  EXPECT_TRUE(ember::flush_denormals());
+}
+
+#if defined(__x86_64__)
+// A pointwise op over 2^17 elements (an OpenMP team): subnormal inputs read as zero and
+// subnormal results are written as zero on every thread; with flushing off both are kept.
+TEST(Denormals, PointwiseOpsFlushOnEveryThreadOfTheTeam) {
+  const ThreadsScope threads;
+  ember::Stream stream;
+  const int64_t n = int64_t{1} << 17;
+  const Tensor x = Tensor::full({n}, kSubnormal);  // subnormal in
+  const Tensor tiny = Tensor::full({n}, 1e-20f);   // normal, squared: 1e-40, subnormal out
+  Tensor y = Tensor::empty({n}), z = Tensor::empty({n});
+  {
+    const FlushScope flush(true);
+    ember::ops::scale(stream, y, x, 1.0f);
+    ember::ops::mul(stream, z, tiny, tiny);
+    for (float v : y.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+    for (float v : z.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+  }
+  {
+    const FlushScope keep(false);
+    ember::ops::scale(stream, y, x, 1.0f);
+    ember::ops::mul(stream, z, tiny, tiny);
+    for (float v : y.to_vector<float>()) ASSERT_EQ(v, kSubnormal);
+    for (float v : z.to_vector<float>()) ASSERT_EQ(v, 1e-20f * 1e-20f);
+  }
+}
+
+// The products run inside the library (oneDNN or OpenBLAS) on the team's threads: they flush too.
+TEST(Denormals, MatmulFlushesInsideTheGemmEngine) {
+  const ThreadsScope threads;
+  ember::Stream stream;
+  for (auto engine : {ember::ops::CpuGemmEngine::openblas, ember::ops::cpu_gemm_engine()}) {
+    const ember::ops::CpuGemmEngine saved = ember::ops::cpu_gemm_engine();
+    ember::ops::set_cpu_gemm_engine(engine);
+    const Tensor a = Tensor::full({96, 40}, kSubnormal), b = Tensor::full({40, 96}, 1.0f);
+    Tensor c = Tensor::empty({96, 96});
+    {
+      const FlushScope flush(true);
+      ember::ops::matmul(stream, c, a, b);
+      for (float v : c.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+    }
+    {
+      const FlushScope keep(false);
+      ember::ops::matmul(stream, c, a, b);
+      for (float v : c.to_vector<float>()) ASSERT_GT(v, 0.0f);  // 40 subnormals summed
+    }
+    ember::ops::set_cpu_gemm_engine(saved);
+  }
+}
+
+// The calling thread's mode is its own before and after an op: ember sets and restores it.
+TEST(Denormals, TheCallersModeIsRestored) {
+  ember::Stream stream;
+  const unsigned before = _mm_getcsr();
+  ASSERT_EQ(before & 0x8040u, 0u) << "the test runner itself flushes subnormals";
+  const Tensor x = Tensor::full({1000}, kSubnormal);
+  Tensor y = Tensor::empty({1000});
+  ember::ops::scale(stream, y, x, 2.0f);
+  EXPECT_EQ(_mm_getcsr(), before);
+  volatile float tiny = kSubnormal;
+  EXPECT_EQ(tiny * 1.0f, kSubnormal);  // the caller still computes with subnormals
+  // A caller that flushes itself keeps flushing, also when ember is told not to.
+  _mm_setcsr(before | 0x8040u);
+  {
+    const FlushScope keep(false);
+    ember::ops::scale(stream, y, x, 2.0f);
+    EXPECT_EQ(y.to_vector<float>()[0], 2.0f * kSubnormal);
+    EXPECT_EQ(_mm_getcsr(), before | 0x8040u);
+  }
+  _mm_setcsr(before);
+}
+#endif
+
+// A parameter whose gradient stays zero: its moments decay by beta each step. They end as exact
+// zeros, never subnormals, whether or not the CPU flushes (the optimizer clears them itself).
+TEST(Denormals, OptimizerStateNeverDecaysIntoSubnormals) {
+  for (bool flush : {true, false}) {
+    const FlushScope mode(flush);
+    ember::nn::Parameter p = ember::nn::make_parameter("p", Tensor::full({3}, 0.5f));
+    ember::nn::Parameter q = ember::nn::make_parameter("q", Tensor::full({3}, 0.5f));
+    ember::train::AdamW adamw({&p}, {.lr = 1e-3f, .beta1 = 0.5f, .beta2 = 0.5f});
+    ember::train::SGD sgd({&q}, {.lr = 1e-3f, .momentum = 0.5f});
+    p.grad.copy_(Tensor::full({3}, 1.0f));
+    q.grad.copy_(Tensor::full({3}, 1.0f));
+    adamw.step();
+    sgd.step();
+    p.grad.copy_(Tensor::zeros({3}));
+    q.grad.copy_(Tensor::zeros({3}));
+    // 0.5^t reaches 2^-126 at t = 126 and the last subnormal at t = 149; 0.5^2t (v) earlier.
+    for (int t = 0; t < 200; ++t) {
+      adamw.step();
+      sgd.step();
+      SCOPED_TRACE(::testing::Message() << "flush " << flush << ", step " << t);
+      ASSERT_EQ(ember::count_subnormals(adamw.exp_avg(0)), 0);
+      ASSERT_EQ(ember::count_subnormals(adamw.exp_avg_sq(0)), 0);
+      ASSERT_EQ(ember::count_subnormals(sgd.momentum_buffer(0)), 0);
+    }
+    EXPECT_EQ(adamw.exp_avg(0).to_vector<float>(), std::vector<float>(3, 0.0f));
+    EXPECT_EQ(adamw.exp_avg_sq(0).to_vector<float>(), std::vector<float>(3, 0.0f));
+  }
+}
+
+TEST(Denormals, CountSubnormals) {
+  const std::vector<float> f32 = {kSubnormal, -kSubnormal, 0.0f,     -0.0f,
+                                  1.0f,       1.2e-38f,    1.1e-38f, 1e-45f};
+  EXPECT_EQ(ember::count_subnormals(Tensor::from_vector(f32, {8})), 4);
+  // f16: 2^-24 (the smallest subnormal) and 6e-5 (below 2^-14) are subnormal, 1e-4 is not.
+  std::vector<ember::half> f16 = {ember::half(5.9604645e-8f), ember::half(6e-5f),
+                                  ember::half(1e-4f), ember::half(0.0f)};
+  EXPECT_EQ(ember::count_subnormals(Tensor::from_vector(f16, {4})), 2);
+  // bf16 shares f32's exponent: +-1e-39 and 1.1e-38 stay subnormal, 1e-45 rounds to zero.
+  EXPECT_EQ(ember::count_subnormals(Tensor::from_vector(f32, {8}).to(DType::bf16)), 3);
+  EXPECT_EQ(ember::count_subnormals(Tensor::zeros({0})), 0);
+  EXPECT_EQ(ember::count_subnormals(Tensor::zeros({4}, DType::i32)), 0);
+  EXPECT_EQ(ember::count_subnormals(Tensor()), 0);
+}
+
+}  // namespace
