@@ -82,7 +82,8 @@ options:
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
   --count-subnormals on progress lines, count the subnormal values in the parameters, the
-                     gradients and AdamW's moments (a debugging aid; docs/ops.md)
+                     gradients, AdamW's moments, and the layers' outputs and input
+                     gradients (a debugging aid; docs/cpu.md)
   -h, --help         show this help
 )";
 
@@ -99,6 +100,15 @@ void print_subnormals(const std::vector<ember::nn::Parameter*>& parameters,
   }
   fmt::print("  subnormals of {} each: parameters {} | gradients {} | exp_avg {} | exp_avg_sq {}\n",
              total, values, grads, exp_avg, exp_avg_sq);
+  // Module outputs and the gradients they pass on, summed over the steps since the last line.
+  int64_t elements = 0, found = 0;
+  for (const ember::SubnormalCount& c : ember::take_subnormal_census()) {
+    if (c.subnormals > 0)
+      fmt::print("  subnormals in {}: {} of {}\n", c.where, c.subnormals, c.elements);
+    elements += c.elements;
+    found += c.subnormals;
+  }
+  if (found == 0) fmt::print("  no subnormals in {} module outputs and gradients\n", elements);
 }
 
 Config parse_args(int argc, char** argv) {
@@ -140,7 +150,10 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
-  options["--count-subnormals"] = [&](const std::string&) { c.count_subnormals = true; };
+  options["--count-subnormals"] = [&](const std::string&) {
+    c.count_subnormals = true;
+    ember::set_subnormal_census(true);
+  };
   example::add_save_options(options, c.save);
   parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals"});
   example::check_save_options(c.save);

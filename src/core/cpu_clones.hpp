@@ -5,7 +5,7 @@
 // conversions) run 2-4x faster with AVX2 or AVX-512. Those loops are compiled for several
 // x86-64 levels and the best one for the running CPU is picked when the library loads (GCC
 // function multiversioning). The results do not depend on the version: lanes are explicit and
-// ISO C++ mode (-std=c++20) keeps GCC from contracting a * b + c into an FMA.
+// -ffp-contract=off (src/CMakeLists.txt) keeps GCC from contracting a * b + c into an FMA.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__) && \
     !defined(EMBER_NO_CPU_CLONES)
 #define EMBER_CPU_CLONES \

@@ -67,6 +67,55 @@ int64_t count_subnormals(const Tensor& t) {
   return count;
 }
 
+namespace {
+std::atomic<int> g_census{-1};  // -1: EMBER_COUNT_SUBNORMALS not read yet
+std::mutex g_census_mutex;
+std::vector<SubnormalCount> g_counts;
+}  // namespace
+
+void set_subnormal_census(bool on) {
+  g_census.store(on ? 1 : 0);
+}
+
+bool subnormal_census() {
+  if (g_census.load(std::memory_order_relaxed) < 0) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      const char* v = std::getenv("EMBER_COUNT_SUBNORMALS");
+      const bool set = v != nullptr && *v != '\0';
+      EMBER_CHECK(!set || std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
+                  "EMBER_COUNT_SUBNORMALS='{}': expected 1 (count the subnormals in module "
+                  "outputs) or 0",
+                  v);
+      int unread = -1;
+      g_census.compare_exchange_strong(unread, set && v[0] == '1' ? 1 : 0);
+    });
+  }
+  return g_census.load() != 0;
+}
+
+std::vector<SubnormalCount> take_subnormal_census() {
+  const std::lock_guard lock(g_census_mutex);
+  std::vector<SubnormalCount> out;
+  out.swap(g_counts);
+  return out;
+}
+
+namespace detail {
+void census_add(std::string_view where, const Tensor& t) {
+  const int64_t found = count_subnormals(t);
+  const std::lock_guard lock(g_census_mutex);
+  for (SubnormalCount& c : g_counts) {
+    if (c.where == where) {
+      c.subnormals += found;
+      c.elements += t.numel();
+      return;
+    }
+  }
+  g_counts.push_back({std::string(where), found, t.numel()});
+}
+}  // namespace detail
+
 bool flush_denormals() {
   detail::read_flush_denormals_environment();
   return detail::flush_denormals_now();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "ember/core/denormals.hpp"
+
 namespace ember::nn {
 
 Sequential::~Sequential() {
@@ -90,11 +92,22 @@ Module& Sequential::child(const std::string& name) {
   return *modules_[static_cast<size_t>(it - names_.begin())];
 }
 
+namespace {
+// "<path> (<name>) <what>", the census's key for a child's output or input gradient.
+std::string census_label(const Module& m, const char* what) {
+  return fmt::format("{} ({}) {}", m.path().empty() ? "-" : m.path(), m.name(), what);
+}
+}  // namespace
+
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {
   Tensor h = x;
   size_t done = 0;
   try {
-    for (; done < modules_.size(); ++done) h = modules_[done]->forward(ctx, h);
+    const bool census = subnormal_census();
+    for (; done < modules_.size(); ++done) {
+      h = modules_[done]->forward(ctx, h);
+      if (census) detail::census_add(census_label(*modules_[done], "output"), h);
+    }
   } catch (...) {
     // What this call saved goes: a corrected retry is not "forward twice".
     if (ctx.training) {
@@ -113,6 +126,9 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
       modules_[i]->restore_input(modules_[i - 1]->recompute_output(ctx));
     }
     g = modules_[i]->backward(ctx, g);
+    if (g.defined() && subnormal_census()) {
+      detail::census_add(census_label(*modules_[i], "input gradient"), g);
+    }
   }
   released_.clear();
   return g;

@@ -26,6 +26,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #if defined(__x86_64__) && !defined(__CUDA_ARCH__)
 #include <xmmintrin.h>
@@ -44,6 +47,20 @@ bool flush_denormals();                // whether ember's CPU loops flush subnor
 // moments)?
 int64_t count_subnormals(const Tensor& t);
 
+// Debug mode, off by default: a census of the subnormals in what every module inside an
+// nn::Sequential outputs in forward, and the gradient it passes on in backward, by module path.
+// Counting copies each of those tensors to the host: it is for finding where subnormals come
+// from, not for fast runs. On with set_subnormal_census(true) or EMBER_COUNT_SUBNORMALS=1
+// (train_mlp --count-subnormals prints it with the training state's counts).
+struct SubnormalCount {
+  std::string where;  // e.g. "2 (Linear) output", "2 (Linear) input gradient"
+  int64_t subnormals = 0, elements = 0;
+};
+void set_subnormal_census(bool on);
+bool subnormal_census();
+// The counts since the last call, in the order first seen, and a fresh start.
+std::vector<SubnormalCount> take_subnormal_census();
+
 namespace detail {
 
 // -1 until EMBER_FLUSH_DENORMALS is read (src/core/denormals.cpp; with the first tensor, as
@@ -52,6 +69,8 @@ extern std::atomic<int> g_flush_denormals;
 void read_flush_denormals_environment();
 
 // Never throws (it runs at the start of parallel regions): unread means the default, on.
+void census_add(std::string_view where, const Tensor& t);  // where subnormal_census()
+
 inline bool flush_denormals_now() noexcept {
   return g_flush_denormals.load(std::memory_order_relaxed) != 0;
 }

@@ -1,7 +1,9 @@
 // Arithmetic rounded once per operation to nearest even, the same bits on the host and on a GPU:
 // on a GPU the _rn intrinsics (nvcc never fuses them into FMAs, and they stay exact under
-// --use_fast_math); on the host each operation is its own function call, so no compiler may
-// contract a multiply and an add across them (g++ under -std=c++20 does not contract at all).
+// --use_fast_math); on the host, ember compiles its code with -ffp-contract=off (GCC would
+// otherwise fuse a multiply and an add into an FMA where the target has one, inlined calls
+// included: the AVX2/AVX-512 clones of its CPU loops did). Code of your own that calls these
+// functions needs the same flag for the same bits.
 // The optimizers' rules and the exact pointwise functors use these.
 #pragma once
 

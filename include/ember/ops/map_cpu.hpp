@@ -160,7 +160,6 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   constexpr bool kBroadcast = ((K == MapKind::row || K == MapKind::col) || ... || false);
   const int64_t n = outs[0].numel();
   const CpuBlocks blocks(n, row_length, kBroadcast);
-  const ember::detail::CpuFloatScope caller_scope;
   EMBER_MAP_OMP_PARALLEL {
     const ember::detail::CpuFloatScope float_scope;
     EMBER_MAP_OMP_FOR
@@ -207,7 +206,6 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
   constexpr int kLanes = 16;
   const CpuBlocks blocks(n, row_length, kBroadcast);
   std::vector<float> partial(static_cast<size_t>(blocks.count_total));
-  const ember::detail::CpuFloatScope caller_scope;  // also for the combine below
   EMBER_MAP_OMP_PARALLEL {
     const ember::detail::CpuFloatScope float_scope;
     EMBER_MAP_OMP_FOR
@@ -239,6 +237,9 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
     }
   }
 
+  // No scope is held across the region above: OpenMP's worker threads, created by the calling
+  // thread when a team first forms, would inherit its flushing mode for good.
+  const ember::detail::CpuFloatScope float_scope;
   float total = R::identity();
   for (const float p : partial) total = r(total, p);
   return total;

@@ -4,8 +4,10 @@
 //
 // Every operation is one IEEE single-precision operation rounded to nearest even. On a GPU the
 // _rn intrinsics say so explicitly (nvcc never fuses them into FMAs, and they stay exact under
-// --use_fast_math); on the host each operation is its own function call, so no compiler may
-// contract a multiply and an add across them (g++ under -std=c++20 does not contract at all).
+// --use_fast_math); on the host, ember compiles its code with -ffp-contract=off (GCC would
+// otherwise fuse a multiply and an add into an FMA where the target has one, inlined calls
+// included: the AVX2/AVX-512 clones of its CPU loops did). Code of your own that calls these
+// functions needs the same flag for the same bits.
 // The result: a real GPU, the SIMT emulator and the CPU give the same bits.
 #pragma once
 
@@ -62,22 +64,37 @@ EMBER_HOST_DEVICE EMBER_INLINE float flush_subnormal(float x) {
   return std::bit_cast<float>((bits & 0x7f800000u) == 0 ? bits & 0x80000000u : bits);
 #endif
 }
+// The IEEE operations with their results flushed: what a CPU in flush-to-zero mode computes from
+// inputs that are normal or zero, computed the same way on a GPU that keeps subnormals.
+EMBER_HOST_DEVICE EMBER_INLINE float fmul(float a, float b) {
+  return flush_subnormal(mul(a, b));
+}
+EMBER_HOST_DEVICE EMBER_INLINE float fadd(float a, float b) {
+  return flush_subnormal(add(a, b));
+}
+EMBER_HOST_DEVICE EMBER_INLINE float fsub(float a, float b) {
+  return flush_subnormal(sub(a, b));
+}
 
 // torch.optim.AdamW for one element: decoupled decay, the lerp form of the first moment,
 // sqrt(v) / sqrt(correction2) + eps. vmax is read and written only with kAmsgrad.
 //
-// One difference from PyTorch: a moment that decays into the subnormal range is stored as zero.
-// The moments of a parameter whose gradient stays zero (a dead ReLU unit) shrink by beta1 (and
-// beta2) every step and reach subnormals after ~800 steps; every later operation on them then
-// costs an Intel core a microcode assist (train_mlp's step time tripled). What it changes: a
-// parameter's update from a subnormal m is below 2^-126 * lr / eps, under half an ulp of any
-// parameter larger than about 1e-23 in magnitude, so those parameters keep PyTorch's bits.
+// One difference from PyTorch: the moments never hold subnormals. Their updates flush every
+// subnormal result to zero (fmul, fadd, fsub, on the gradient too), so the moments are the same
+// bits on a CPU that flushes (core/denormals.hpp) and on one or a GPU that does not. Why: the
+// moments of a parameter whose gradient stays zero (a dead ReLU unit) shrink every step and
+// reached the subnormal range after ~650 steps of train_mlp, where each operation on them costs
+// an Intel core a microcode assist (its step time tripled). Such a moment now stops at the
+// smallest value whose next decrement is still normal (~1e-37 for beta1 = 0.9) or at zero. What
+// it changes: the parameter's update from a moment that small is below ~1e-37 * lr / eps, under
+// half an ulp of any parameter larger than about 1e-23 in magnitude, whose bits are PyTorch's.
 template <bool kAmsgrad>
-EMBER_HOST_DEVICE EMBER_INLINE void adamw_update(const AdamWScalars& s, float& p, float g, float& m,
-                                                 float& v, float& vmax) {
+EMBER_HOST_DEVICE EMBER_INLINE void adamw_update(const AdamWScalars& s, float& p, float grad,
+                                                 float& m, float& v, float& vmax) {
+  const float g = flush_subnormal(grad);
   p = mul(p, s.decay);
-  m = flush_subnormal(add(m, mul(s.one_minus_beta1, sub(g, m))));
-  v = flush_subnormal(add(mul(s.beta2, v), mul(mul(s.one_minus_beta2, g), g)));
+  m = fadd(m, fmul(s.one_minus_beta1, fsub(g, m)));
+  v = fadd(fmul(s.beta2, v), fmul(fmul(s.one_minus_beta2, g), g));
   float second = v;
   if constexpr (kAmsgrad) {
     vmax = vmax < v ? v : vmax;  // std::max's rule
@@ -132,14 +149,15 @@ struct SGDScalars {
 };
 
 // torch.optim.SGD for one element. buf is read and written only with kMomentum; on the first
-// step it is written without being read (it may hold anything). A momentum buffer that decays
-// into the subnormal range is stored as zero, as AdamW's moments are.
+// step it is written without being read (it may hold anything). The momentum buffer's update
+// flushes subnormal results to zero, as AdamW's moments' do (the same bits on every device).
 template <bool kMomentum>
 EMBER_HOST_DEVICE EMBER_INLINE void sgd_update(const SGDScalars& s, float& p, float grad,
                                                float& buf) {
   float g = s.weight_decay != 0.0f ? add(grad, mul(s.weight_decay, p)) : grad;
   if constexpr (kMomentum) {
-    buf = flush_subnormal(s.first ? g : add(mul(s.momentum, buf), mul(s.one_minus_dampening, g)));
+    const float gf = flush_subnormal(g);
+    buf = s.first ? gf : fadd(fmul(s.momentum, buf), fmul(s.one_minus_dampening, gf));
     g = s.nesterov ? add(g, mul(s.momentum, buf)) : buf;
   }
   p = sub(p, mul(s.lr, g));

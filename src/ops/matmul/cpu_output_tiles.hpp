@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 
 #include "ember/core/denormals.hpp"
 
@@ -34,11 +35,14 @@ inline OutputTiles output_tiles(int64_t m, int64_t n) {
 }
 
 // f(e, i0, rows, j0, cols) for every output tile of every batch entry, in an OpenMP team (always
-// a parallel region, so that a one-tile product also runs the library single-threaded).
+// a parallel region, so that a one-tile product also runs the library single-threaded). An
+// exception thrown by f (a library's error) is rethrown after the region, the first one if
+// several tiles fail: one must not leave an OpenMP region.
 template <class F>
 void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
   const OutputTiles t = output_tiles(m, n);
   const int64_t per_entry = t.row_tiles * t.col_tiles, total = batch * per_entry;
+  std::exception_ptr failure;
 #pragma omp parallel
   {
     const ember::detail::CpuFloatScope float_scope;
@@ -46,9 +50,15 @@ void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
     for (int64_t index = 0; index < total; ++index) {
       const int64_t e = index / per_entry, tile = index % per_entry;
       const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
-      f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+      try {
+        f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+      } catch (...) {
+#pragma omp critical(ember_output_tile_failure)
+        if (!failure) failure = std::current_exception();
+      }
     }
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace ember::ops::cpu

@@ -71,7 +71,8 @@ void store_from_f32(const TensorView& t, const float* values) {
 void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, int64_t m, int64_t k,
                       bool transpose_a) {
   std::vector<float> sums(static_cast<size_t>(m), 0.0f);
-  if (transpose_a) {  // A is [k, m]: add its rows
+  if (transpose_a) {                                 // A is [k, m]: add its rows
+    const ember::detail::CpuFloatScope float_scope;  // (no parallel region below)
     std::vector<float> row(static_cast<size_t>(m));
     for (int64_t p = 0; p < k; ++p) {
       const float* r = load_f32(a.data, a.dtype, p * m, m, row.data());
@@ -95,6 +96,7 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
   if (beta != 0.0f) {
     F32Scratch old;
     const float* previous = as_f32(out, old);
+    const ember::detail::CpuFloatScope float_scope;
     for (int64_t i = 0; i < m; ++i) sums[i] += beta * previous[i];
   }
   store_from_f32(out, sums.data());
@@ -118,7 +120,6 @@ void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
 void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
             const detail::MatmulDims& dims, const MatmulOptions& options) {
   const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
-  const ember::detail::CpuFloatScope float_scope;  // the loops on this thread; teams set their own
   F32Scratch a_scratch, b_scratch, c_scratch, scratch;
   if (options.bias_grad.data != nullptr && m > 0) {
     row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a, m, k, options.transpose_a);

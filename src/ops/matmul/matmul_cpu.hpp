@@ -1,8 +1,8 @@
 // Internal: the CPU matmul (BLAS sgemm plus a fused epilogue pass).
 #pragma once
 
-#include "ops/matmul/matmul_dims.hpp"
 #include "ember/ops/matmul.hpp"
+#include "ops/matmul/matmul_dims.hpp"
 
 namespace ember::ops::cpu {
 

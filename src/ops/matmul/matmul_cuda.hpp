@@ -1,8 +1,8 @@
 // Internal: ops::matmul on a CUDA device: builds the MatmulProblem and runs the chosen backend.
 #pragma once
 
-#include "ops/matmul/matmul_dims.hpp"
 #include "ember/ops/matmul.hpp"
+#include "ops/matmul/matmul_dims.hpp"
 
 namespace ember::ops::cuda {
 

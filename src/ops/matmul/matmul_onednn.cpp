@@ -92,7 +92,14 @@ struct TileKey {
   int type;
   bool transpose_a, transpose_b;
   float alpha, beta;
-  bool operator==(const TileKey&) const = default;
+  // alpha and beta by their bits, as the hash: -0 and 0 are different keys, a nan one key.
+  bool operator==(const TileKey& o) const {
+    return rows == o.rows && cols == o.cols && k == o.k && lda == o.lda && ldb == o.ldb &&
+           ldc == o.ldc && type == o.type && transpose_a == o.transpose_a &&
+           transpose_b == o.transpose_b &&
+           std::bit_cast<uint32_t>(alpha) == std::bit_cast<uint32_t>(o.alpha) &&
+           std::bit_cast<uint32_t>(beta) == std::bit_cast<uint32_t>(o.beta);
+  }
 };
 
 struct TileKeyHash {

@@ -1,0 +1,33 @@
+"""Shared helpers of the PyTorch reference benchmarks: timing and one JSON line per result.
+
+Each script prints lines {"bench": ..., "name": ..., "value": ..., "unit": ...}; compare.py pairs
+them with ember's figures for the same work.
+"""
+import json
+import os
+import time
+
+import torch
+
+
+def setup_threads():
+    """As many intra-op threads as ember uses: EMBER_NUM_THREADS, else OMP_NUM_THREADS, else all."""
+    n = os.environ.get("EMBER_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(int(n) if n else os.cpu_count())
+
+
+def seconds_per_call(fn, min_time=0.5, warmup=2):
+    """Median-free steady rate: calls fn until min_time seconds have passed; seconds per call."""
+    for _ in range(warmup):
+        fn()
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time and calls >= 3:
+            return elapsed / calls
+
+
+def emit(bench, name, value, unit):
+    print(json.dumps({"bench": bench, "name": name, "value": value, "unit": unit}), flush=True)

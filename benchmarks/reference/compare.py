@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""ember's CPU backend against PyTorch on the same work, in interleaved rounds on this machine.
+
+Runs ember's benchmark (or example) and its PyTorch twin in this directory one after the other,
+--rounds times, and prints the median of each and ember's ratio (>1: ember is faster):
+
+  matmul       bench_matmul's cpu_f32 / cpu_bf16 rows  vs  torch_matmul.py (torch.mm)
+  train_step   bench_train_step's cpu f32 / bf16 rows   vs  torch_train_step.py (fused AdamW)
+  elementwise  bench_elementwise's fused chain          vs  its own copy, and PyTorch's eager,
+                                                            compiled chain and copy_
+  train_mlp    train_mlp's default run, f32 and bf16    vs  torch_train_mlp.py's best variant
+                                                            (eager, fused AdamW, compiled);
+               and train_mlp with subnormals flushed against kept (the step-time cliff)
+
+PyTorch is not a build dependency: run this with a Python that has it (python3 -m venv v;
+v/bin/pip install torch; v/bin/python benchmarks/reference/compare.py --build build/release).
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def run(cmd, env=None):
+    full_env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+    full_env.update(env or {})
+    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def gbench(binary, pattern, counter, min_time, env=None):
+    """Google Benchmark rows matching pattern: {name without /ember and /real_time: counter}."""
+    text = run([binary, f"--benchmark_filter={pattern}", "--benchmark_format=json",
+                f"--benchmark_min_time={min_time}"], env)
+    rows = json.loads(text[text.index("{"):])["benchmarks"]
+    return {r["name"].replace("/ember", "").replace("/real_time", ""): float(r[counter])
+            for r in rows}
+
+
+def torch_script(python, script, *args):
+    text = run([python, os.path.join(HERE, script), *args])
+    return {r["name"]: r["value"] for r in map(json.loads, text.splitlines()) if r}
+
+
+def train_mlp_rate(binary, amp, env=None):
+    text = run([binary, "--amp", amp, "--log-every", "100000"], env)
+    return float(re.search(r"\((\d+) samples/s\)", text).group(1))
+
+
+def collect(rounds, measure):
+    """measure() -> {name: value}, called `rounds` times; the median per name."""
+    samples = {}
+    for _ in range(rounds):
+        for k, v in measure().items():
+            samples.setdefault(k, []).append(v)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def table(title, unit, rows):
+    print(f"\n{title}")
+    print(f"  {'work':<44} {'ember':>10} {'reference':>10}  {'ratio':>6}   ({unit})")
+    for name, ours, ref, ref_name in rows:
+        print(f"  {name:<44} {ours:10.1f} {ref:10.1f}  {ours / ref:6.2f}x  {ref_name}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default="build/release", help="ember's build directory")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--min-time", type=float, default=0.5, help="seconds per measurement")
+    parser.add_argument("--only", default="matmul,train_step,elementwise,train_mlp")
+    parser.add_argument("--python", default=sys.executable, help="a Python with torch")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    bench = lambda name: os.path.join(args.build, "benchmarks", name)
+    example = lambda name: os.path.join(args.build, "examples", name)
+    version = run([args.python, "-c", "import torch; print(torch.__version__, torch.get_num_threads())"])
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; PyTorch {version.split()[0]}; "
+          f"{args.rounds} interleaved rounds, medians")
+    mt = str(args.min_time)
+
+    if "matmul" in only:
+        def measure():
+            ours = gbench(bench("bench_matmul"), "^cpu_(f32|bf16)/ember/", "GFLOP/s", mt)
+            theirs = torch_script(args.python, "torch_matmul.py", "--min-time", mt)
+            return {**{("ember", k): v for k, v in ours.items()},
+                    **{("torch", k): v for k, v in theirs.items()}}
+        m = collect(args.rounds, measure)
+        table("GEMM, C = A B (GFLOP/s): ember's CPU backend vs torch.mm", "GFLOP/s",
+              [(k, v, m[("torch", k)], "torch.mm") for (side, k), v in sorted(m.items())
+               if side == "ember" and ("torch", k) in m])
+
+    if "train_step" in only:
+        def measure():
+            ours = gbench(bench("bench_train_step"), "^cpu_step_(f32|bf16)/", "samples/s", mt)
+            theirs = torch_script(args.python, "torch_train_step.py", "--min-time", mt)
+            return {**{("ember", k): v for k, v in ours.items()},
+                    **{("torch", k): v for k, v in theirs.items()}}
+        m = collect(args.rounds, measure)
+        table("MLP training step (samples/s): ember vs PyTorch eager with fused AdamW", "samples/s",
+              [(k, v, m[("torch", k)], "torch fused AdamW") for (side, k), v in sorted(m.items())
+               if side == "ember" and ("torch", k) in m])
+
+    if "elementwise" in only:
+        def measure():
+            ours = gbench(bench("bench_elementwise"), "^chain/(ember|copy)/", "bytes_per_second",
+                          mt)
+            theirs = torch_script(args.python, "torch_elementwise.py", "--min-time", mt)
+            return {**{k: v / 1e9 for k, v in ours.items()}, **theirs}
+        m = collect(args.rounds, measure)
+        rows = []
+        for k in sorted(m):
+            if k.startswith("chain/ember/"):
+                n = k.rsplit("/", 1)[1]
+                rows.append((k, m[k], m[f"chain/copy/{n}"], "ember's copy (goal >= 0.9x)"))
+                for ref in ("torch_compiled", "torch_eager", "torch_copy"):
+                    if f"chain/{ref}/{n}" in m:
+                        rows.append((k, m[k], m[f"chain/{ref}/{n}"], ref))
+        table("Fused pointwise chain relu(x * s + bias), f32 (GB/s at 8 bytes per element)",
+              "GB/s", rows)
+
+    if "train_mlp" in only:
+        def measure():
+            out = {}
+            for amp in ("f32", "bf16"):
+                out[f"ember_{amp}"] = train_mlp_rate(example("train_mlp"), amp)
+                out[f"ember_{amp}_kept"] = train_mlp_rate(example("train_mlp"), amp,
+                                                          {"EMBER_FLUSH_DENORMALS": "0"})
+            out.update(torch_script(args.python, "torch_train_mlp.py"))
+            return out
+        m = collect(args.rounds, measure)
+        rows = []
+        for amp in ("f32", "bf16"):
+            variants = {k: v for k, v in m.items() if k.startswith(f"train_mlp_{amp}/torch_")}
+            best = max(variants, key=variants.get)
+            rows.append((f"train_mlp --amp {amp}", m[f"ember_{amp}"], variants[best],
+                         f"best PyTorch: {best.split('/')[1]} (goal >= 1.2x)"))
+            for k, v in sorted(variants.items()):
+                if k != best:
+                    rows.append((f"train_mlp --amp {amp}", m[f"ember_{amp}"], v, k.split("/")[1]))
+            rows.append((f"train_mlp --amp {amp}, subnormals kept", m[f"ember_{amp}_kept"],
+                         m[f"ember_{amp}"], "flushed (default; goal: within 5%)"))
+        table("train_mlp default run (samples/s over its 2000 training steps)", "samples/s", rows)
+
+
+if __name__ == "__main__":
+    main()
