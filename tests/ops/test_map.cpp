@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ember/core/stream.hpp"
@@ -29,6 +30,56 @@ TEST(Map, ResultsDoNotDependOnThreadCount) {
   ember::testing::with_threads(1, [&] { ops::map(stream, one, f, x); });
   ember::testing::with_threads(2, [&] { ops::map(stream, many, f, x); });
   EXPECT_EQ(raw(one), raw(many));
+}
+
+// Outputs of 4 MiB and more are streamed (non-temporal stores from a block buffer): the same
+// values as the element-by-element reference, for two outputs, in place, with a broadcast row,
+// an f32 output beside a bf16 one, at thread counts 1 and 3, and through views whose data starts
+// 1 float (not 64-byte aligned) and 1 byte (not even float-aligned) into a buffer.
+TEST(Map, LargeOutputsAreStreamedWithTheSameValues) {
+  Stream stream;
+  const int64_t rows = 1030, cols = 1111;  // 1144330 floats: 4.4 MiB, blocks not 64-byte whole
+  const Tensor x = random_tensor({rows, cols}, 21, DType::f32);
+  const Tensor b = random_tensor({cols}, 22, DType::f32);
+  const std::vector<float> xv = x.to_vector<float>(), bv = b.to_vector<float>();
+  std::vector<float> want_sum(xv.size()), want_prod(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    want_sum[i] = xv[i] + bv[i % cols];
+    want_prod[i] = xv[i] * 3.0f;
+  }
+  struct SumProd {
+    ops::Values<2> operator()(float v, float r) const { return ops::values(v + r, v * 3.0f); }
+  };
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    Tensor sum = Tensor::empty({rows, cols}), prod = Tensor::empty({rows, cols});
+    ember::testing::with_threads(
+        threads, [&] { ops::map(stream, ops::outputs(sum, prod), SumProd{}, x, ops::row(b)); });
+    EXPECT_EQ(sum.to_vector<float>(), want_sum);
+    EXPECT_EQ(prod.to_vector<float>(), want_prod);
+    Tensor in_place = x.clone();
+    ember::testing::with_threads(threads, [&] {
+      ops::map(
+          stream, in_place, [](float v) { return v * 3.0f; }, in_place);
+    });
+    EXPECT_EQ(in_place.to_vector<float>(), want_prod);
+    Tensor half_out = Tensor::empty({rows, cols}, DType::bf16);
+    ember::testing::with_threads(
+        threads, [&] { ops::map(stream, ops::outputs(sum, half_out), SumProd{}, x, ops::row(b)); });
+    EXPECT_EQ(sum.to_vector<float>(), want_sum);
+  }
+  // Misaligned destinations: views into a larger buffer.
+  Tensor buffer = Tensor::zeros({rows * cols + 64});
+  for (int64_t byte_offset : {int64_t{4}, int64_t{1}}) {
+    SCOPED_TRACE(byte_offset);
+    const ember::TensorView out{static_cast<char*>(buffer.data()) + byte_offset, DType::f32,
+                                ember::Shape{rows, cols}, ember::Device::cpu()};
+    ops::map(
+        stream, out, [](float v) { return v * 3.0f; }, x);
+    std::vector<float> got(xv.size());
+    std::memcpy(got.data(), out.data, got.size() * sizeof(float));
+    EXPECT_EQ(got, want_prod);
+  }
 }
 
 TEST(MapReduce, SumDoesNotDependOnThreadCount) {

@@ -62,6 +62,15 @@ void map_store_f32(void* data, DType dtype, int64_t begin, int64_t count, const 
 inline float* map_result_f32(void* data, DType dtype, int64_t begin, float* buffer) {
   return dtype == DType::f32 ? static_cast<float*>(data) + begin : buffer;
 }
+// Writes f32 values into elements [begin, begin + count) of an f32 tensor with non-temporal
+// stores: no read of the destination's cache lines first, and no eviction of what the cache
+// holds. For outputs of kMapStreamMin bytes and more, larger than a core's L2 cache, which
+// would not stay cached for the next op anyway (docs/cpu.md: a plain store moves 12 bytes per
+// element of y = f(x), a streamed one 8).
+// Each thread that streamed fences (map_stream_fence) before its team's loop ends.
+void map_stream_f32(void* data, int64_t begin, int64_t count, const float* values);
+void map_stream_fence();
+inline constexpr int64_t kMapStreamMin = int64_t{4} << 20;
 // A whole (broadcast) vector as f32.
 std::vector<float> map_vector_f32(const TensorView& t);
 
@@ -160,8 +169,13 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   constexpr bool kBroadcast = ((K == MapKind::row || K == MapKind::col) || ... || false);
   const int64_t n = outs[0].numel();
   const CpuBlocks blocks(n, row_length, kBroadcast);
+  // Large f32 outputs are computed into the stack buffer and streamed out (map_stream_f32).
+  const bool streamed = n * static_cast<int64_t>(sizeof(float)) >= kMapStreamMin;
   EMBER_MAP_OMP_PARALLEL {
     const ember::detail::CpuFloatScope float_scope;
+    // A copy of f per thread: stores to the outputs cannot alias it, so its fields stay in
+    // registers instead of being reloaded for every element (2x in cache-resident maps).
+    const F fn = f;
     EMBER_MAP_OMP_FOR
     for (int64_t item = 0; item < blocks.count_total; ++item) {
       const int64_t row = item / blocks.col_blocks;
@@ -174,18 +188,24 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
           cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
       float* po[kOuts];
       for (size_t o = 0; o < kOuts; ++o) {
-        po[o] = map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
+        po[o] = streamed ? out_buffer[o]
+                         : map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
       }
       EMBER_MAP_OMP_SIMD
       for (int64_t j = 0; j < count; ++j) {
-        const auto r = map_invoke(f, begin + j, cpu_at(std::get<I>(args), j)...);
+        const auto r = map_invoke(fn, begin + j, cpu_at(std::get<I>(args), j)...);
         static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
         for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
       }
       for (size_t o = 0; o < kOuts; ++o) {
-        map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
+        if (streamed && outs[o].dtype == DType::f32) {
+          map_stream_f32(outs[o].data, begin, count, po[o]);
+        } else {
+          map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
+        }
       }
     }
+    if (streamed) map_stream_fence();
   }
 }
 
