@@ -32,13 +32,14 @@ TEST(Map, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(raw(one), raw(many));
 }
 
-// Outputs of 4 MiB and more are streamed (non-temporal stores from a block buffer): the same
+// Outputs of 16 MiB and more are streamed (non-temporal stores from a block buffer): the same
 // values as the element-by-element reference, for two outputs, in place, with a broadcast row,
 // an f32 output beside a bf16 one, at thread counts 1 and 3, and through views whose data starts
 // 1 float (not 64-byte aligned) and 1 byte (not even float-aligned) into a buffer.
 TEST(Map, LargeOutputsAreStreamedWithTheSameValues) {
   Stream stream;
-  const int64_t rows = 1030, cols = 1111;  // 1144330 floats: 4.4 MiB, blocks not 64-byte whole
+  const int64_t rows = 4100, cols = 1111;  // 4555100 floats: 17.4 MiB, blocks not 64-byte whole
+  ASSERT_GE(rows * cols * 4, ops::detail::kMapStreamMin);
   const Tensor x = random_tensor({rows, cols}, 21, DType::f32);
   const Tensor b = random_tensor({cols}, 22, DType::f32);
   const std::vector<float> xv = x.to_vector<float>(), bv = b.to_vector<float>();

@@ -64,13 +64,14 @@ inline float* map_result_f32(void* data, DType dtype, int64_t begin, float* buff
 }
 // Writes f32 values into elements [begin, begin + count) of an f32 tensor with non-temporal
 // stores: no read of the destination's cache lines first, and no eviction of what the cache
-// holds. For outputs of kMapStreamMin bytes and more, larger than a core's L2 cache, which
-// would not stay cached for the next op anyway (docs/cpu.md: a plain store moves 12 bytes per
-// element of y = f(x), a streamed one 8).
+// holds. For outputs of kMapStreamMin bytes and more, which a small machine's share of the last
+// level cache would not keep for the next op anyway (docs/cpu.md: a plain store moves 12 bytes
+// per element of y = f(x), a streamed one 8). Smaller outputs stay in the cache for their
+// reader.
 // Each thread that streamed fences (map_stream_fence) before its team's loop ends.
 void map_stream_f32(void* data, int64_t begin, int64_t count, const float* values);
 void map_stream_fence();
-inline constexpr int64_t kMapStreamMin = int64_t{4} << 20;
+inline constexpr int64_t kMapStreamMin = int64_t{16} << 20;
 // A whole (broadcast) vector as f32.
 std::vector<float> map_vector_f32(const TensorView& t);
 
