@@ -23,6 +23,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,12 +48,13 @@ def run(cmd, env=None):
     return out.stdout
 
 
-def gbench(binary, pattern, counter, min_time, env=None):
-    """Google Benchmark rows matching pattern: {name without /ember and /real_time: counter}."""
-    text = run([binary, f"--benchmark_filter={pattern}", "--benchmark_format=json",
-                f"--benchmark_min_time={min_time}"], env)
-    rows = json.loads(text[text.index("{"):])["benchmarks"]
-    return {r["name"].replace("/ember", "").replace("/real_time", ""): float(r[counter])
+def gbench(binary, pattern, counter, min_time, env=None, strip="/ember"):
+    """Google Benchmark rows matching pattern: {name without `strip` and /real_time: counter}."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        run([binary, f"--benchmark_filter={pattern}", f"--benchmark_out={out.name}",
+             "--benchmark_out_format=json", f"--benchmark_min_time={min_time}"], env)
+        rows = json.load(open(out.name))["benchmarks"]
+    return {r["name"].replace(strip, "").replace("/real_time", ""): float(r[counter])
             for r in rows}
 
 
@@ -124,7 +126,7 @@ def main():
     if "elementwise" in only:
         def measure():
             ours = gbench(bench("bench_elementwise"), "^chain/(ember|copy)/", "bytes_per_second",
-                          mt)
+                          mt, strip="")
             theirs = torch_script(args.python, "torch_elementwise.py", "--min-time", mt)
             return {**{k: v / 1e9 for k, v in ours.items()}, **theirs}
         m = collect(args.rounds, measure)

@@ -64,6 +64,17 @@ EMBER_HOST_DEVICE EMBER_INLINE float flush_subnormal(float x) {
   return std::bit_cast<float>((bits & 0x7f800000u) == 0 ? bits & 0x80000000u : bits);
 #endif
 }
+// x, or a zero of x's sign where |x| < 2^-100 (about 7.9e-31): exact bit operations.
+EMBER_HOST_DEVICE EMBER_INLINE float flush_tiny(float x) {
+  constexpr uint32_t kExponent = (127u - 100u) << 23;
+#if defined(__CUDA_ARCH__)
+  const unsigned bits = __float_as_uint(x);
+  return __uint_as_float((bits & 0x7f800000u) < kExponent ? bits & 0x80000000u : bits);
+#else
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  return std::bit_cast<float>((bits & 0x7f800000u) < kExponent ? bits & 0x80000000u : bits);
+#endif
+}
 // The IEEE operations with their results flushed: what a CPU in flush-to-zero mode computes from
 // inputs that are normal or zero, computed the same way on a GPU that keeps subnormals.
 EMBER_HOST_DEVICE EMBER_INLINE float fmul(float a, float b) {
@@ -79,22 +90,25 @@ EMBER_HOST_DEVICE EMBER_INLINE float fsub(float a, float b) {
 // torch.optim.AdamW for one element: decoupled decay, the lerp form of the first moment,
 // sqrt(v) / sqrt(correction2) + eps. vmax is read and written only with kAmsgrad.
 //
-// One difference from PyTorch: the moments never hold subnormals. Their updates flush every
-// subnormal result to zero (fmul, fadd, fsub, on the gradient too), so the moments are the same
-// bits on a CPU that flushes (core/denormals.hpp) and on one or a GPU that does not. Why: the
-// moments of a parameter whose gradient stays zero (a dead ReLU unit) shrink every step and
-// reached the subnormal range after ~650 steps of train_mlp, where each operation on them costs
-// an Intel core a microcode assist (its step time tripled). Such a moment now stops at the
-// smallest value whose next decrement is still normal (~1e-37 for beta1 = 0.9) or at zero. What
-// it changes: the parameter's update from a moment that small is below ~1e-37 * lr / eps, under
-// half an ulp of any parameter larger than about 1e-23 in magnitude, whose bits are PyTorch's.
+// One difference from PyTorch: the moments never come near the subnormal range. A moment below
+// 2^-100 in magnitude is stored as zero (flush_tiny), and the moments' updates flush any
+// subnormal result (fmul, fadd, fsub; the gradient too). Why: the moments of a parameter whose
+// gradient stays zero (a dead ReLU unit) shrink every step; in train_mlp they reached the
+// subnormal range after ~650 steps, and every operation that reads or produces a subnormal costs
+// an Intel core a microcode assist (its step time tripled). Stopping at the range's edge is not
+// enough: lr * m and (1 - beta1) * m would still produce subnormals every step. From 2^-100 the
+// moment drops to zero, and no operation of the step makes a subnormal (for lr above ~1e-8), in
+// either floating-point mode; the state is the same bits on a CPU that flushes
+// (core/denormals.hpp), one that does not, and a GPU. What it changes: a parameter's update
+// from a moment below 2^-100 is below 2^-100 * lr / eps, under half an ulp of any parameter
+// larger than about 1e-15 in magnitude, whose bits are PyTorch's.
 template <bool kAmsgrad>
 EMBER_HOST_DEVICE EMBER_INLINE void adamw_update(const AdamWScalars& s, float& p, float grad,
                                                  float& m, float& v, float& vmax) {
   const float g = flush_subnormal(grad);
   p = mul(p, s.decay);
-  m = fadd(m, fmul(s.one_minus_beta1, fsub(g, m)));
-  v = fadd(fmul(s.beta2, v), fmul(fmul(s.one_minus_beta2, g), g));
+  m = flush_tiny(fadd(m, fmul(s.one_minus_beta1, fsub(g, m))));
+  v = flush_tiny(fadd(fmul(s.beta2, v), fmul(fmul(s.one_minus_beta2, g), g)));
   float second = v;
   if constexpr (kAmsgrad) {
     vmax = vmax < v ? v : vmax;  // std::max's rule
@@ -149,15 +163,15 @@ struct SGDScalars {
 };
 
 // torch.optim.SGD for one element. buf is read and written only with kMomentum; on the first
-// step it is written without being read (it may hold anything). The momentum buffer's update
-// flushes subnormal results to zero, as AdamW's moments' do (the same bits on every device).
+// step it is written without being read (it may hold anything). The momentum buffer is treated
+// as AdamW's moments are: subnormal results flushed, below 2^-100 stored as zero.
 template <bool kMomentum>
 EMBER_HOST_DEVICE EMBER_INLINE void sgd_update(const SGDScalars& s, float& p, float grad,
                                                float& buf) {
   float g = s.weight_decay != 0.0f ? add(grad, mul(s.weight_decay, p)) : grad;
   if constexpr (kMomentum) {
     const float gf = flush_subnormal(g);
-    buf = s.first ? gf : fadd(fmul(s.momentum, buf), fmul(s.one_minus_dampening, gf));
+    buf = flush_tiny(s.first ? gf : fadd(fmul(s.momentum, buf), fmul(s.one_minus_dampening, gf)));
     g = s.nesterov ? add(g, mul(s.momentum, buf)) : buf;
   }
   p = sub(p, mul(s.lr, g));
