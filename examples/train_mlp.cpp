@@ -300,7 +300,12 @@ int run(const Config& c) {
     total_seconds += seconds;
     interval_samples += batch;
     const bool progress_step = step % c.log_every == 0 || step == c.steps;
-    if (progress_step) val_acc = accuracy(*model, validation, stream, 1024, precision);
+    if (progress_step) {
+      // Validation's forward passes are not training steps: the census leaves them out.
+      if (c.count_subnormals) ember::set_subnormal_census(false);
+      val_acc = accuracy(*model, validation, stream, 1024, precision);
+      if (c.count_subnormals) ember::set_subnormal_census(true);
+    }
     if (csv != nullptr) {
       const std::string acc =
           progress_step && validation.size() > 0 ? fmt::format("{:.6f}", val_acc) : "";

@@ -238,9 +238,10 @@ void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
       float* g = grads[t].first;
       const int64_t n = grads[t].second;
       int bad = 0;
+      const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n > 65536)
       {
-        const ember::detail::CpuFloatScope float_scope;
+        const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for simd schedule(static) reduction(| : bad)
         for (int64_t i = 0; i < n; ++i) {
           const float v = g[i];

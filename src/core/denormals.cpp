@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "ember/core/error.hpp"
 #include "ember/core/half.hpp"
@@ -13,21 +14,28 @@ namespace detail {
 
 std::atomic<int> g_flush_denormals{-1};
 
+namespace {
+// EMBER_FLUSH_DENORMALS, read when the library loads, so that a valid value applies to the first
+// op already (also one on views, before any tensor exists). A bad value leaves the default in
+// place and becomes an Error at the first tensor (read_flush_denormals_environment), unless
+// set_flush_denormals chose first: an explicit choice wins, as for EMBER_CPU_GEMM.
+const char* const g_bad_value = [] {
+  const char* v = std::getenv("EMBER_FLUSH_DENORMALS");
+  if (v == nullptr || *v == '\0') return static_cast<const char*>(nullptr);
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) {
+    g_flush_denormals.store(v[0] - '0');
+    return static_cast<const char*>(nullptr);
+  }
+  return v;
+}();
+}  // namespace
+
 void read_flush_denormals_environment() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const char* v = std::getenv("EMBER_FLUSH_DENORMALS");
-    int flush = 1;
-    if (v != nullptr && *v != '\0') {
-      EMBER_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0,
-                  "EMBER_FLUSH_DENORMALS='{}': expected 1 (flush subnormals to zero in the CPU "
-                  "backend, the default) or 0 (keep them)",
-                  v);
-      flush = v[0] - '0';
-    }
-    int unread = -1;  // set_flush_denormals, if it came first, wins
-    g_flush_denormals.compare_exchange_strong(unread, flush);
-  });
+  if (g_bad_value == nullptr || g_flush_denormals.load() >= 0) return;
+  EMBER_THROW(
+      "EMBER_FLUSH_DENORMALS='{}': expected 1 (flush subnormals to zero in the CPU backend, the "
+      "default) or 0 (keep them)",
+      g_bad_value);
 }
 
 }  // namespace detail

@@ -76,9 +76,10 @@ void apply_rule_cpu(const Rule& rule, const StepInputs& inputs,
     const int64_t n = t.numel, chunks = (n + kChunk - 1) / kChunk;
     float* data[kDepth];
     for (int d = 0; d < kDepth; ++d) data[d] = t.data[d];
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n > 32768)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);

@@ -30,9 +30,10 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
   }
   std::vector<double> partials(chunks.size());
   const auto count = static_cast<int64_t>(chunks.size());
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (count > 1)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < count; ++c) {
       double sum = 0.0;
@@ -49,9 +50,10 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
   const float factor = f > 1.0f ? 1.0f : f;  // nan stays nan, as PyTorch's clamp
   if (factor == 1.0f) return;
   for (const auto& [g, n] : grads) {
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n > 65536)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for simd schedule(static)
       for (int64_t i = 0; i < n; ++i) g[i] = g[i] * factor;
     }

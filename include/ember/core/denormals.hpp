@@ -20,8 +20,9 @@
 // subnormals, or with flushing turned off.
 //
 // Turning it off: set_flush_denormals(false), or EMBER_FLUSH_DENORMALS=0 in the environment
-// (read once, when first needed). PyTorch's equivalent is torch.set_flush_denormal(True), off by
-// default there. On CPUs other than x86-64 ember leaves the floating-point environment alone.
+// (read when the library loads; an explicit set_flush_denormals wins over it). PyTorch's equivalent
+// is torch.set_flush_denormal(True), off by default there. On CPUs other than x86-64 ember leaves
+// the floating-point environment alone.
 #pragma once
 
 #include <atomic>
@@ -63,26 +64,30 @@ std::vector<SubnormalCount> take_subnormal_census();
 
 namespace detail {
 
-// -1 until EMBER_FLUSH_DENORMALS is read (src/core/denormals.cpp; with the first tensor, as
-// EMBER_NUM_THREADS, outside any parallel region, since a bad value is an Error), then 0 or 1.
+void census_add(std::string_view where, const Tensor& t);  // where subnormal_census()
+
+// 1 or 0 once chosen (set_flush_denormals, or a valid EMBER_FLUSH_DENORMALS read when the
+// library loads); -1 for the default, on. A bad EMBER_FLUSH_DENORMALS is an Error thrown by
+// read_flush_denormals_environment, called with the first tensor (outside any parallel region).
 extern std::atomic<int> g_flush_denormals;
 void read_flush_denormals_environment();
 
-// Never throws (it runs at the start of parallel regions): unread means the default, on.
-void census_add(std::string_view where, const Tensor& t);  // where subnormal_census()
-
+// Never throws (it runs at the start of parallel regions): -1 means the default, on.
 inline bool flush_denormals_now() noexcept {
   return g_flush_denormals.load(std::memory_order_relaxed) != 0;
 }
 
 // Sets FTZ and DAZ on the calling thread for its lifetime, where ember flushes subnormals, and
-// restores the thread's bits after. Every ember CPU loop makes one on each of its threads.
+// restores the thread's bits after. Every ember CPU loop makes one on each of its threads, with
+// the mode its caller read once for the whole op (so that a set_flush_denormals on another
+// thread cannot give one team's threads different modes).
 class CpuFloatScope {
  public:
 #if defined(__x86_64__) && !defined(__CUDA_ARCH__)
   static constexpr unsigned kFlushBits = 0x8040u;  // FTZ (bit 15) | DAZ (bit 6)
-  CpuFloatScope() : saved_(_mm_getcsr()) {
-    const unsigned wanted = flush_denormals_now() ? (saved_ | kFlushBits) : (saved_ & ~kFlushBits);
+  CpuFloatScope() : CpuFloatScope(flush_denormals_now()) {}
+  explicit CpuFloatScope(bool flush) : saved_(_mm_getcsr()) {
+    const unsigned wanted = flush ? (saved_ | kFlushBits) : (saved_ & ~kFlushBits);
     changed_ = wanted != saved_;
     if (changed_) _mm_setcsr(wanted);
   }
@@ -96,6 +101,7 @@ class CpuFloatScope {
 #else
   // Non-trivial, so that compilers do not call a scope variable unused.
   CpuFloatScope() {}
+  explicit CpuFloatScope(bool) {}
   ~CpuFloatScope() {}
 #endif
  public:

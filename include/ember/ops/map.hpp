@@ -17,7 +17,9 @@
 // rounded once per output (u8 truncates and saturates, nan giving 0). ops::with_index(f) passes
 // the flat element index first: f(int64_t i, float...). An output may be exactly an input
 // (in place, the same memory and element size); any other overlap, and outputs sharing memory,
-// throw ember::Error, as do shape, dtype and device mismatches.
+// throw ember::Error, as do shape, dtype and device mismatches. f must not throw: it cannot on a
+// GPU, and on the CPU it runs in `omp simd` loops, which end the process (std::terminate) if an
+// exception tries to leave them.
 //
 // CPU streams run an OpenMP loop over fixed blocks that vectorizes f (results independent of the
 // thread count). CUDA streams launch ember/kernels/map.cuh's kernel, instantiated in the calling

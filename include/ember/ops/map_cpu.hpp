@@ -172,8 +172,9 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   const CpuBlocks blocks(n, row_length, kBroadcast);
   // Large f32 outputs are computed into the stack buffer and streamed out (map_stream_f32).
   const bool streamed = n * static_cast<int64_t>(sizeof(float)) >= kMapStreamMin;
+  const bool flush_mode = ember::detail::flush_denormals_now();
   EMBER_MAP_OMP_PARALLEL {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
     // A copy of f per thread: stores to the outputs cannot alias it, so its fields stay in
     // registers instead of being reloaded for every element (2x in cache-resident maps).
     const F fn = f;
@@ -227,8 +228,9 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
   constexpr int kLanes = 16;
   const CpuBlocks blocks(n, row_length, kBroadcast);
   std::vector<float> partial(static_cast<size_t>(blocks.count_total));
+  const bool flush_mode = ember::detail::flush_denormals_now();
   EMBER_MAP_OMP_PARALLEL {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
     EMBER_MAP_OMP_FOR
     for (int64_t item = 0; item < blocks.count_total; ++item) {
       const int64_t row = item / blocks.col_blocks;

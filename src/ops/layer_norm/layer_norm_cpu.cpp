@@ -33,9 +33,10 @@ void layer_norm_forward(const TensorView& y, const TensorView& mean, const Tenso
   const float* b = f32_or_null(beta);
   auto* mean_out = static_cast<float*>(mean.data);
   auto* rstd_out = static_cast<float*>(rstd.data);
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
     std::vector<float> in(static_cast<size_t>(cols)), out(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -70,9 +71,10 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   const auto* mean_in = static_cast<const float*>(mean.data);
   const auto* rstd_in = static_cast<const float*>(rstd.data);
   if (dx.data != nullptr) {
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * cols >= kParallelMin)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
       std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols)),
           out(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
@@ -100,9 +102,10 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, math::kRowsPerChunk));
   std::vector<double> part_gamma(static_cast<size_t>(chunks * cols), 0.0);
   std::vector<double> part_beta(static_cast<size_t>(chunks * cols), 0.0);
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
     std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {

@@ -43,9 +43,10 @@ void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
   const OutputTiles t = output_tiles(m, n);
   const int64_t per_entry = t.row_tiles * t.col_tiles, total = batch * per_entry;
   std::exception_ptr failure;
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t index = 0; index < total; ++index) {
       const int64_t e = index / per_entry, tile = index % per_entry;

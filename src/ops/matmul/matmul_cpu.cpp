@@ -38,9 +38,10 @@ const float* as_f32(const TensorView& t, F32Scratch& scratch) {
   if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
   const int64_t n = t.numel();
   float* out = scratch.get(n);
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t begin = 0; begin < n; begin += kBlock) {
       load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
@@ -56,9 +57,10 @@ void store_from_f32(const TensorView& t, const float* values) {
     std::copy(values, values + n, static_cast<float*>(t.data));
     return;
   }
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t begin = 0; begin < n; begin += kBlock) {
       store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
@@ -80,9 +82,10 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
       for (int64_t i = 0; i < m; ++i) sums[i] += r[i];
     }
   } else {
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (m * k > 65536)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
       std::vector<float> row(static_cast<size_t>(k));
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < m; ++i) {
@@ -103,9 +106,10 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
 }
 
 void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * n > 16384)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       float* r = values + i * n;
@@ -151,9 +155,10 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   }
 
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (total > 65536)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < total; ++i)
         c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
@@ -194,18 +199,20 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   if (options.activation == Activation::gelu) ops::gelu_forward(host, result, result);
   if (options.output_scale != 1.0f) {
     const float s = options.output_scale;
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (total > 65536)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for simd schedule(static)
       for (int64_t i = 0; i < total; ++i) c32[i] *= s;
     }
   }
   if (residual32 != nullptr) {
     const float* r = residual32;
+    const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (total > 65536)
     {
-      const ember::detail::CpuFloatScope float_scope;
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for simd schedule(static)
       for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
     }

@@ -40,9 +40,10 @@ void sum(const TensorView& out, const TensorView& x, bool accumulate) {
   if (n == 0 && accumulate) return;  // out + 0 would turn -0 into +0
   const int64_t chunks = ceil_div(n, kChunk);
   std::vector<double> partial(static_cast<size_t>(chunks));
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       SumLanes acc;
@@ -70,9 +71,10 @@ void column_sums(const TensorView& out, const TensorView& x, bool accumulate) {
   const int64_t col_blocks = ceil_div(cols, kColBlock);
   std::vector<double> partial(static_cast<size_t>(row_chunks * cols));
   const int64_t items = row_chunks * col_blocks;
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (x.numel() >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t r0 = (item / col_blocks) * chunk_rows;
@@ -91,7 +93,7 @@ void column_sums(const TensorView& out, const TensorView& x, bool accumulate) {
   float* result = static_cast<float*>(out.data);
 #pragma omp parallel if (row_chunks * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t j = 0; j < cols; ++j) {
       double total = accumulate ? static_cast<double>(result[j]) : 0.0;
@@ -106,9 +108,10 @@ void max(const TensorView& out, const TensorView& x) {
   const int64_t n = x.numel();
   const int64_t chunks = ceil_div(n, kChunk);
   std::vector<float> partial(static_cast<size_t>(chunks));
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (n >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       MaxLanes acc;

@@ -82,9 +82,10 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
   std::vector<double> row_loss(static_cast<size_t>(rows));
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
@@ -118,9 +119,10 @@ void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView&
   const float scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
   const int64_t col_blocks = ceil_div(cols, kBlock);
   const int64_t items = rows * col_blocks;
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t r = item / col_blocks;
@@ -145,9 +147,10 @@ void argmax(const TensorView& out, const TensorView& x) {
   const int64_t rows = x.shape[0];
   const int64_t cols = x.shape[1];
   RowScratch scratch(x.dtype, cols);
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t index =
@@ -166,9 +169,10 @@ void count_correct(const TensorView& correct, const TensorView& logits, const Te
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
   int64_t count = 0;  // an integer sum: exact in any order
+  const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
   {
-    const ember::detail::CpuFloatScope float_scope;
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
 #pragma omp for schedule(static) reduction(+ : count)
     for (int64_t r = 0; r < rows; ++r) {
       const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
