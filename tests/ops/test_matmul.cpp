@@ -43,11 +43,13 @@ class EngineScope {
   CpuGemmEngine saved_ = ember::ops::cpu_gemm_engine();
 };
 
+// OpenBLAS, and oneDNN where this build has it and EMBER_ONEDNN=0 does not turn it off.
 std::vector<CpuGemmEngine> available_engines() {
   std::vector<CpuGemmEngine> engines{CpuGemmEngine::openblas};
-#if EMBER_WITH_ONEDNN
-  engines.push_back(CpuGemmEngine::onednn);
-#endif
+  const char* off = std::getenv("EMBER_ONEDNN");
+  if (EMBER_WITH_ONEDNN && (off == nullptr || std::string(off) != "0")) {
+    engines.push_back(CpuGemmEngine::onednn);
+  }
   return engines;
 }
 
