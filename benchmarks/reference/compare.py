@@ -101,27 +101,25 @@ def main():
           f"{args.rounds} interleaved rounds, medians")
     mt = str(args.min_time)
 
-    if "matmul" in only:
+    def same_names(title, unit, ember_args, script, ref_name):
+        """An ember benchmark and its PyTorch twin that name their rows alike: one table."""
         def measure():
-            ours = gbench(bench("bench_matmul"), "^cpu_(f32|bf16)/ember/", "GFLOP/s", mt)
-            theirs = torch_script(args.python, "torch_matmul.py", "--min-time", mt)
+            ours = gbench(bench(ember_args[0]), *ember_args[1:], mt)
+            theirs = torch_script(args.python, script, "--min-time", mt)
             return {**{("ember", k): v for k, v in ours.items()},
                     **{("torch", k): v for k, v in theirs.items()}}
         m = collect(args.rounds, measure)
-        table("GEMM, C = A B (GFLOP/s): ember's CPU backend vs torch.mm", "GFLOP/s",
-              [(k, v, m[("torch", k)], "torch.mm") for (side, k), v in sorted(m.items())
-               if side == "ember" and ("torch", k) in m])
+        table(title, unit, [(k, v, m[("torch", k)], ref_name) for (side, k), v in sorted(m.items())
+                            if side == "ember" and ("torch", k) in m])
 
+    if "matmul" in only:
+        same_names("GEMM, C = A B (GFLOP/s): ember's CPU backend vs torch.mm", "GFLOP/s",
+                   ("bench_matmul", "^cpu_(f32|bf16)/ember/", "GFLOP/s"), "torch_matmul.py",
+                   "torch.mm")
     if "train_step" in only:
-        def measure():
-            ours = gbench(bench("bench_train_step"), "^cpu_step_(f32|bf16)/", "samples/s", mt)
-            theirs = torch_script(args.python, "torch_train_step.py", "--min-time", mt)
-            return {**{("ember", k): v for k, v in ours.items()},
-                    **{("torch", k): v for k, v in theirs.items()}}
-        m = collect(args.rounds, measure)
-        table("MLP training step (samples/s): ember vs PyTorch eager with fused AdamW", "samples/s",
-              [(k, v, m[("torch", k)], "torch fused AdamW") for (side, k), v in sorted(m.items())
-               if side == "ember" and ("torch", k) in m])
+        same_names("MLP training step (samples/s): ember vs PyTorch eager with fused AdamW",
+                   "samples/s", ("bench_train_step", "^cpu_step_(f32|bf16)/", "samples/s"),
+                   "torch_train_step.py", "torch fused AdamW")
 
     if "elementwise" in only:
         def measure():

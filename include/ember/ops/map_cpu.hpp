@@ -155,6 +155,11 @@ std::array<CpuInput, sizeof...(In)> cpu_inputs(const In&... ins) {
   return out;
 }
 
+// One block: its row, its first column in that row, its length and its first flat element.
+struct CpuBlock {
+  int64_t row, c0, count, begin;
+};
+
 // The block decomposition: rows of `cols` split into blocks; without broadcasting, one row.
 struct CpuBlocks {
   int64_t cols, col_blocks, count_total;
@@ -162,6 +167,10 @@ struct CpuBlocks {
       : cols(broadcast ? row_length : n),
         col_blocks((cols + kMapBlock - 1) / kMapBlock),
         count_total(n / cols * col_blocks) {}
+  CpuBlock at(int64_t item) const {
+    const int64_t row = item / col_blocks, c0 = (item % col_blocks) * kMapBlock;
+    return {row, c0, std::min(kMapBlock, cols - c0), row * cols + c0};
+  }
 };
 
 template <MapKind... K, size_t kOuts, class F, size_t... I>
@@ -180,10 +189,7 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
     const F fn = f;
     EMBER_MAP_OMP_FOR
     for (int64_t item = 0; item < blocks.count_total; ++item) {
-      const int64_t row = item / blocks.col_blocks;
-      const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
-      const int64_t count = std::min(kMapBlock, blocks.cols - c0);
-      const int64_t begin = row * blocks.cols + c0;
+      const auto [row, c0, count, begin] = blocks.at(item);
       [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
       float out_buffer[kOuts][kMapBlock];
       const std::tuple<CpuArg<K>...> args{
@@ -233,10 +239,7 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
     const ember::detail::CpuFloatScope float_scope(flush_mode);
     EMBER_MAP_OMP_FOR
     for (int64_t item = 0; item < blocks.count_total; ++item) {
-      const int64_t row = item / blocks.col_blocks;
-      const int64_t c0 = (item % blocks.col_blocks) * kMapBlock;
-      const int64_t count = std::min(kMapBlock, blocks.cols - c0);
-      const int64_t begin = row * blocks.cols + c0;
+      const auto [row, c0, count, begin] = blocks.at(item);
       float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
       const std::tuple<CpuArg<K>...> args{
           cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};

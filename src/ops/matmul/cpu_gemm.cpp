@@ -20,6 +20,7 @@
 #include <string>
 
 #include "ember/core/error.hpp"
+#include "ops/matmul/matmul_onednn.hpp"
 
 #if EMBER_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -28,15 +29,10 @@
 namespace ember::ops {
 namespace {
 
-bool onednn_disabled_by_environment() {
-  const char* v = std::getenv("EMBER_ONEDNN");
-  return v != nullptr && std::strcmp(v, "0") == 0;
-}
-
 // Whether oneDNN can run f32 products here with vector kernels at least as wide as AVX2.
 bool onednn_has_wide_kernels() {
 #if EMBER_WITH_ONEDNN
-  if (onednn_disabled_by_environment()) return false;
+  if (cpu::onednn_disabled_by_environment()) return false;
   // ISA values are bit sets, each containing the ISAs it extends (AVX-512 contains AVX2's bits).
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto avx2 = static_cast<unsigned>(dnnl_cpu_isa_avx2);
@@ -48,7 +44,7 @@ bool onednn_has_wide_kernels() {
 
 bool onednn_usable() {
 #if EMBER_WITH_ONEDNN
-  return !onednn_disabled_by_environment();
+  return !cpu::onednn_disabled_by_environment();
 #else
   return false;
 #endif

@@ -15,6 +15,11 @@
 
 namespace ember::ops::cpu {
 
+bool onednn_disabled_by_environment() {
+  const char* v = std::getenv("EMBER_ONEDNN");
+  return v != nullptr && std::strcmp(v, "0") == 0;
+}
+
 #if EMBER_WITH_ONEDNN
 namespace {
 
@@ -27,11 +32,6 @@ struct OneDnn {
 OneDnn& onednn() {
   static OneDnn instance;
   return instance;
-}
-
-bool disabled_by_environment() {
-  const char* v = std::getenv("EMBER_ONEDNN");
-  return v != nullptr && std::strcmp(v, "0") == 0;
 }
 
 memory::data_type data_type(DType dtype) {
@@ -78,7 +78,7 @@ bool native(DType dtype) {
 
 bool onednn_available(DType dtype) {
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
-  static const bool off = disabled_by_environment();
+  static const bool off = onednn_disabled_by_environment();
   static const bool bf16 = native(DType::bf16);
   static const bool f16 = native(DType::f16);
   return !off && (dtype == DType::bf16 ? bf16 : f16);

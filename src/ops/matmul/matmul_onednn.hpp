@@ -18,4 +18,7 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
 // Whether matmul_onednn runs products of `dtype` here (for benchmarks and messages).
 bool onednn_available(DType dtype);
 
+// EMBER_ONEDNN=0: no oneDNN at all, neither for 16-bit products nor as the f32 GEMM engine.
+bool onednn_disabled_by_environment();
+
 }  // namespace ember::ops::cpu
