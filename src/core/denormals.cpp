@@ -62,8 +62,7 @@ int64_t count_subnormals(const Tensor& t) {
     default:
       return 0;
   }
-  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
-  if (!t.device().is_cpu()) t.stream().synchronize();
+  const Tensor host = t.to(Device::cpu());  // a device tensor: copied after its stream's work
   const auto* bytes = static_cast<const unsigned char*>(host.data());
   const int64_t n = host.numel();
   int64_t count = 0;

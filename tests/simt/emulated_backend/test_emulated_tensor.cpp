@@ -10,12 +10,14 @@
 #include <cstring>
 #include <vector>
 
+#include "ember/core/denormals.hpp"
 #include "ember/core/device.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/simt/profile.hpp"
 #include "ember/simt/shim.hpp"
+#include "stream_test_support.hpp"
 
 namespace {
 
@@ -45,6 +47,22 @@ TEST(EmulatedBackend, FillsEveryDtypeAndSize) {
     }
   }
   EXPECT_NO_THROW(ember::simt::check_guards());
+}
+
+// count_subnormals of a CUDA tensor reads it through a host copy after the work queued on its
+// stream: with lazy deferred streams, a fill still queued must be counted, not stale memory.
+TEST(EmulatedBackend, CountsSubnormalsAfterTheQueuedWork) {
+  const ember::testing::LazyStreams lazy;
+  const ember::testing::RaceCheck race;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(ember::dtype_name(dtype));
+    Tensor t = Tensor::zeros({4097}, dtype, Device::cuda(0));
+    // 1e-39 is subnormal in f32 and bf16; in f16, 1e-5 is (below 2^-14).
+    t.fill_(dtype == DType::f16 ? 1e-5 : 1e-39);  // queued, not yet run
+    EXPECT_EQ(ember::count_subnormals(t), 4097);
+    t.fill_(1.0);
+    EXPECT_EQ(ember::count_subnormals(t), 0);
+  }
 }
 
 TEST(EmulatedBackend, RoundTripsThroughTheDevice) {
