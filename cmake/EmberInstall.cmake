@@ -8,7 +8,11 @@ install(TARGETS ember EXPORT emberTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# include/ember/kernels is a link to the top-level kernels/ (the device code, llm.c's llmc/ style):
+# installed as the real folder ember/kernels/, not as the link.
+install(DIRECTORY include/ember DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        REGEX "/include/ember/kernels$" EXCLUDE)
+install(DIRECTORY kernels/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ember/kernels)
 install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/ember)
 install(EXPORT emberTargets NAMESPACE ember:: DESTINATION ${EMBER_CMAKE_INSTALL_DIR})
 configure_package_config_file(cmake/emberConfig.cmake.in

@@ -69,6 +69,7 @@
 #include "ember/ops/activation.hpp"
 #include "ember/ops/check.hpp"
 #include "ember/ops/elementwise.hpp"
+#include "ember/ops/embedding.hpp"
 #include "ember/ops/expr.hpp"
 #include "ember/ops/expr_math.hpp"
 #include "ember/ops/expr_nodes.hpp"

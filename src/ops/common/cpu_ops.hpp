@@ -22,8 +22,6 @@ void column_sums(const TensorView& out, const TensorView& x, bool accumulate);
 void max(const TensorView& out, const TensorView& x);  // x is not empty
 
 // ---- softmax + cross-entropy (softmax_cross_entropy_cpu.cpp) ----------------------------------
-// Throws ember::Error naming `op`, the row and the value of the first label outside [0, classes).
-void check_labels(std::string_view op, const TensorView& labels, int64_t classes);
 void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& probs,
                                    const TensorView& logits, const TensorView& labels);
 void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView& probs,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "ember/core/launch.hpp"
+#include "ember/kernels/grid.cuh"
 #include "ops/reduce/reduce_dispatch.hpp"
 #include "ops/reduce/reduce_launchers.hpp"
 #include "reduce.cuh"
@@ -25,9 +26,7 @@ constexpr int64_t kElementsPerThread = 16;
 constexpr int64_t kMaxBlocks = 1024;
 constexpr int64_t kMaxGridY = 65535;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+using kernels::ceil_div;
 
 int whole_blocks(int64_t n) {
   return static_cast<int>(

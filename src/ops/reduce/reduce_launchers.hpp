@@ -32,11 +32,6 @@ void launch_column_sums(const void* x, DType type, int64_t rows, int64_t cols, f
                         bool accumulate, void* scratch, cudaStream_t stream);
 
 // ---- softmax_cross_entropy_kernels.cu ----------------------------------------------------------
-// verdict[0] = the smallest row whose label is outside [0, classes), verdict[1] = its label;
-// both all ones when there is none (verdict: two words of device memory; rows >= 1).
-void launch_check_labels(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
-                         unsigned long long* verdict, cudaStream_t stream);
-
 size_t softmax_xent_forward_scratch_bytes(int64_t rows);
 // rows, cols >= 1, labels already checked.
 void launch_softmax_xent_forward(const void* logits, DType type, const void* labels,

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
         static_cast<int32_t*>(out)[row] = static_cast<int32_t>(best.key);
       }
     }
-    if (correct != nullptr && best.key == load_label(labels, labels_i64, row)) {
+    if (correct != nullptr && best.key == load_index(labels, labels_i64, row)) {
       atomicAdd(correct, 1ull);
     }
   }

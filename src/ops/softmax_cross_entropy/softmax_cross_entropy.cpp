@@ -8,6 +8,7 @@
 
 #include "ember/ops/check.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/index_check.hpp"
 #if EMBER_WITH_CUDA
 #include "ops/softmax_cross_entropy/softmax_cross_entropy_cuda.hpp"
 #endif
@@ -56,7 +57,7 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, probs, labels);
   if (stream.device().is_cpu()) {
-    cpu::check_labels(kOp, labels, logits.shape[1]);
+    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
     cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
     return;
   }
@@ -82,7 +83,7 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
   detail::check_overlap(kOp, dlogits, probs);  // dlogits may be exactly probs (in-place)
   detail::check_disjoint(kOp, dlogits, labels);
   if (stream.device().is_cpu()) {
-    cpu::check_labels(kOp, labels, probs.shape[1]);
+    cpu::check_indices(kOp, "label", labels, probs.shape[1]);
     cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
     return;
   }
@@ -128,7 +129,7 @@ void count_correct(Stream& stream, const TensorView& correct, const TensorView& 
   detail::check_disjoint(kOp, correct, logits);
   detail::check_disjoint(kOp, correct, labels);
   if (stream.device().is_cpu()) {
-    cpu::check_labels(kOp, labels, logits.shape[1]);
+    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
     cpu::count_correct(correct, logits, labels);
     return;
   }

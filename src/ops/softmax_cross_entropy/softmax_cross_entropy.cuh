@@ -1,6 +1,8 @@
 // Fused softmax + cross-entropy, forward and backward, for logits of type T (f32, __half or
-// __nv_bfloat16), with the label check they share with argmax.cuh. The formulas are the CPU
-// backend's (src/ops/softmax_cross_entropy/softmax_cross_entropy_cpu.cpp), so the two agree to a few ulps:
+// __nv_bfloat16); labels are read with
+// load_index and checked by ember/kernels/index_check.cuh. The formulas are the CPU
+// backend's (src/ops/softmax_cross_entropy/softmax_cross_entropy_cpu.cpp), so the two agree to a
+// few ulps:
 //   m = max_j x[j] (nan-propagating), s = sum_j e^(x[j] - m) in double,
 //   p[j] = f32(e^(x[j] - m) * (1 / s)) in double, loss_row = (m - x[label]) + log s in double,
 //   loss = f32(sum of loss_row / B), the rows added by a fixed tree (no atomics);
@@ -16,6 +18,7 @@
 
 #include <cstdint>
 
+#include "ember/kernels/index_check.cuh"
 #include "ember/kernels/reduce_common.cuh"
 
 namespace ember::kernels {
@@ -36,33 +39,6 @@ struct MaxNanOp {
 
 }  // namespace softmax_detail
 
-__device__ __forceinline__ int64_t load_label(const void* labels, bool labels_i64, int64_t row) {
-  return labels_i64 ? static_cast<const int64_t*>(labels)[row]
-                    : static_cast<const int32_t*>(labels)[row];
-}
-
-// *first_bad = min(*first_bad, every row whose label is outside [0, classes)). The host sets
-// *first_bad to all ones first, and reads it back once the stream has been synchronized.
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads)
-    check_labels_kernel(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
-                        unsigned long long* first_bad) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; r < rows;
-       r += stride) {
-    const int64_t label = load_label(labels, labels_i64, r);
-    if (label < 0 || label >= classes) atomicMin(first_bad, static_cast<unsigned long long>(r));
-  }
-}
-
-// verdict[1] = the label of row verdict[0] when check_labels_kernel found a bad one (one thread).
-__global__ void bad_label_kernel(const void* labels, bool labels_i64, unsigned long long* verdict) {
-  if (verdict[0] != ~0ull) {
-    verdict[1] = static_cast<unsigned long long>(
-        load_label(labels, labels_i64, static_cast<int64_t>(verdict[0])));
-  }
-}
-
 // Forward, one row per team of kTeam threads along x (block (32, 8) for warp teams, (256, 1)
 // for block teams). probs may be exactly the logits (f32, in-place): thread 0 reads x[label]
 // before a team barrier, and each thread of the last pass reads x[j] before it writes p[j].
@@ -77,11 +53,11 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
     const T* x = logits + row * cols;
     float* p = probs + row * cols;
     // With in-place probs, x[label] must be read before the team writes p: the barrier orders it.
-    // A label out of range (reported by check_labels_kernel at the next synchronize) reads
+    // A label out of range (reported by first_bad_index_kernel at the next synchronize) reads
     // nothing and gives a nan loss.
     float x_label = 0.0f;
     if (threadIdx.x == 0) {
-      const int64_t label = load_label(labels, labels_i64, row);
+      const int64_t label = load_index(labels, labels_i64, row);
       x_label =
           label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
     }
@@ -133,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t step_rows = stride / cols, step_cols = stride % cols;
   for (; i < n; i += stride) {
     const float p = probs[i];
-    const float d = col == load_label(labels, labels_i64, row) ? (p - 1.0f) * scale : p * scale;
+    const float d = col == load_index(labels, labels_i64, row) ? (p - 1.0f) * scale : p * scale;
     dlogits[i] = from_f32<T>(d);
     row += step_rows;
     col += step_cols;

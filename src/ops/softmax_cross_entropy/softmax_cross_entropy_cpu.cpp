@@ -9,14 +9,10 @@
 
 #include "ember/core/denormals.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/index_check.hpp"
 
 namespace ember::ops::cpu {
 namespace {
-
-int64_t label_at(const TensorView& labels, int64_t row) {
-  if (labels.dtype == DType::i32) return static_cast<const int32_t*>(labels.data)[row];
-  return static_cast<const int64_t*>(labels.data)[row];
-}
 
 // One f32 row buffer per thread for 16-bit inputs, allocated before the parallel region so that
 // nothing inside it allocates (an exception must not escape an OpenMP region).
@@ -63,16 +59,6 @@ EMBER_CPU_CLONES void scale_in_double(float* p, int64_t n, double scale) {
 
 }  // namespace
 
-void check_labels(std::string_view op, const TensorView& labels, int64_t classes) {
-  const int64_t rows = labels.numel();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t label = label_at(labels, r);
-    EMBER_CHECK(0 <= label && label < classes,
-                "{}: label {} in row {} is out of range [0, {}) (labels {})", op, label, r, classes,
-                labels.describe());
-  }
-}
-
 // Per row: m = max, p = e^(x - m) / s with s = sum e^(x - m) (every exponent <= 0, so nothing
 // overflows even for logits of 1e30), loss = log s + m - x[label]. A logit of -inf gives
 // probability 0 and no nan as long as the row has a finite maximum.
@@ -92,7 +78,7 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
       // before p overwrites it.
       const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
       float* p = static_cast<float*>(probs.data) + r * cols;
-      const float x_label = x[label_at(labels, r)];
+      const float x_label = x[index_at(labels, r)];
       MaxLanes max_lanes;
       max_lanes.add(x, cols);
       const float m = max_lanes.total();
@@ -130,7 +116,7 @@ void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView&
       const int64_t width = std::min(kBlock, cols - c0);
       const int64_t begin = r * cols + c0;
       const float* p = static_cast<const float*>(probs.data) + begin;
-      const int64_t at = label_at(labels, r) - c0;  // the label's column within this block
+      const int64_t at = index_at(labels, r) - c0;  // the label's column within this block
       const bool has_label = 0 <= at && at < width;
       const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
       float buffer[kBlock];
@@ -176,7 +162,7 @@ void count_correct(const TensorView& correct, const TensorView& logits, const Te
 #pragma omp for schedule(static) reduction(+ : count)
     for (int64_t r = 0; r < rows; ++r) {
       const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
-      count += row_argmax(x, cols) == label_at(labels, r) ? 1 : 0;
+      count += row_argmax(x, cols) == index_at(labels, r) ? 1 : 0;
     }
   }
   *static_cast<int64_t*>(correct.data) = count;

@@ -1,4 +1,4 @@
-// Launchers for softmax + cross-entropy, the label check and argmax
+// Launchers for softmax + cross-entropy and argmax
 // (src/ops/softmax_cross_entropy/softmax_cross_entropy.cuh, argmax.cuh): picks a warp or a block
 // per row by the number of classes.
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include "argmax.cuh"
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/launch.hpp"
+#include "ember/kernels/grid.cuh"
 #include "ops/reduce/reduce_dispatch.hpp"
 #include "ops/reduce/reduce_launchers.hpp"
 #include "softmax_cross_entropy.cuh"
@@ -20,16 +21,11 @@ using kernels::softmax_detail::kThreads;
 using kernels::softmax_detail::kWarpRowMaxCols;
 using kernels::softmax_detail::kWarpRowsPerBlock;
 
-constexpr int64_t kMaxGridX = int64_t{1} << 30;  // any row count fits (limit 2^31 - 1)
-constexpr int64_t kMaxElementwiseBlocks = 4096;  // grid-stride beyond
-
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+using kernels::ceil_div;
+using kernels::kMaxGridX;
 
 unsigned elementwise_blocks(int64_t n) {
-  return static_cast<unsigned>(
-      std::clamp(ceil_div(n, kThreads), int64_t{1}, kMaxElementwiseBlocks));
+  return kernels::grid_stride_blocks(n, kThreads);
 }
 
 // Launches kernel<kTeam, T> with one row per team: warps, 8 rows to a block, for narrow rows;
@@ -50,14 +46,6 @@ void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_on
 }
 
 }  // namespace
-
-void launch_check_labels(const void* labels, bool labels_i64, int64_t rows, int64_t classes,
-                         unsigned long long* verdict, cudaStream_t stream) {
-  EMBER_CUDA_CHECK(cudaMemsetAsync(verdict, 0xff, 2 * sizeof(*verdict), stream));
-  launch(kernels::check_labels_kernel<kThreads>, dim3(elementwise_blocks(rows)), dim3(kThreads), 0,
-         stream, labels, labels_i64, rows, classes, verdict);
-  launch(kernels::bad_label_kernel, dim3(1), dim3(1), 0, stream, labels, labels_i64, verdict);
-}
 
 size_t softmax_xent_forward_scratch_bytes(int64_t rows) {
   return static_cast<size_t>(rows) * sizeof(double);

@@ -1,4 +1,4 @@
-// LayerNorm's per-element formulas, shared by the CPU loops (layer_norm_cpu.cpp) and the CUDA
+// LayerNorm's per-element formulas, shared by the CPU loops (src/ops/layer_norm.cu) and the CUDA
 // kernels (layer_norm.cuh), each operation rounded once (ember/core/ieee_rn.hpp), so that both
 // give the same bits from the same statistics.
 #pragma once
@@ -8,7 +8,7 @@
 #include "ember/core/ieee_rn.hpp"
 #include "ember/core/macros.hpp"
 
-namespace ember::ops::layer_norm_math {
+namespace ember::kernels::layer_norm_math {
 
 // Rows per chunk of the dgamma/dbeta column sums: each chunk's sums are made in row order, and
 // the chunks added in order.
@@ -34,4 +34,4 @@ EMBER_HOST_DEVICE inline float input_grad(float g, float xh, float rstd, float m
   return rn::mul(rstd, rn::sub(rn::sub(g, mg), rn::mul(xh, mgx)));
 }
 
-}  // namespace ember::ops::layer_norm_math
+}  // namespace ember::kernels::layer_norm_math

@@ -1,13 +1,13 @@
 // LayerNorm's CUDA kernels: one row per team (a warp for rows of up to 1024 elements, 8 rows to
 // a block; else a block of 256), statistics in double, the shared formulas of
-// layer_norm_math.hpp; and the dgamma/dbeta column sums in two phases, a chunk of rows per block
-// row (row order inside a chunk), then the chunks in order, as on the CPU.
+// ember/kernels/layer_norm_math.cuh; and the dgamma/dbeta column sums in two phases, a chunk of
+// rows per block row (row order inside a chunk), then the chunks in order, as on the CPU.
 #pragma once
 
 #include <cstdint>
 
+#include "ember/kernels/layer_norm_math.cuh"
 #include "ember/kernels/reduce_common.cuh"
-#include "ops/layer_norm/layer_norm_math.hpp"
 
 namespace ember::kernels {
 
@@ -28,7 +28,7 @@ template <int kTeam, class TIn, class TOut>
 __global__ void __launch_bounds__(layer_norm_detail::kThreads)
     layer_norm_forward_kernel(const TIn* x, TOut* y, const float* gamma, const float* beta,
                               float* mean, float* rstd, float eps, int64_t rows, int64_t cols) {
-  namespace math = ops::layer_norm_math;
+  namespace math = layer_norm_math;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const TIn* xr = x + row * cols;
@@ -60,7 +60,7 @@ template <int kTeam, class TX, class TDy, class TDx>
 __global__ void __launch_bounds__(layer_norm_detail::kThreads)
     layer_norm_input_grad_kernel(const TX* x, const TDy* dy, const float* gamma, const float* mean,
                                  const float* rstd, TDx* dx, int64_t rows, int64_t cols) {
-  namespace math = ops::layer_norm_math;
+  namespace math = layer_norm_math;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const TX* xr = x + row * cols;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(layer_norm_detail::kColumnThreads)
     layer_norm_param_partials_kernel(const TX* x, const TDy* dy, const float* mean,
                                      const float* rstd, int64_t rows, int64_t cols, int64_t chunks,
                                      double* partials) {
-  namespace math = ops::layer_norm_math;
+  namespace math = layer_norm_math;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
   for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {

@@ -197,5 +197,6 @@ inline void cp_async_wait_all() {
 }  // namespace ember
 
 #else
-#error "ember/kernels/intrinsics.cuh is device code: compile it with nvcc, or with EMBER_SIMT defined"
+#error \
+    "ember/kernels/intrinsics.cuh is device code: compile it with nvcc, or with EMBER_SIMT defined"
 #endif

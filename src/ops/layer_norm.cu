@@ -1,0 +1,394 @@
+// LayerNorm over the last dimension: the argument checks, the CPU body and the CUDA launches
+// (kernels in ember/kernels/layer_norm.cuh). Both devices use the shared per-element formulas
+// (ember/kernels/layer_norm_math.cuh), rounded once each, so they give the same bits from the
+// same statistics. Compiled by nvcc in CUDA builds, as C++ in CPU-only builds and under the SIMT
+// emulator.
+//
+// CPU: rows in parallel (OpenMP), statistics in double; dgamma and dbeta from chunk partials in
+// double, added in chunk order. CUDA: see layer_norm.cuh.
+#include "ember/ops/layer_norm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include "ember/core/denormals.hpp"
+#include "ember/kernels/layer_norm_math.cuh"
+#include "ember/ops/check.hpp"
+#include "ops/common/cpu_ops.hpp"
+
+#if EMBER_WITH_CUDA
+#include "ember/core/check_cuda.hpp"
+#include "ember/core/launch.hpp"
+#include "ember/core/scratch.hpp"
+#include "ember/kernels/grid.cuh"
+#include "ember/kernels/layer_norm.cuh"
+#include "ops/common/element_type.hpp"
+#include "ops/reduce/reduce_dispatch.hpp"
+#endif
+
+namespace ember::ops {
+
+// ---- checks ------------------------------------------------------------------------------------
+
+namespace {
+
+struct Rows {
+  int64_t rows, cols;
+};
+
+// x: float, rank >= 1; its rows are its last dimension (an empty x has none to normalize).
+Rows check_input(std::string_view op, const Stream& stream, const TensorView& x) {
+  detail::check_devices(op, stream, {&x});
+  detail::check_floating(op, "x", x);
+  EMBER_CHECK(x.rank() >= 1, "{}: x must have rank >= 1, not {}", op, x.describe());
+  const int64_t cols = x.shape[-1];
+  return {x.numel() == 0 ? 0 : x.numel() / cols, cols};
+}
+
+// An optional per-column f32 vector (gamma, beta, dgamma, dbeta).
+void check_column_vector(std::string_view op, std::string_view name, const Stream& stream,
+                         const TensorView& v, int64_t cols) {
+  if (!detail::present(v)) return;
+  detail::check_devices(op, stream, {&v});
+  detail::check_dtype(op, name, v, DType::f32);
+  EMBER_CHECK(v.rank() == 1 && v.shape[0] == cols, "{}: {} must be [{}], not {}", op, name, cols,
+              v.describe());
+}
+
+// mean and rstd: f32 [rows].
+void check_statistics(std::string_view op, const Stream& stream, const TensorView& mean,
+                      const TensorView& rstd, int64_t rows) {
+  for (auto [name, t] : {std::pair{"mean", &mean}, std::pair{"rstd", &rstd}}) {
+    detail::check_devices(op, stream, {t});
+    detail::check_dtype(op, name, *t, DType::f32);
+    EMBER_CHECK(t->rank() == 1 && t->shape[0] == rows, "{}: {} must be [{}] (one per row), not {}",
+                op, name, rows, t->describe());
+  }
+  detail::check_disjoint(op, mean, rstd);
+}
+
+}  // namespace
+
+// ---- CPU ---------------------------------------------------------------------------------------
+
+namespace cpu {
+namespace math = kernels::layer_norm_math;
+
+namespace {
+const float* f32_or_null(const TensorView& t) {
+  return t.data == nullptr ? nullptr : static_cast<const float*>(t.data);
+}
+
+// Writes count f32 values into elements [begin, begin + count) of t (rounding to 16 bits).
+void store_row(const TensorView& t, int64_t begin, int64_t count, const float* values) {
+  if (t.dtype == DType::f32) {
+    std::copy(values, values + count, static_cast<float*>(t.data) + begin);
+  } else {
+    store_f32(t.data, t.dtype, begin, count, values);
+  }
+}
+}  // namespace
+
+void layer_norm_forward(const TensorView& y, const TensorView& mean, const TensorView& rstd,
+                        const TensorView& x, const TensorView& gamma, const TensorView& beta,
+                        float eps, int64_t rows, int64_t cols) {
+  const float* g = f32_or_null(gamma);
+  const float* b = f32_or_null(beta);
+  auto* mean_out = static_cast<float*>(mean.data);
+  auto* rstd_out = static_cast<float*>(rstd.data);
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+    std::vector<float> in(static_cast<size_t>(cols)), out(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* v = load_f32(x.data, x.dtype, r * cols, cols, in.data());
+      double sum = 0.0;
+      for (int64_t j = 0; j < cols; ++j) sum += v[j];
+      const float m = math::mean_of(sum, cols);
+      double squares = 0.0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double d = static_cast<double>(v[j]) - static_cast<double>(m);
+        squares += rn::dmul(d, d);
+      }
+      const float s = math::rstd_of(squares, cols, eps);
+      for (int64_t j = 0; j < cols; ++j) {
+        out[j] =
+            math::normalized(v[j], m, s, g != nullptr ? g[j] : 1.0f, b != nullptr ? b[j] : 0.0f);
+      }
+      store_row(y, r * cols, cols, out.data());
+      if (mean_out != nullptr) {
+        mean_out[r] = m;
+        rstd_out[r] = s;
+      }
+    }
+  }
+}
+
+void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta,
+                         const TensorView& dy, const TensorView& x, const TensorView& mean,
+                         const TensorView& rstd, const TensorView& gamma, bool accumulate,
+                         int64_t rows, int64_t cols) {
+  const float* g = f32_or_null(gamma);
+  const auto* mean_in = static_cast<const float*>(mean.data);
+  const auto* rstd_in = static_cast<const float*>(rstd.data);
+  if (dx.data != nullptr) {
+    const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows * cols >= kParallelMin)
+    {
+      const ember::detail::CpuFloatScope float_scope(flush_mode);
+      std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols)),
+          out(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.data());
+        const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.data());
+        const float m = mean_in[r], s = rstd_in[r];
+        double sum_g = 0.0, sum_gx = 0.0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
+          sum_g += gj;
+          sum_gx += static_cast<double>(gj) * static_cast<double>(math::xhat(xv[j], m, s));
+        }
+        const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
+          out[j] = math::input_grad(gj, math::xhat(xv[j], m, s), s, mg, mgx);
+        }
+        store_row(dx, r * cols, cols, out.data());
+      }
+    }
+  }
+  if (dgamma.data == nullptr && dbeta.data == nullptr) return;
+  // Chunk partials (in parallel), then the chunks in order.
+  const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, math::kRowsPerChunk));
+  std::vector<double> part_gamma(static_cast<size_t>(chunks * cols), 0.0);
+  std::vector<double> part_beta(static_cast<size_t>(chunks * cols), 0.0);
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+    std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      double* pg = part_gamma.data() + c * cols;
+      double* pb = part_beta.data() + c * cols;
+      const int64_t end = std::min(rows, (c + 1) * math::kRowsPerChunk);
+      for (int64_t r = c * math::kRowsPerChunk; r < end; ++r) {
+        const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.data());
+        const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.data());
+        for (int64_t j = 0; j < cols; ++j) {
+          pg[j] += static_cast<double>(dv[j]) *
+                   static_cast<double>(math::xhat(xv[j], mean_in[r], rstd_in[r]));
+          pb[j] += dv[j];
+        }
+      }
+    }
+  }
+  for (auto [out, part] : {std::pair{&dgamma, &part_gamma}, std::pair{&dbeta, &part_beta}}) {
+    if (out->data == nullptr) continue;
+    auto* o = static_cast<float*>(out->data);
+    for (int64_t j = 0; j < cols; ++j) {
+      double total = 0.0;
+      for (int64_t c = 0; c < chunks; ++c) total += (*part)[static_cast<size_t>(c * cols + j)];
+      o[j] = accumulate ? rn::add(o[j], static_cast<float>(total)) : static_cast<float>(total);
+    }
+  }
+}
+}  // namespace cpu
+
+// ---- CUDA --------------------------------------------------------------------------------------
+
+#if EMBER_WITH_CUDA
+namespace cuda {
+namespace {
+
+using kernels::layer_norm_detail::kColumnThreads;
+using kernels::layer_norm_detail::kThreads;
+using kernels::layer_norm_detail::kWarpRowMaxCols;
+using kernels::layer_norm_detail::kWarpRowsPerBlock;
+
+using kernels::ceil_div;
+using kernels::kMaxGridX;
+
+// Calls launch.template operator()<kTeam>(grid, block): a warp per row for narrow rows, a block
+// per row for wide ones.
+template <class Launch>
+void launch_row_teams(int64_t rows, int64_t cols, Launch&& launch_one) {
+  if (cols <= kWarpRowMaxCols) {
+    launch_one.template operator()<32>(
+        dim3(static_cast<unsigned>(std::min(ceil_div(rows, kWarpRowsPerBlock), kMaxGridX))),
+        dim3(32, kWarpRowsPerBlock));
+  } else {
+    launch_one.template operator()<kThreads>(dim3(static_cast<unsigned>(std::min(rows, kMaxGridX))),
+                                             dim3(kThreads, 1));
+  }
+}
+
+cudaStream_t enter_device(const Stream& stream) {
+  EMBER_CUDA_CHECK(cudaSetDevice(stream.device().index()));
+  return static_cast<cudaStream_t>(stream.native());
+}
+
+const float* f32_or_null(const TensorView& t) {
+  return static_cast<const float*>(t.data);
+}
+
+}  // namespace
+
+void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& mean,
+                        const TensorView& rstd, const TensorView& x, const TensorView& gamma,
+                        const TensorView& beta, float eps, int64_t rows, int64_t cols) {
+  if (rows == 0) return;
+  const cudaStream_t handle = enter_device(stream);
+  with_element_type(element_type(x.dtype), [&](auto element) {
+    using T = decltype(element);
+    launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
+      launch(kernels::layer_norm_forward_kernel<kTeam, T, T>, grid, block, 0, handle,
+             static_cast<const T*>(x.data), static_cast<T*>(y.data), f32_or_null(gamma),
+             f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data), eps,
+             rows, cols);
+    });
+  });
+}
+
+void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView& dgamma,
+                         const TensorView& dbeta, const TensorView& dy, const TensorView& x,
+                         const TensorView& mean, const TensorView& rstd, const TensorView& gamma,
+                         bool accumulate, int64_t rows, int64_t cols) {
+  const cudaStream_t handle = enter_device(stream);
+  const auto* m = static_cast<const float*>(mean.data);
+  const auto* s = static_cast<const float*>(rstd.data);
+  with_element_type(element_type(x.dtype), [&](auto x_element) {
+    using TX = decltype(x_element);
+    with_element_type(element_type(dy.dtype), [&](auto dy_element) {
+      using TDy = decltype(dy_element);
+      if (dx.data != nullptr && rows > 0) {
+        launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
+          launch(kernels::layer_norm_input_grad_kernel<kTeam, TX, TDy, TX>, grid, block, 0, handle,
+                 static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data),
+                 f32_or_null(gamma), m, s, static_cast<TX*>(dx.data), rows, cols);
+        });
+      }
+      if (dgamma.data == nullptr && dbeta.data == nullptr) return;
+      const int64_t chunks =
+          std::max<int64_t>(1, ceil_div(rows, kernels::layer_norm_math::kRowsPerChunk));
+      const size_t bytes = static_cast<size_t>(2 * chunks * cols) * sizeof(double);
+      const Scratch partials(stream, bytes);
+      auto* p = static_cast<double*>(partials.data());
+      const dim3 column_blocks(static_cast<unsigned>(ceil_div(cols, kColumnThreads)));
+      if (rows > 0) {
+        launch(kernels::layer_norm_param_partials_kernel<TX, TDy>,
+               dim3(column_blocks.x, static_cast<unsigned>(std::min<int64_t>(chunks, 65535))),
+               dim3(kColumnThreads), 0, handle, static_cast<const TX*>(x.data),
+               static_cast<const TDy*>(dy.data), m, s, rows, cols, chunks, p);
+      } else {
+        EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, handle));
+      }
+      launch(kernels::layer_norm_param_finish_kernel, column_blocks, dim3(kColumnThreads), 0,
+             handle, static_cast<const double*>(p), cols, chunks, static_cast<float*>(dgamma.data),
+             static_cast<float*>(dbeta.data), accumulate);
+    });
+  });
+}
+}  // namespace cuda
+#endif
+
+// ---- the ops -----------------------------------------------------------------------------------
+
+void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& mean,
+                        const TensorView& rstd, const TensorView& x, const TensorView& gamma,
+                        const TensorView& beta, float eps) {
+  constexpr std::string_view kOp = "ops::layer_norm_forward";
+  mark_written(y);
+  mark_written(mean);
+  mark_written(rstd);
+  const auto [rows, cols] = check_input(kOp, stream, x);
+  detail::check_devices(kOp, stream, {&y});
+  EMBER_CHECK(y.shape == x.shape && y.dtype == x.dtype, "{}: y {} must match x {} (shape, dtype)",
+              kOp, y.describe(), x.describe());
+  detail::check_overlap(kOp, y, x);
+  EMBER_CHECK(std::isfinite(eps) && eps >= 0.0f, "{}: eps must be finite and >= 0, not {}", kOp,
+              eps);
+  check_column_vector(kOp, "gamma", stream, gamma, cols);
+  check_column_vector(kOp, "beta", stream, beta, cols);
+  EMBER_CHECK(detail::present(mean) == detail::present(rstd),
+              "{}: give both mean and rstd (training) or neither (inference)", kOp);
+  if (detail::present(mean)) {
+    check_statistics(kOp, stream, mean, rstd, rows);
+    for (const TensorView* t : {&mean, &rstd}) {
+      detail::check_disjoint(kOp, *t, x);
+      detail::check_disjoint(kOp, *t, y);
+    }
+  }
+  for (const TensorView* t : {&gamma, &beta}) {
+    if (detail::present(*t)) detail::check_disjoint(kOp, y, *t);
+  }
+  if (rows == 0) return;
+  if (stream.device().is_cpu()) {
+    cpu::layer_norm_forward(y, mean, rstd, x, gamma, beta, eps, rows, cols);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::layer_norm_forward(stream, y, mean, rstd, x, gamma, beta, eps, rows, cols);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView& dgamma,
+                         const TensorView& dbeta, const TensorView& dy, const TensorView& x,
+                         const TensorView& mean, const TensorView& rstd, const TensorView& gamma,
+                         bool accumulate) {
+  constexpr std::string_view kOp = "ops::layer_norm_backward";
+  mark_written(dx);
+  mark_written(dgamma);
+  mark_written(dbeta);
+  const auto [rows, cols] = check_input(kOp, stream, x);
+  detail::check_devices(kOp, stream, {&dy});
+  detail::check_floating(kOp, "dy", dy);
+  EMBER_CHECK(dy.shape == x.shape, "{}: dy {} must have x's shape {}", kOp, dy.describe(),
+              x.describe());
+  check_statistics(kOp, stream, mean, rstd, rows);
+  check_column_vector(kOp, "gamma", stream, gamma, cols);
+  check_column_vector(kOp, "dgamma", stream, dgamma, cols);
+  check_column_vector(kOp, "dbeta", stream, dbeta, cols);
+  if (detail::present(dx)) {
+    detail::check_devices(kOp, stream, {&dx});
+    EMBER_CHECK(dx.shape == x.shape && dx.dtype == x.dtype,
+                "{}: dx {} must match x {} (shape, dtype)", kOp, dx.describe(), x.describe());
+    // The parameter sums read x and dy after dx is written: dx must be separate memory.
+    for (const TensorView* t : {&x, &dy, &mean, &rstd, &gamma, &dgamma, &dbeta}) {
+      if (detail::present(*t)) detail::check_disjoint(kOp, dx, *t);
+    }
+  }
+  for (const TensorView* out : {&dgamma, &dbeta}) {
+    if (!detail::present(*out)) continue;
+    for (const TensorView* t : {&x, &dy, &mean, &rstd, &gamma}) {
+      if (detail::present(*t)) detail::check_disjoint(kOp, *out, *t);
+    }
+  }
+  if (detail::present(dgamma) && detail::present(dbeta)) {
+    detail::check_disjoint(kOp, dgamma, dbeta);
+  }
+  const TensorView none;
+  const TensorView& dx_or_none = detail::present(dx) ? dx : none;
+  if (cols == 0) return;  // no columns: no statistics, nothing to write
+  if (rows == 0 && (accumulate || (!detail::present(dgamma) && !detail::present(dbeta)))) return;
+  if (stream.device().is_cpu()) {
+    cpu::layer_norm_backward(dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate, rows,
+                             cols);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::layer_norm_backward(stream, dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate,
+                            rows, cols);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+}  // namespace ember::ops
