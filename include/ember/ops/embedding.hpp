@@ -19,8 +19,10 @@ void embedding_forward(Stream& stream, const TensorView& out, const TensorView& 
 // dtable [V, D] (f32, f16 or bf16): row v = (accumulate ? row v : 0) + the rows of dout
 // [*ids.shape, D] whose id is v, added in f32 in the order of their positions and rounded to
 // dtable's dtype once. Rows no id names are left as they are when accumulating, else zeroed.
-// Deterministic: no floating-point atomics, so the same bits on every run, at any thread count,
-// on the CPU and on a GPU. Bad ids as in embedding_forward (their rows of dout are skipped).
+// Deterministic: no floating-point atomics, so the same bits on every run and at any thread
+// count; the CPU and a GPU give the same bits too, except that the CPU flushes subnormal sums to
+// zero by default (docs/cpu.md) and NaNs keep their NaN-ness, not their payload. Bad ids as in
+// embedding_forward (their rows of dout are skipped).
 void embedding_backward(Stream& stream, const TensorView& dtable, const TensorView& dout,
                         const TensorView& ids, bool accumulate = true);
 
