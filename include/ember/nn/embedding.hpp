@@ -1,0 +1,47 @@
+// Embedding: a table of `vocab` rows of `dim` f32 values looked up by integer ids
+// (ops::embedding_forward): GPT-2's token and position embeddings. The output is f32 under every
+// autocast precision, as PyTorch's autocast leaves embeddings in f32; its gradient (any float
+// dtype) is added to the table's rows in position order (ops::embedding_backward), so the same
+// bits every run.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "ember/nn/module.hpp"
+
+namespace ember::nn {
+
+struct EmbeddingOptions {
+  float init_std = 0.02f;  // the rows start normal(0, init_std), GPT-2's initialization
+  // Initialization seed (counter-based); without one, the next default seed (nn/seed.hpp).
+  std::optional<uint64_t> seed;
+  Device device;
+};
+
+class Embedding final : public Module {
+ public:
+  Embedding(int64_t vocab, int64_t dim, const EmbeddingOptions& options = {});
+
+  // ids: i32 or i64 of any shape, each in [0, vocab) (a bad id is an Error naming its row and
+  // value; on a GPU from the stream's next synchronize). Returns [*ids.shape, dim] f32.
+  Tensor forward(Context& ctx, const Tensor& ids) override;
+  // Adds dy's rows into the table's gradient. Ids have no gradient: returns an undefined Tensor.
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  std::vector<Parameter*> parameters() override { return {&weight_}; }
+  void drop_saved() override { ids_ = Tensor(); }
+  bool has_saved() const override { return ids_.defined(); }
+  std::string name() const override;
+  void set_path(std::string path) override;
+
+  Parameter& weight() { return weight_; }
+  int64_t vocab() const { return vocab_; }
+  int64_t dim() const { return dim_; }
+
+ private:
+  int64_t vocab_, dim_;
+  Parameter weight_;
+  Tensor ids_;  // saved by forward
+};
+
+}  // namespace ember::nn

@@ -1,0 +1,31 @@
+// Scaled dot-product attention, multi-head, with an optional causal mask: softmax(q k^T * scale)
+// v per head, the forward saving each query row's log-sum-exp and the backward recomputing the
+// probabilities from it (flash-attention style), in a fixed order: the same bits on every run.
+#pragma once
+
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+
+namespace ember::ops {
+
+struct AttentionOptions {
+  bool causal = true;  // query t sees keys 0..t (GPT); false: every key
+  float scale = 0.0f;  // the scores' factor; 0 means 1 / sqrt(head dim)
+};
+
+// qkv [B, T, 3, H, D]: the queries, keys and values of each position side by side, as one fused
+// projection [B, T, 3 * H * D] writes them (f32, f16 or bf16; 1 <= D <= 256). out [B, T, H, D]
+// in qkv's dtype; lse [B, H, T] f32, each query row's log-sum-exp of its scaled scores, which the
+// backward needs. Arithmetic in f32 with each operation rounded once; the CPU and an emulated
+// GPU give the same bits, a GPU differs by its expf and logf. A row whose scores are all -inf
+// comes out nan (no key to attend to), as do rows with nan inputs.
+void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
+                       const TensorView& qkv, const AttentionOptions& options = {});
+
+// dqkv [B, T, 3, H, D] (qkv's dtype, written, not accumulated) from dout [B, T, H, D] (out's
+// dtype), given the forward's qkv, out and lse and the same options.
+void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView& dout,
+                        const TensorView& qkv, const TensorView& out, const TensorView& lse,
+                        const AttentionOptions& options = {});
+
+}  // namespace ember::ops

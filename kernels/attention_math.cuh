@@ -1,0 +1,65 @@
+// Scaled dot-product attention's per-row arithmetic, host and device alike, defined once: the
+// online softmax step, the probabilities the backward recomputes from the saved log-sum-exp, and
+// the order of a dot product over the head dimension. The CPU body (src/ops/attention.cu) and the
+// CUDA kernels (attention.cuh) make the same operations in the same order, each rounded once
+// (ember/core/ieee_rn.hpp), so the CPU and the emulated GPU give the same bits and a GPU differs
+// only by its expf/logf.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
+
+#include "ember/core/ieee_rn.hpp"
+#include "ember/core/macros.hpp"
+#include "ember/kernels/activation_math.cuh"
+
+namespace ember::kernels::attention_math {
+
+inline constexpr int kLanes = 32;            // a row belongs to one warp
+inline constexpr int64_t kMaxHeadDim = 256;  // at most 8 elements of a row per lane
+
+// Folds score s into a row's running maximum m and sum l (m = -inf, l = 0 before the first
+// score): `scale` rescales what was accumulated before (1 when the maximum stays, also at -inf),
+// `weight` is e^(s - m) for the new maximum (0 for a score of -inf). A nan score makes l nan.
+EMBER_HOST_DEVICE EMBER_INLINE void online_step(float s, float& m, float& l, float& scale,
+                                                float& weight) {
+  const float m_new = s > m ? s : m;
+  scale = m_new == m ? 1.0f : math::exp(rn::sub(m, m_new));
+  weight = s == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp(rn::sub(s, m_new));
+  l = rn::add(rn::mul(l, scale), weight);
+  m = m_new;
+}
+
+EMBER_HOST_DEVICE EMBER_INLINE float log_sum_exp(float m, float l) {
+#if defined(__CUDA_ARCH__)
+  return rn::add(m, logf(l));
+#else
+  return rn::add(m, std::log(l));
+#endif
+}
+
+// The backward's probability of score s in a row whose log-sum-exp is lse.
+EMBER_HOST_DEVICE EMBER_INLINE float probability(float s, float lse) {
+  return s == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp(rn::sub(s, lse));
+}
+
+// sum_d a[d] * b[d] in a warp's order, on the host: lane l adds the products of d = l, l + 32,
+// ... in turn (from +0), then the lanes are added by the xor tree of warp_reduce
+// (reduce_common.cuh): at offsets 16, 8, 4, 2, 1, lane l adds lane l + offset.
+inline float dot_in_warp_order(const float* a, const float* b, int64_t dim) {
+  float lanes[kLanes] = {};
+  for (int64_t base = 0; base < dim; base += kLanes) {
+    const int64_t n = dim - base < kLanes ? dim - base : kLanes;
+    for (int64_t l = 0; l < n; ++l) lanes[l] = rn::add(lanes[l], rn::mul(a[base + l], b[base + l]));
+  }
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    for (int l = 0; l < offset; ++l) lanes[l] = rn::add(lanes[l], lanes[l + offset]);
+  }
+  return lanes[0];
+}
+
+}  // namespace ember::kernels::attention_math

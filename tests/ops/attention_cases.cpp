@@ -1,0 +1,291 @@
+// ops::attention_forward / attention_backward on every device (device_cases.hpp): out, the
+// log-sum-exp and every gradient against a double-precision reference written here, causal and
+// not, T = 1, head dims that are not a multiple of a warp (1 to 256), every float dtype; the
+// first causal row is exactly its value row; huge scores stay finite and a nan stays in its row;
+// the same bits run to run, and on the emulated GPU the CPU's bits; bad operands.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ember/ops/attention.hpp"
+#include "ops/device_cases.hpp"
+#include "ops/ops_test_support.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using ember::Device;
+using ember::DType;
+using ember::Shape;
+using ember::Stream;
+using ember::Tensor;
+using ember::TensorView;
+using ember::testing::expect_error;
+using ember::testing::kFloatTypes;
+using ember::testing::kNan;
+using ember::testing::raw;
+using ember::testing::values;
+namespace ops = ember::ops;
+
+class Attention : public ember::testing::OnDevice {};
+
+struct Dims {
+  int64_t b, t, h, d;
+};
+
+int64_t qkv_at(const Dims& s, int64_t b, int64_t t, int part, int64_t h, int64_t d) {
+  return (((b * s.t + t) * 3 + part) * s.h + h) * s.d + d;
+}
+int64_t out_at(const Dims& s, int64_t b, int64_t t, int64_t h, int64_t d) {
+  return ((b * s.t + t) * s.h + h) * s.d + d;
+}
+
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+
+// Attention in double from the operands' (rounded) values.
+Reference reference(const Dims& s, const std::vector<float>& x, const std::vector<float>& g,
+                    bool causal, double scale) {
+  Reference r;
+  r.out.assign(static_cast<size_t>(s.b * s.t * s.h * s.d), 0.0);
+  r.lse.assign(static_cast<size_t>(s.b * s.h * s.t), 0.0);
+  r.dqkv.assign(x.size(), 0.0);
+  for (int64_t b = 0; b < s.b; ++b) {
+    for (int64_t h = 0; h < s.h; ++h) {
+      // p[i][j] for the keys j each query i sees.
+      std::vector<std::vector<double>> p(static_cast<size_t>(s.t));
+      for (int64_t i = 0; i < s.t; ++i) {
+        const int64_t keys = causal ? i + 1 : s.t;
+        std::vector<double> score(static_cast<size_t>(keys));
+        double m = -INFINITY;
+        for (int64_t j = 0; j < keys; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < s.d; ++d) {
+            dot += double{x[qkv_at(s, b, i, 0, h, d)]} * x[qkv_at(s, b, j, 1, h, d)];
+          }
+          score[j] = dot * scale;
+          m = std::max(m, score[j]);
+        }
+        double total = 0.0;
+        for (int64_t j = 0; j < keys; ++j) total += std::exp(score[j] - m);
+        r.lse[(b * s.h + h) * s.t + i] = m + std::log(total);
+        p[i].resize(static_cast<size_t>(keys));
+        for (int64_t j = 0; j < keys; ++j) {
+          p[i][j] = std::exp(score[j] - m) / total;
+          for (int64_t d = 0; d < s.d; ++d) {
+            r.out[out_at(s, b, i, h, d)] += p[i][j] * x[qkv_at(s, b, j, 2, h, d)];
+          }
+        }
+      }
+      if (g.empty()) continue;
+      for (int64_t i = 0; i < s.t; ++i) {
+        const int64_t keys = static_cast<int64_t>(p[i].size());
+        std::vector<double> dp(static_cast<size_t>(keys));
+        double correction = 0.0;
+        for (int64_t j = 0; j < keys; ++j) {
+          for (int64_t d = 0; d < s.d; ++d) {
+            dp[j] += double{g[out_at(s, b, i, h, d)]} * x[qkv_at(s, b, j, 2, h, d)];
+          }
+          correction += p[i][j] * dp[j];
+        }
+        for (int64_t j = 0; j < keys; ++j) {
+          const double ds = p[i][j] * (dp[j] - correction);
+          for (int64_t d = 0; d < s.d; ++d) {
+            r.dqkv[qkv_at(s, b, i, 0, h, d)] += scale * ds * x[qkv_at(s, b, j, 1, h, d)];
+            r.dqkv[qkv_at(s, b, j, 1, h, d)] += scale * ds * x[qkv_at(s, b, i, 0, h, d)];
+            r.dqkv[qkv_at(s, b, j, 2, h, d)] += p[i][j] * g[out_at(s, b, i, h, d)];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+const std::vector<Dims> kShapes = {{1, 1, 1, 1},   {2, 7, 3, 8},   {1, 33, 2, 33},
+                                   {2, 16, 1, 64}, {1, 5, 2, 100}, {1, 3, 1, 256}};
+
+double tolerance(DType dtype) {
+  return dtype == DType::f32 ? 2e-5 : dtype == DType::bf16 ? 3e-2 : 4e-3;
+}
+
+struct Results {
+  Tensor out, lse, dqkv;
+};
+
+Results run_attention(Stream& s, const Tensor& qkv, const Tensor& dout,
+                      const ops::AttentionOptions& options) {
+  const Shape& q = qkv.shape();
+  Results r{Tensor::zeros({q[0], q[1], q[3], q[4]}, qkv.dtype(), s),
+            Tensor::zeros({q[0], q[3], q[1]}, DType::f32, s), Tensor::zeros(q, qkv.dtype(), s)};
+  ops::attention_forward(s, r.out, r.lse, qkv, options);
+  if (dout.defined()) ops::attention_backward(s, r.dqkv, dout, qkv, r.out, r.lse, options);
+  return r;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::abs(want[i]))) << what << " element " << i;
+  }
+}
+
+TEST_P(Attention, MatchesTheDoubleReference) {
+  Stream s = stream();
+  uint32_t seed = 1;
+  for (const Dims& d : kShapes) {
+    for (bool causal : {true, false}) {
+      for (DType dtype : kFloatTypes) {
+        const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
+                                                         Device::cpu(), -1.0f, 1.0f);
+        const Tensor dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype,
+                                                          Device::cpu(), -1.0f, 1.0f);
+        const ops::AttentionOptions options{.causal = causal};
+        const Results r = run_attention(s, on(qkv), on(dout), options);
+        const Reference want = reference(d, values(qkv), values(dout), causal,
+                                         1.0 / std::sqrt(static_cast<double>(d.d)));
+        const std::string what = fmt::format("B{} T{} H{} D{} {} {}", d.b, d.t, d.h, d.d,
+                                             causal ? "causal" : "full", dtype_name(dtype));
+        expect_near_all(values(r.out), want.out, tolerance(dtype), what + " out");
+        expect_near_all(values(r.lse), want.lse, 1e-5, what + " lse");
+        expect_near_all(values(r.dqkv), want.dqkv, 2 * tolerance(dtype), what + " dqkv");
+      }
+    }
+  }
+}
+
+TEST_P(Attention, AGivenScaleIsUsed) {
+  Stream s = stream();
+  const Dims d{1, 6, 2, 16};
+  const Tensor qkv = ember::testing::random_tensor({1, 6, 3, 2, 16}, 5, DType::f32, Device::cpu());
+  const Tensor dout = ember::testing::random_tensor({1, 6, 2, 16}, 6, DType::f32, Device::cpu());
+  const Results r = run_attention(s, on(qkv), on(dout), {.causal = true, .scale = 0.7f});
+  const Reference want = reference(d, values(qkv), values(dout), true, double{0.7f});
+  expect_near_all(values(r.out), want.out, 2e-5, "out");
+  expect_near_all(values(r.dqkv), want.dqkv, 4e-5, "dqkv");
+}
+
+TEST_P(Attention, TheFirstCausalRowIsItsValueRow) {
+  Stream s = stream();
+  for (DType dtype : kFloatTypes) {
+    const Tensor qkv = ember::testing::random_tensor({2, 4, 3, 3, 40}, 8, dtype, Device::cpu());
+    const Results r = run_attention(s, on(qkv), Tensor(), {});
+    const std::vector<float> x = values(qkv), out = values(r.out);
+    const Dims d{2, 4, 3, 40};
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t h = 0; h < 3; ++h) {
+        for (int64_t e = 0; e < 40; ++e) {
+          ASSERT_EQ(out[out_at(d, b, 0, h, e)], x[qkv_at(d, b, 0, 2, h, e)]) << b << h << e;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Attention, HugeScoresStayFiniteAndANanStaysInItsRow) {
+  Stream s = stream();
+  const Dims d{1, 5, 1, 4};
+  std::vector<float> x = ember::testing::random_floats(5 * 3 * 4, 11, -1.0f, 1.0f);
+  for (float& v : x) v *= 1e4f;  // scores ~1e8
+  Tensor qkv = Tensor::from_vector(x, Shape{1, 5, 3, 1, 4});
+  Results r = run_attention(s, on(qkv), Tensor(), {});
+  for (float v : values(r.out)) EXPECT_TRUE(std::isfinite(v));
+  x = ember::testing::random_floats(5 * 3 * 4, 12, -1.0f, 1.0f);
+  x[qkv_at(d, 0, 2, 0, 0, 1)] = kNan;  // query 2
+  qkv = Tensor::from_vector(x, Shape{1, 5, 3, 1, 4});
+  r = run_attention(s, on(qkv), Tensor(), {});
+  const std::vector<float> out = values(r.out);
+  for (int64_t t = 0; t < 5; ++t) {
+    for (int64_t e = 0; e < 4; ++e) {
+      EXPECT_EQ(std::isnan(out[out_at(d, 0, t, 0, e)]), t == 2) << t << " " << e;
+    }
+  }
+}
+
+TEST_P(Attention, SameBitsEveryRunAndOnTheEmulatedGpuTheCpus) {
+  Stream s = stream();
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor qkv = ember::testing::random_tensor({2, 19, 3, 2, 72}, 21, dtype, Device::cpu());
+    const Tensor dout = ember::testing::random_tensor({2, 19, 2, 72}, 22, dtype, Device::cpu());
+    const Results first = run_attention(s, on(qkv), on(dout), {});
+    const Results again = run_attention(s, on(qkv), on(dout), {});
+    EXPECT_EQ(raw(first.out), raw(again.out));
+    EXPECT_EQ(raw(first.lse), raw(again.lse));
+    EXPECT_EQ(raw(first.dqkv), raw(again.dqkv));
+    if (!device().is_cpu() && host_math()) {
+      Stream cpu;
+      const Results host = run_attention(cpu, qkv, dout, {});
+      EXPECT_EQ(raw(first.out), raw(host.out)) << dtype_name(dtype);
+      EXPECT_EQ(raw(first.lse), raw(host.lse)) << dtype_name(dtype);
+      EXPECT_EQ(raw(first.dqkv), raw(host.dqkv)) << dtype_name(dtype);
+    }
+  }
+}
+
+TEST_P(Attention, EmptyBatchesAndSequences) {
+  Stream s = stream();
+  for (const Shape& shape : {Shape{0, 4, 3, 2, 8}, Shape{2, 0, 3, 2, 8}, Shape{2, 4, 3, 0, 8}}) {
+    const Tensor qkv = on(Tensor::zeros(shape));
+    const Tensor dout = on(Tensor::zeros({shape[0], shape[1], shape[3], shape[4]}));
+    const Results r = run_attention(s, qkv, dout, {});
+    EXPECT_EQ(r.out.numel(), 0);
+  }
+}
+
+TEST_P(Attention, BadOperandsThrow) {
+  Stream s = stream();
+  const Tensor qkv = on(Tensor::zeros({2, 4, 3, 2, 8}));
+  Tensor out = on(Tensor::zeros({2, 4, 2, 8}));
+  Tensor lse = on(Tensor::zeros({2, 2, 4}));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, out, lse, on(Tensor::zeros({2, 4, 2, 2, 8})));
+      },
+      {"ops::attention_forward", "qkv must be [batch, seq, 3, heads, head_dim]",
+       "f32[2, 4, 2, 2, 8]"});
+  expect_error(
+      [&] {
+        ops::attention_forward(s, out, lse, on(Tensor::zeros({2, 4, 3, 2, 8}, DType::i32)));
+      },
+      {"ops::attention_forward", "qkv must be f32, f16 or bf16"});
+  Tensor wide_out = on(Tensor::zeros({1, 1, 1, 300}));
+  Tensor wide_lse = on(Tensor::zeros({1, 1, 1}));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, wide_out, wide_lse, on(Tensor::zeros({1, 1, 3, 1, 300})));
+      },
+      {"ops::attention_forward", "head dim must be in [1, 256], not 300"});
+  Tensor bf16_out = on(Tensor::zeros({2, 4, 2, 8}, DType::bf16));
+  expect_error([&] { ops::attention_forward(s, bf16_out, lse, qkv); },
+               {"ops::attention_forward", "out must be f32 [2, 4, 2, 8]", "bf16[2, 4, 2, 8]"});
+  Tensor bad_lse = on(Tensor::zeros({2, 4, 2}));
+  expect_error([&] { ops::attention_forward(s, out, bad_lse, qkv); },
+               {"ops::attention_forward", "lse must be f32 [2, 2, 4]", "f32[2, 4, 2]"});
+  expect_error([&] { ops::attention_forward(s, out, lse, qkv, {.scale = kNan}); },
+               {"ops::attention_forward", "scale must be finite"});
+  const TensorView out_over_qkv{qkv.data(), DType::f32, Shape{2, 4, 2, 8}, qkv.device()};
+  expect_error([&] { ops::attention_forward(s, out_over_qkv, lse, qkv); },
+               {"ops::attention_forward", "shares memory"});
+  Tensor dqkv = on(Tensor::zeros({2, 4, 3, 2, 8}, DType::f16));
+  expect_error([&] { ops::attention_backward(s, dqkv, out, qkv, out, lse); },
+               {"ops::attention_backward", "dqkv must match qkv"});
+  Tensor good_dqkv = on(Tensor::zeros({2, 4, 3, 2, 8}));
+  expect_error(
+      [&] {
+        ops::attention_backward(s, good_dqkv, on(Tensor::zeros({2, 4, 2, 7})), qkv, out, lse);
+      },
+      {"ops::attention_backward", "dout must match out"});
+  const TensorView dqkv_over_qkv{qkv.data(), DType::f32, qkv.shape(), qkv.device()};
+  expect_error([&] { ops::attention_backward(s, dqkv_over_qkv, out, qkv, out, lse); },
+               {"ops::attention_backward", "shares memory"});
+}
+
+INSTANTIATE_EMBER_DEVICES(Attention);
+
+}  // namespace
