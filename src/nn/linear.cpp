@@ -1,5 +1,7 @@
 #include "ember/nn/linear.hpp"
 
+#include <vector>
+
 #include <cmath>
 #include <utility>
 
@@ -54,8 +56,9 @@ std::vector<Parameter*> Linear::parameters() {
 }
 
 Tensor Linear::forward(Context& ctx, const Tensor& x) {
-  EMBER_CHECK(x.rank() == 2 && x.shape()[1] == in_, "{}: input must be [batch, {}], not {}", name(),
-              in_, x.view().describe());
+  EMBER_CHECK(x.defined() && x.rank() >= 2 && x.shape()[-1] == in_,
+              "{}: input must be [..., {}] (rank 2 or more), not {}", name(), in_,
+              x.defined() ? x.view().describe() : std::string("undefined"));
   // Autocast computes in the context's precision from the weights' working copy; in f32 the
   // input must have the weights' dtype.
   const bool autocast = ctx.precision != Precision::f32;
@@ -64,13 +67,17 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
               "{}: input is {} but the weights are {}", name(), x.view().describe(),
               dtype_name(weight_.value.dtype()));
   if (ctx.training) check_nothing_saved("Linear::forward");
-  Tensor xc = x;
+  // Leading dimensions are rows: [..., in] is computed as [rows, in], and y is [..., out].
+  const Shape shape = x.shape();
+  const int64_t rows = x.numel() / in_;
+  Tensor xc = x.rank() == 2 ? x : x.reshape({rows, in_});
   if (x.dtype() != dtype) {
-    xc = Tensor::empty(x.shape(), dtype, ctx.stream);
-    ops::cast(ctx.stream, xc, x);
+    Tensor cast = Tensor::empty(xc.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, cast, xc);
+    xc = cast;
   }
   Tensor w = weight_.compute_copy(dtype, ctx.stream);
-  Tensor y = Tensor::empty({x.shape()[0], out_}, dtype, ctx.stream);
+  Tensor y = Tensor::empty({rows, out_}, dtype, ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;
   if (has_bias_) options.bias = bias_.value;  // f32: added to the f32 accumulator
@@ -83,18 +90,26 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   ops::matmul(ctx.stream, y, xc, w, options);
   if (ctx.training) {
     input_ = xc;
+    input_shape_ = shape;
     input_dtype_ = x.dtype();
     weight_used_ = w;
     pre_ = pre;
   }
-  return y;
+  return x.rank() == 2 ? y : y.reshape(output_shape(shape));
+}
+
+Shape Linear::output_shape(const Shape& input) const {
+  std::vector<int64_t> dims(input.dims().begin(), input.dims().end());
+  dims.back() = out_;
+  return Shape(dims);
 }
 
 Tensor Linear::release_input() {
   EMBER_CHECK(input_.defined(), "{}: no saved input to release", name());
   input_released_ = true;
-  released_shape_ = input_.shape();
-  return std::exchange(input_, Tensor());
+  released_shape_ = input_shape_;
+  Tensor input = std::exchange(input_, Tensor());
+  return input.shape() == input_shape_ ? input : input.reshape(input_shape_);
 }
 
 void Linear::restore_input(const Tensor& input) {
@@ -103,14 +118,16 @@ void Linear::restore_input(const Tensor& input) {
               released_shape_.to_string(),
               input.defined() ? input.view().describe() : std::string("undefined"));
   input_released_ = false;
-  // Forward saved the input in its compute dtype (weight_used_'s): cast a recomputed one.
+  // Forward saved the input as [rows, in] in its compute dtype (weight_used_'s): cast a
+  // recomputed one.
+  const Tensor rows = input.rank() == 2 ? input : input.reshape({input.numel() / in_, in_});
   const DType dtype = weight_used_.dtype();
   if (input.dtype() == dtype) {
-    input_ = input;
+    input_ = rows;
   } else {
-    input_ = Tensor::empty(input.shape(), dtype, input.stream());
+    input_ = Tensor::empty(rows.shape(), dtype, input.stream());
     Stream s = input.stream();
-    ops::cast(s, input_, input);
+    ops::cast(s, input_, rows);
   }
 }
 
@@ -119,7 +136,7 @@ Tensor Linear::recompute_output(Context& ctx) {
   Tensor y = Tensor::empty(pre_.shape(), pre_.dtype(), ctx.stream);
   if (activation_ == ops::Activation::relu) ops::relu_forward(ctx.stream, y, pre_);
   if (activation_ == ops::Activation::gelu) ops::gelu_forward(ctx.stream, y, pre_);
-  return y;
+  return input_shape_.rank() == 2 ? y : y.reshape(output_shape(input_shape_));
 }
 
 Tensor Linear::backward(Context& ctx, const Tensor& dy) {
@@ -130,24 +147,26 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
               "{}: backward needs the input saved by forward (forward was not run in training "
               "mode, or the saved input was dropped)",
               name());
-  EMBER_CHECK(dy.shape() == Shape({input_.shape()[0], out_}),
-              "{}: the output gradient must be [{}, {}], not {}", name(), input_.shape()[0], out_,
-              dy.view().describe());
+  const Shape dy_shape = output_shape(input_shape_);
+  EMBER_CHECK(dy.defined() && dy.shape() == dy_shape, "{}: the output gradient must be {}, not {}",
+              name(), dy_shape.to_string(),
+              dy.defined() ? dy.view().describe() : std::string("undefined"));
   EMBER_CHECK(is_floating(dy.dtype()), "{}: the output gradient {} must be a float dtype", name(),
               dy.view().describe());
   // Everything in the dtype forward computed in (an f32 gradient from a loss is rounded once).
   const DType dtype = input_.dtype();
-  Tensor grad = dy;
+  Tensor grad = dy.rank() == 2 ? dy : dy.reshape({input_.shape()[0], out_});
   if (dy.dtype() != dtype) {
-    grad = Tensor::empty(dy.shape(), dtype, ctx.stream);
-    ops::cast(ctx.stream, grad, dy);
+    Tensor cast = Tensor::empty(grad.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, cast, grad);
+    grad = cast;
   }
   // Gradients accumulate (+=), or are written (=) when zero_grad left them pending.
   const float bias_beta = has_bias_ ? bias_.grad_beta() : 0.0f;
   // With an activation: dpre = dy * act'(pre), and db += its column sums, in one pass.
   bool bias_done = false;
   if (activation_ != ops::Activation::none) {
-    Tensor dpre = Tensor::empty(dy.shape(), dtype, ctx.stream);
+    Tensor dpre = Tensor::empty(grad.shape(), dtype, ctx.stream);
     ops::bias_activation_backward(ctx.stream, dpre, has_bias_ ? bias_.grad : Tensor(), grad, pre_,
                                   activation_, {.accumulate = bias_beta != 0.0f});
     grad = dpre;
@@ -174,8 +193,9 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
     ops::cast(ctx.stream, cast, dx);
     dx = cast;
   }
+  const Shape input_shape = input_shape_;
   drop_saved();  // backward consumed them
-  return dx;
+  return input_shape.rank() == 2 ? dx : dx.reshape(input_shape);
 }
 
 }  // namespace ember::nn

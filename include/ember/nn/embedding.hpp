@@ -44,4 +44,33 @@ class Embedding final : public Module {
   Tensor ids_;  // saved by forward
 };
 
+// GPT-2's input layer: token embeddings plus learned position embeddings. ids [B, T] (T at
+// most `context`) -> [B, T, dim] f32 = wte[ids] + wpe[t]. Parameters "wte" [vocab, dim] and
+// "wpe" [context, dim]; both gradients are added in position order (deterministic).
+class TokenPositionEmbedding final : public Module {
+ public:
+  TokenPositionEmbedding(int64_t vocab, int64_t context, int64_t dim,
+                         const EmbeddingOptions& options = {});
+
+  Tensor forward(Context& ctx, const Tensor& ids) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;  // an undefined Tensor
+  std::vector<Parameter*> parameters() override { return {&wte_, &wpe_}; }
+  void drop_saved() override { ids_ = Tensor(); }
+  bool has_saved() const override { return ids_.defined(); }
+  std::string name() const override;
+  void set_path(std::string path) override;
+
+  Parameter& token_table() { return wte_; }
+  Parameter& position_table() { return wpe_; }
+  int64_t context() const { return context_; }
+
+ private:
+  // [B, T] i32 positions (0 .. T - 1 in every row) on the stream's device, made once per shape.
+  const Tensor& positions(Stream& stream, int64_t batch, int64_t seq);
+
+  int64_t vocab_, context_, dim_;
+  Parameter wte_, wpe_;
+  Tensor ids_, positions_;
+};
+
 }  // namespace ember::nn

@@ -27,7 +27,8 @@ class Linear final : public Module {
   // PyTorch's default initialization: W and b uniform in [-1/sqrt(in), 1/sqrt(in)].
   Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {});
 
-  Tensor forward(Context& ctx, const Tensor& x) override;  // x [B, in] -> [B, out]
+  // x [..., in] -> [..., out]: leading dimensions are rows (x [B, T, in] -> [B, T, out]).
+  Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   std::vector<Parameter*> parameters() override;
   void drop_saved() override {
@@ -49,6 +50,7 @@ class Linear final : public Module {
   bool recomputes_output() const override { return pre_.defined() && pre_.dtype() == DType::f32; }
   Tensor recompute_output(Context& ctx) override;
 
+  Shape output_shape(const Shape& input) const;  // input with its last dimension out_features
   Parameter& weight() { return weight_; }
   Parameter& bias();  // throws when the layer has no bias
   int64_t in_features() const { return in_; }
@@ -61,8 +63,10 @@ class Linear final : public Module {
   ops::Activation activation_;
   Parameter weight_, bias_;
   // Saved by forward: x (in the compute dtype), W as used (the working copy under autocast), and
-  // x W^T + b when there is an activation; x's own dtype, which dx gets.
+  // x W^T + b when there is an activation; x's own dtype, which dx gets. input_ and pre_ are
+  // [rows, *]; input_shape_ is x's shape.
   Tensor input_, weight_used_, pre_;
+  Shape input_shape_;
   DType input_dtype_ = DType::f32;
   bool input_released_ = false;  // input_ handed over (selective checkpointing)
   Shape released_shape_;

@@ -1,0 +1,91 @@
+#include "ember/nn/tied_linear.hpp"
+
+#include <vector>
+
+#include "ember/ops/elementwise.hpp"
+#include "ember/ops/matmul.hpp"
+
+namespace ember::nn {
+
+TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight)
+    : owner_(std::move(owner)), weight_(&weight) {
+  EMBER_CHECK(owner_ != nullptr, "TiedLinear: the weight's owner is missing");
+  EMBER_CHECK(weight.value.defined() && weight.value.rank() == 2,
+              "TiedLinear: the weight must be [out, in], not {}",
+              weight.value.defined() ? weight.value.view().describe() : std::string("undefined"));
+}
+
+std::string TiedLinear::name() const {
+  return fmt::format("TiedLinear({}, {}, tied to {})", weight_->value.shape()[1],
+                     weight_->value.shape()[0], weight_->name);
+}
+
+Tensor TiedLinear::forward(Context& ctx, const Tensor& x) {
+  const int64_t in = weight_->value.shape()[1], out = weight_->value.shape()[0];
+  EMBER_CHECK(x.defined() && x.rank() >= 2 && x.shape()[-1] == in,
+              "{}: input must be [..., {}] (rank 2 or more), not {}", name(), in,
+              x.defined() ? x.view().describe() : std::string("undefined"));
+  const bool autocast = ctx.precision != Precision::f32;
+  const DType dtype = autocast ? compute_dtype(ctx.precision) : weight_->value.dtype();
+  EMBER_CHECK(autocast ? is_floating(x.dtype()) : x.dtype() == weight_->value.dtype(),
+              "{}: input is {} but the weight is {}", name(), x.view().describe(),
+              dtype_name(weight_->value.dtype()));
+  if (ctx.training) check_nothing_saved("TiedLinear::forward");
+  const int64_t rows = x.numel() / in;
+  Tensor xc = x.reshape({rows, in});
+  if (x.dtype() != dtype) {
+    Tensor cast = Tensor::empty(xc.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, cast, xc);
+    xc = cast;
+  }
+  Tensor w = weight_->compute_copy(dtype, ctx.stream);
+  Tensor y = Tensor::empty({rows, out}, dtype, ctx.stream);
+  ops::MatmulOptions options;
+  options.transpose_b = true;
+  ops::matmul(ctx.stream, y, xc, w, options);
+  if (ctx.training) {
+    input_ = xc;
+    input_shape_ = x.shape();
+    input_dtype_ = x.dtype();
+    weight_used_ = w;
+  }
+  std::vector<int64_t> dims(x.shape().dims().begin(), x.shape().dims().end());
+  dims.back() = out;
+  return y.reshape(Shape(dims));
+}
+
+Tensor TiedLinear::backward(Context& ctx, const Tensor& dy) {
+  EMBER_CHECK(input_.defined(),
+              "{}: backward needs the input saved by forward (forward was not run in training "
+              "mode, or the saved input was dropped)",
+              name());
+  const int64_t rows = input_.shape()[0], out = weight_->value.shape()[0];
+  EMBER_CHECK(dy.defined() && dy.numel() == rows * out && dy.shape()[-1] == out,
+              "{}: the output gradient must be [..., {}] with {} rows, not {}", name(), out, rows,
+              dy.defined() ? dy.view().describe() : std::string("undefined"));
+  const DType dtype = input_.dtype();
+  Tensor grad = dy.reshape({rows, out});
+  if (dy.dtype() != dtype) {
+    Tensor cast = Tensor::empty(grad.shape(), dtype, ctx.stream);
+    ops::cast(ctx.stream, cast, grad);
+    grad = cast;
+  }
+  // dW (+)= grad^T x into the owner's gradient; the owner reports it ready after its own use.
+  ops::MatmulOptions dw;
+  dw.transpose_a = true;
+  dw.beta = weight_->grad_beta();
+  ops::matmul(ctx.stream, weight_->grad, grad, input_, dw);
+  weight_->mark_grad_written();
+  Tensor dx = Tensor::empty(input_.shape(), dtype, ctx.stream);
+  ops::matmul(ctx.stream, dx, grad, weight_used_);
+  if (input_dtype_ != dtype) {
+    Tensor cast = Tensor::empty(dx.shape(), input_dtype_, ctx.stream);
+    ops::cast(ctx.stream, cast, dx);
+    dx = cast;
+  }
+  const Shape shape = input_shape_;
+  drop_saved();
+  return dx.reshape(shape);
+}
+
+}  // namespace ember::nn

@@ -1,0 +1,103 @@
+// train::make_gpt: the layout and names (GPT-2's, under "embed", "h", "ln_f", "lm_head"), the
+// tied table listed once, the parameter count of d12, the shapes, the initialization, and the
+// configuration errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ember/nn/tied_linear.hpp"
+#include "ember/train/gpt.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using ember::DType;
+using ember::Shape;
+using ember::Tensor;
+using ember::testing::expect_error;
+namespace nn = ember::nn;
+namespace train = ember::train;
+
+int64_t count(nn::Module& model) {
+  int64_t n = 0;
+  for (nn::Parameter* p : model.parameters()) n += p->value.numel();
+  return n;
+}
+
+TEST(Gpt, NamesShapesAndTiedWeights) {
+  auto model =
+      train::make_gpt({.vocab = 11, .context = 8, .layers = 2, .heads = 2, .dim = 8, .seed = 1});
+  std::vector<std::string> names;
+  for (auto& [name, p] : model->named_parameters()) names.push_back(name);
+  const std::vector<std::string> first = {"embed.wte",
+                                          "embed.wpe",
+                                          "h.0.attn.ln_1.weight",
+                                          "h.0.attn.ln_1.bias",
+                                          "h.0.attn.attn.c_attn.weight",
+                                          "h.0.attn.attn.c_attn.bias"};
+  ASSERT_GE(names.size(), first.size());
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 6), first);
+  EXPECT_EQ(names.back(), "ln_f.bias");  // the head adds no parameter: it uses embed.wte
+  auto& head = dynamic_cast<nn::TiedLinear&>(model->child("lm_head"));
+  EXPECT_EQ(&head.weight(), model->parameters()[0]);
+
+  ember::Stream stream;
+  nn::Context ctx{stream, /*training=*/false};
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  const Tensor logits = model->forward(ctx, ids);
+  EXPECT_EQ(logits.shape(), (Shape{2, 3, 11}));
+  EXPECT_EQ(logits.dtype(), DType::f32);
+}
+
+TEST(Gpt, D12HasGpt2sParameterCount) {
+  // 124,439,808 with the tied head counted once (GPT-2 small).
+  auto model = train::make_gpt(train::GptConfig::d12());
+  EXPECT_EQ(count(*model), 124439808);
+}
+
+TEST(Gpt, InitializationFollowsGpt2) {
+  auto model =
+      train::make_gpt({.vocab = 64, .context = 16, .layers = 4, .heads = 2, .dim = 64, .seed = 3});
+  for (auto& [name, p] : model->named_parameters()) {
+    const std::vector<float> v = p->value.to_vector<float>();
+    double sum = 0, squares = 0;
+    for (float x : v) {
+      sum += x;
+      squares += double{x} * x;
+    }
+    const double mean = sum / v.size(), std = std::sqrt(squares / v.size() - mean * mean);
+    if (name.find("ln_") != std::string::npos) {
+      EXPECT_EQ(v.front(), name.ends_with("weight") ? 1.0f : 0.0f) << name;
+    } else if (name.ends_with(".bias")) {
+      EXPECT_EQ(std, 0.0) << name;
+      EXPECT_EQ(mean, 0.0) << name;
+    } else {
+      const double want = name.find("c_proj") != std::string::npos ? 0.02 / std::sqrt(8.0) : 0.02;
+      EXPECT_NEAR(std, want, want * 0.15) << name;
+    }
+  }
+}
+
+TEST(Gpt, BadConfigurationsAndInputs) {
+  expect_error(
+      [] { train::make_gpt({.vocab = 10, .context = 8, .layers = 1, .heads = 3, .dim = 8}); },
+      "heads (3) must divide the width (8)");
+  expect_error([] { train::gpt_config("d13"); }, "unknown model 'd13'");
+  auto model = train::make_gpt({.vocab = 10, .context = 4, .layers = 1, .heads = 2, .dim = 8});
+  ember::Stream stream;
+  nn::Context ctx{stream, /*training=*/false};
+  expect_error(
+      [&] {
+        model->forward(ctx, Tensor::zeros({1, 5}, DType::i32));
+      },
+      "a sequence of 5 tokens is longer than the context of 4");
+  expect_error(
+      [&] {
+        model->forward(ctx, Tensor::from_vector(std::vector<int32_t>{0, 10}, Shape{1, 2}));
+      },
+      "id 10 in row 1 is out of range [0, 10)");
+}
+
+}  // namespace
