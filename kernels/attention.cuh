@@ -5,8 +5,8 @@
 // One warp per row, flash-attention style: the forward streams a query row over its keys with
 // an online softmax and saves the row's log-sum-exp; the backward recomputes each probability
 // from it, one warp per query row for dq and one per key row for dk and dv, so no atomics and a
-// fixed order everywhere. Lane l holds the elements l, l + 32, ... of a row (kChunks of them).
-// The arithmetic is attention_math.cuh's, which the CPU body repeats.
+// fixed order everywhere. Lane l holds the elements l, l + 32, ... of a row (kChunks of them),
+// and a row's dot product adds the lanes' partial sums by warp_reduce's fixed tree.
 //
 // Layouts: qkv [B, T, 3, H, D] (q, k, v of a position side by side, as a fused qkv projection
 // writes them), out [B, T, H, D], lse and delta [B, H, T].
@@ -64,7 +64,8 @@ __device__ __forceinline__ void store_row(T* row, int64_t dim, int lane,
   }
 }
 
-// The row dot product in attention_math::dot_in_warp_order's order; every lane returns it.
+// The row dot product: lane partial sums in element order, then warp_reduce's fixed tree; every
+// lane returns it.
 template <int kChunks>
 __device__ __forceinline__ float warp_dot(const float (&a)[kChunks], const float (&b)[kChunks],
                                           int64_t dim, int lane) {

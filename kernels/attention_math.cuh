@@ -1,9 +1,7 @@
 // Scaled dot-product attention's per-row arithmetic, host and device alike, defined once: the
-// online softmax step, the probabilities the backward recomputes from the saved log-sum-exp, and
-// the order of a dot product over the head dimension. The CPU body (src/ops/attention.cu) and the
-// CUDA kernels (attention.cuh) make the same operations in the same order, each rounded once
-// (ember/core/ieee_rn.hpp), so the CPU and the emulated GPU give the same bits and a GPU differs
-// only by its expf/logf.
+// online softmax step of the CUDA kernels (attention.cuh), the log-sum-exp, and the probabilities
+// the backward recomputes from it, which the CPU body (src/ops/attention.cu) uses too. Each
+// operation is rounded once (ember/core/ieee_rn.hpp).
 #pragma once
 
 #include <cstdint>
@@ -45,21 +43,6 @@ EMBER_HOST_DEVICE EMBER_INLINE float log_sum_exp(float m, float l) {
 // The backward's probability of score s in a row whose log-sum-exp is lse.
 EMBER_HOST_DEVICE EMBER_INLINE float probability(float s, float lse) {
   return s == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp(rn::sub(s, lse));
-}
-
-// sum_d a[d] * b[d] in a warp's order, on the host: lane l adds the products of d = l, l + 32,
-// ... in turn (from +0), then the lanes are added by the xor tree of warp_reduce
-// (reduce_common.cuh): at offsets 16, 8, 4, 2, 1, lane l adds lane l + offset.
-inline float dot_in_warp_order(const float* a, const float* b, int64_t dim) {
-  float lanes[kLanes] = {};
-  for (int64_t base = 0; base < dim; base += kLanes) {
-    const int64_t n = dim - base < kLanes ? dim - base : kLanes;
-    for (int64_t l = 0; l < n; ++l) lanes[l] = rn::add(lanes[l], rn::mul(a[base + l], b[base + l]));
-  }
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
-    for (int l = 0; l < offset; ++l) lanes[l] = rn::add(lanes[l], lanes[l + offset]);
-  }
-  return lanes[0];
 }
 
 }  // namespace ember::kernels::attention_math

@@ -27,6 +27,7 @@
 #include "ember/data/distributed_sampler.hpp"
 #include "ember/data/idx.hpp"
 #include "ember/data/spirals.hpp"
+#include "ember/data/token_shards.hpp"
 #include "ember/dist/checkpoint_group.hpp"
 #include "ember/dist/communicator.hpp"
 #include "ember/dist/ddp.hpp"

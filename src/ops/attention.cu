@@ -1,12 +1,13 @@
 // ops::attention_forward / attention_backward: the checks, the CPU body and the CUDA launches
-// (kernels in ember/kernels/attention.cuh). The CPU body makes the kernels' operations in the
-// kernels' order (ember/kernels/attention_math.cuh: a row's dot products in a warp's order, the
-// online softmax step, the recomputed probabilities), so the CPU and the emulated GPU agree bit
-// for bit. Compiled by nvcc in CUDA builds, as C++ in CPU-only builds and under the SIMT emulator.
+// (kernels in ember/kernels/attention.cuh). The CPU computes each head with GEMMs (below); the
+// GPU kernels stream keys with an online softmax: the two agree within f32 rounding, and each is
+// the same bits on every run. Compiled by nvcc in CUDA builds, as C++ in CPU-only builds and
+// under the SIMT emulator.
 #include "ember/ops/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "ember/kernels/attention_math.cuh"
 #include "ember/ops/check.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/matmul/cpu_gemm.hpp"
 
 #if EMBER_WITH_CUDA
 #include "ember/core/check_cuda.hpp"
@@ -88,28 +90,79 @@ const float* widened(const TensorView& t, std::vector<float>& copy) {
   return copy.data();
 }
 
-// f(row, b, h, t) for every row of [B, H, T], in parallel (rows differ in length when causal),
-// each thread with its FP mode set and a `dim`-float buffer per name.
+// f(b, h) for every head of every batch entry, in parallel (always a parallel region: the GEMM
+// engines then run single-threaded, so results do not depend on the thread count), each thread
+// with its FP mode set.
 template <class F>
-void for_each_row(const Dims& s, F&& f) {
+void for_each_head(const Dims& s, F&& f) {
   const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (s.rows() * s.seq * s.dim >= cpu::kParallelMin)
+  std::exception_ptr failure;
+#pragma omp parallel
   {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t row = 0; row < s.rows(); ++row) {
-      const int64_t t = row % s.seq, bh = row / s.seq;
-      f(row, bh / s.heads, bh % s.heads, t);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
+      try {
+        f(bh / s.heads, bh % s.heads);
+      } catch (...) {
+#pragma omp critical(ember_attention_failure)
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// Writes a [T, D] block of f32 rows into part `part` of head h of entry b of a [B, T, P, H, D]
+// tensor (P = 3 for qkv, 1 for out), rounded to its dtype.
+void store_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
+                const float* rows) {
+  for (int64_t i = 0; i < s.seq; ++i) {
+    const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
+    const float* values = rows + i * s.dim;
+    if (t.dtype == DType::f32) {
+      std::copy(values, values + s.dim, static_cast<float*>(t.data) + begin);
+    } else {
+      cpu::store_f32(t.data, t.dtype, begin, s.dim, values);
     }
   }
 }
 
-// Writes a row of f32 values into elements [begin, begin + dim) of t (rounded to its dtype).
-void store_row(const TensorView& t, int64_t begin, int64_t dim, const float* values) {
-  if (t.dtype == DType::f32) {
-    std::copy(values, values + dim, static_cast<float*>(t.data) + begin);
-  } else {
-    cpu::store_f32(t.data, t.dtype, begin, dim, values);
+// The CPU computes a head with GEMMs (the CPU GEMM engine, single-threaded per head): the scores
+// S = scale Q K^T, the masked row softmax P with the log-sum-exp, then O = P V; the backward
+// recomputes P from the log-sum-exp and makes dV = P^T dO, dP = dO V^T, dS = P (dP - delta)
+// with delta_i = dO_i . O_i, dQ = scale dS K and dK = scale dS^T Q. Causal heads compute the
+// whole square and zero what the mask hides.
+struct HeadBuffers {
+  std::vector<float> scores, grads, rows_a, rows_b, rows_c;
+  void size(const Dims& s) {
+    scores.resize(static_cast<size_t>(s.seq * s.seq));
+    grads.resize(static_cast<size_t>(s.seq * s.seq));
+    for (auto* v : {&rows_a, &rows_b, &rows_c}) v->resize(static_cast<size_t>(s.seq * s.dim));
+  }
+};
+
+// P (in place of S) and the log-sum-exp of each row, from the scores S = scale Q K^T.
+void softmax_rows(const Dims& s, float* p, float* row_lse) {
+  for (int64_t i = 0; i < s.seq; ++i) {
+    float* row = p + i * s.seq;
+    const int64_t keys = s.causal ? i + 1 : s.seq;
+    float m = -std::numeric_limits<float>::infinity();
+    bool nan = false;
+    for (int64_t j = 0; j < keys; ++j) {
+      m = row[j] > m ? row[j] : m;
+      nan = nan || std::isnan(row[j]);
+    }
+    if (nan) m = std::numeric_limits<float>::quiet_NaN();
+    float l = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) {
+      row[j] = kernels::math::exp(row[j] - m);
+      l += row[j];
+    }
+    const float inverse = 1.0f / l;
+    for (int64_t j = 0; j < keys; ++j) row[j] *= inverse;
+    std::fill(row + keys, row + s.seq, 0.0f);
+    row_lse[i] = math::log_sum_exp(m, l);
   }
 }
 
@@ -117,26 +170,20 @@ void forward_cpu(const TensorView& out, const TensorView& lse, const TensorView&
                  const Dims& s) {
   std::vector<float> qkv_copy;
   const float* x = widened(qkv, qkv_copy);
-  auto* row_lse = static_cast<float*>(lse.data);
-  for_each_row(s, [&](int64_t row, int64_t b, int64_t h, int64_t t) {
-    thread_local std::vector<float> acc;
-    acc.assign(static_cast<size_t>(s.dim), 0.0f);
-    const float* q = x + s.qkv_row(b, t, 0, h);
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    const int64_t keys = s.causal ? t + 1 : s.seq;
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* k = x + s.qkv_row(b, j, 1, h);
-      const float* v = x + s.qkv_row(b, j, 2, h);
-      const float score = rn::mul(math::dot_in_warp_order(q, k, s.dim), s.scale);
-      float rescale, weight;
-      math::online_step(score, m, l, rescale, weight);
-      for (int64_t d = 0; d < s.dim; ++d) {
-        acc[d] = rn::add(rn::mul(acc[d], rescale), rn::mul(weight, v[d]));
-      }
-    }
-    for (int64_t d = 0; d < s.dim; ++d) acc[d] = rn::div(acc[d], l);
-    store_row(out, s.out_row(b, t, h), s.dim, acc.data());
-    row_lse[row] = math::log_sum_exp(m, l);
+  const CpuGemmEngine engine = cpu_gemm_engine();
+  const int64_t ld = 3 * s.heads * s.dim, t = s.seq, d = s.dim;
+  for_each_head(s, [&](int64_t b, int64_t h) {
+    thread_local HeadBuffers buffers;
+    buffers.size(s);
+    const float* q = x + s.qkv_row(b, 0, 0, h);
+    const float* k = x + s.qkv_row(b, 0, 1, h);
+    const float* v = x + s.qkv_row(b, 0, 2, h);
+    float* p = buffers.scores.data();
+    cpu::sgemm_tile(engine, false, true, t, t, d, s.scale, q, ld, k, ld, 0.0f, p, t);
+    softmax_rows(s, p, static_cast<float*>(lse.data) + (b * s.heads + h) * t);
+    float* o = buffers.rows_a.data();
+    cpu::sgemm_tile(engine, false, false, t, d, t, 1.0f, p, t, v, ld, 0.0f, o, d);
+    store_rows(out, s, b, h, 1, 0, o);
   });
 }
 
@@ -146,52 +193,47 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
   const float* x = widened(qkv, qkv_copy);
   const float* g = widened(dout, dout_copy);
   const float* o = widened(out, out_copy);
-  const auto* row_lse = static_cast<const float*>(lse.data);
-  std::vector<float> delta(static_cast<size_t>(s.rows()));
-  for_each_row(s, [&](int64_t row, int64_t b, int64_t h, int64_t t) {
-    delta[row] = math::dot_in_warp_order(g + s.out_row(b, t, h), o + s.out_row(b, t, h), s.dim);
-  });
-  // dq, one query row at a time.
-  for_each_row(s, [&](int64_t row, int64_t b, int64_t h, int64_t i) {
-    thread_local std::vector<float> acc;
-    acc.assign(static_cast<size_t>(s.dim), 0.0f);
-    const float* q = x + s.qkv_row(b, i, 0, h);
-    const float* gi = g + s.out_row(b, i, h);
-    const int64_t keys = s.causal ? i + 1 : s.seq;
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* k = x + s.qkv_row(b, j, 1, h);
-      const float* v = x + s.qkv_row(b, j, 2, h);
-      const float p =
-          math::probability(rn::mul(math::dot_in_warp_order(q, k, s.dim), s.scale), row_lse[row]);
-      const float ds = rn::mul(p, rn::sub(math::dot_in_warp_order(gi, v, s.dim), delta[row]));
-      for (int64_t d = 0; d < s.dim; ++d) acc[d] = rn::add(acc[d], rn::mul(ds, k[d]));
+  const CpuGemmEngine engine = cpu_gemm_engine();
+  const int64_t ld = 3 * s.heads * s.dim, ldo = s.heads * s.dim, t = s.seq, d = s.dim;
+  for_each_head(s, [&](int64_t b, int64_t h) {
+    thread_local HeadBuffers buffers;
+    buffers.size(s);
+    const float* q = x + s.qkv_row(b, 0, 0, h);
+    const float* k = x + s.qkv_row(b, 0, 1, h);
+    const float* v = x + s.qkv_row(b, 0, 2, h);
+    const float* go = g + s.out_row(b, 0, h);
+    const float* oo = o + s.out_row(b, 0, h);
+    const float* row_lse = static_cast<const float*>(lse.data) + (b * s.heads + h) * t;
+    // P from the saved log-sum-exp.
+    float* p = buffers.scores.data();
+    cpu::sgemm_tile(engine, false, true, t, t, d, s.scale, q, ld, k, ld, 0.0f, p, t);
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t keys = s.causal ? i + 1 : t;
+      float* row = p + i * t;
+      for (int64_t j = 0; j < keys; ++j) row[j] = math::probability(row[j], row_lse[i]);
+      std::fill(row + keys, row + t, 0.0f);
     }
-    for (int64_t d = 0; d < s.dim; ++d) acc[d] = rn::mul(acc[d], s.scale);
-    store_row(dqkv, s.qkv_row(b, i, 0, h), s.dim, acc.data());
-  });
-  // dk and dv, one key row at a time, over the query rows that see it.
-  for_each_row(s, [&](int64_t, int64_t b, int64_t h, int64_t j) {
-    thread_local std::vector<float> dk, dv;
-    dk.assign(static_cast<size_t>(s.dim), 0.0f);
-    dv.assign(static_cast<size_t>(s.dim), 0.0f);
-    const float* k = x + s.qkv_row(b, j, 1, h);
-    const float* v = x + s.qkv_row(b, j, 2, h);
-    const int64_t head_rows = (b * s.heads + h) * s.seq;
-    for (int64_t i = s.causal ? j : 0; i < s.seq; ++i) {
-      const float* q = x + s.qkv_row(b, i, 0, h);
-      const float* gi = g + s.out_row(b, i, h);
-      const float p = math::probability(rn::mul(math::dot_in_warp_order(q, k, s.dim), s.scale),
-                                        row_lse[head_rows + i]);
-      const float ds =
-          rn::mul(p, rn::sub(math::dot_in_warp_order(gi, v, s.dim), delta[head_rows + i]));
-      for (int64_t d = 0; d < s.dim; ++d) {
-        dv[d] = rn::add(dv[d], rn::mul(p, gi[d]));
-        dk[d] = rn::add(dk[d], rn::mul(ds, q[d]));
-      }
+    // dV = P^T dO.
+    float* dv = buffers.rows_a.data();
+    cpu::sgemm_tile(engine, true, false, t, d, t, 1.0f, p, t, go, ldo, 0.0f, dv, d);
+    store_rows(dqkv, s, b, h, 3, 2, dv);
+    // dS = P (dO V^T - delta), delta_i = dO_i . O_i.
+    float* ds = buffers.grads.data();
+    cpu::sgemm_tile(engine, false, true, t, t, d, 1.0f, go, ldo, v, ld, 0.0f, ds, t);
+    for (int64_t i = 0; i < t; ++i) {
+      float delta = 0.0f;
+      for (int64_t e = 0; e < d; ++e) delta += go[i * ldo + e] * oo[i * ldo + e];
+      float* row = ds + i * t;
+      const float* prow = p + i * t;
+      for (int64_t j = 0; j < t; ++j) row[j] = prow[j] * (row[j] - delta);
     }
-    for (int64_t d = 0; d < s.dim; ++d) dk[d] = rn::mul(dk[d], s.scale);
-    store_row(dqkv, s.qkv_row(b, j, 1, h), s.dim, dk.data());
-    store_row(dqkv, s.qkv_row(b, j, 2, h), s.dim, dv.data());
+    // dQ = scale dS K, dK = scale dS^T Q.
+    float* dq = buffers.rows_b.data();
+    cpu::sgemm_tile(engine, false, false, t, d, t, s.scale, ds, t, k, ld, 0.0f, dq, d);
+    store_rows(dqkv, s, b, h, 3, 0, dq);
+    float* dk = buffers.rows_c.data();
+    cpu::sgemm_tile(engine, true, false, t, d, t, s.scale, ds, t, q, ld, 0.0f, dk, d);
+    store_rows(dqkv, s, b, h, 3, 1, dk);
   });
 }
 

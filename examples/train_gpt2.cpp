@@ -1,0 +1,397 @@
+// train_gpt2: trains GPT-2 (train::make_gpt) on token shards or on text, and samples from it.
+//
+//   train_gpt2 [--model small|d12] [--text FILE ... | --shards GLOB --val-shards GLOB] ...
+//
+// With no data option it trains on Debian's fortunes corpus (/usr/share/games/fortunes), byte by
+// byte (vocab 256), so the default run on a CPU learns English-like text in a few minutes.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "cli.hpp"
+#include "ember/ember.hpp"
+
+namespace {
+
+using example::parse_double;
+using example::parse_int;
+using example::Setter;
+using example::UsageError;
+
+constexpr const char* kFortunes = "/usr/share/games/fortunes";
+
+struct Config {
+  std::string model = "small";
+  std::vector<std::string> text;
+  std::string shards, val_shards;
+  int64_t seq = 128;
+  int64_t batch = 16;
+  int64_t accumulate = 1;
+  int64_t steps = 1500;
+  double lr = 2e-3;
+  double weight_decay = 0.1;
+  std::string amp = "f32";
+  std::string checkpoint = "none";
+  std::string device = "auto";
+  uint64_t seed = 1;
+  int64_t log_every = 50;
+  int64_t eval_every = 250;
+  int64_t eval_batches = 20;
+  int64_t sample_every = 0;  // 0: only at the end
+  int64_t sample_tokens = 300;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+};
+
+constexpr const char* kUsage = R"(usage: train_gpt2 [options]
+
+Trains a GPT-2 (pre-norm transformer, tied embeddings) with AdamW and a cosine schedule, prints
+the training and validation loss (nats per token, and bits per byte for byte-level data),
+tokens/s and ms/step, and samples text from the model.
+
+data (default: the fortunes corpus in /usr/share/games/fortunes, as bytes; 10% for validation):
+  --text FILE        train on this text file, as bytes (repeatable)
+  --shards GLOB      token shards in llm.c's format (tools: tokenize_text; llm.c's scripts)
+  --val-shards GLOB  validation shards (with --shards)
+
+model and training:
+  --model M          small (bytes: 4 layers, 4 heads, 256 wide; default) or d12 (GPT-2 124M)
+  --seq T            tokens per sequence (default 128; at most the model's context)
+  --batch B          sequences per optimizer step (default 16)
+  --accumulate K     micro-batches per step (B / K sequences each; default 1)
+  --steps N          optimizer steps (default 1500)
+  --lr X             peak learning rate (default 0.002)
+  --weight-decay X   AdamW's decay of 2-D weights (default 0.1)
+  --amp P            f32 (default), bf16, or f16 (with the GradScaler)
+  --checkpoint C     none (default) or full: recompute every block's activations in backward
+  --device D         auto, cpu, cuda or cuda:N (default auto)
+  --seed N           seed of initialization and data order (default 1)
+  --log-every N      steps between progress lines (default 50)
+  --eval-every N     steps between validation losses (default 250)
+  --eval-batches N   batches of a validation loss (default 20)
+  --sample-every N   steps between samples (default 0: at the end only)
+  --sample-tokens N  tokens per sample (default 300)
+  --temperature X    sampling temperature (default 0.8)
+  --top-k N          sample among the k likeliest tokens (default 40; 0: all)
+  -h, --help         show this help
+)";
+
+Config parse_args(int argc, char** argv) {
+  Config c;
+  const std::map<std::string_view, Setter> options = {
+      {"--model",
+       [&](const std::string& v) {
+         if (v != "small" && v != "d12") {
+           throw UsageError{fmt::format("--model must be small or d12, not '{}'", v)};
+         }
+         c.model = v;
+       }},
+      {"--text", [&](const std::string& v) { c.text.push_back(v); }},
+      {"--shards", [&](const std::string& v) { c.shards = v; }},
+      {"--val-shards", [&](const std::string& v) { c.val_shards = v; }},
+      {"--seq", [&](const std::string& v) { c.seq = parse_int("--seq", v, 1); }},
+      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
+      {"--accumulate",
+       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
+      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
+      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
+      {"--weight-decay",
+       [&](const std::string& v) { c.weight_decay = parse_double("--weight-decay", v); }},
+      {"--amp", example::amp_option(c.amp)},
+      {"--checkpoint",
+       [&](const std::string& v) {
+         if (v != "none" && v != "full") {
+           throw UsageError{fmt::format("--checkpoint must be none or full, not '{}'", v)};
+         }
+         c.checkpoint = v;
+       }},
+      {"--device",
+       [&](const std::string& v) {
+         if (v != "auto") ember::Device::parse(v);
+         c.device = v;
+       }},
+      {"--seed",
+       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
+      {"--eval-every",
+       [&](const std::string& v) { c.eval_every = parse_int("--eval-every", v, 1); }},
+      {"--eval-batches",
+       [&](const std::string& v) { c.eval_batches = parse_int("--eval-batches", v, 1); }},
+      {"--sample-every",
+       [&](const std::string& v) { c.sample_every = parse_int("--sample-every", v, 0); }},
+      {"--sample-tokens",
+       [&](const std::string& v) { c.sample_tokens = parse_int("--sample-tokens", v, 0); }},
+      {"--temperature",
+       [&](const std::string& v) {
+         c.temperature = parse_double("--temperature", v);
+         if (c.temperature <= 0) throw UsageError{"--temperature must be positive"};
+       }},
+      {"--top-k", [&](const std::string& v) { c.top_k = parse_int("--top-k", v, 0); }},
+  };
+  example::parse_options(argc, argv, options, kUsage);
+  if (c.batch % c.accumulate != 0) {
+    throw UsageError{
+        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
+  }
+  if (!c.shards.empty() && !c.text.empty()) throw UsageError{"give --text or --shards, not both"};
+  if (c.shards.empty() != c.val_shards.empty()) {
+    throw UsageError{"--shards and --val-shards go together"};
+  }
+  return c;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EMBER_CHECK(in.good(), "cannot read {}", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The fortunes corpus: every text file of the package (not the .dat indexes or .u8 links).
+std::vector<std::string> fortune_files() {
+  namespace fs = std::filesystem;
+  EMBER_CHECK(fs::is_directory(kFortunes),
+              "no data given and {} is missing: install Debian's fortunes package (apt-get install "
+              "fortunes), or pass --text FILE or --shards GLOB",
+              kFortunes);
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(kFortunes)) {
+    const fs::path& p = entry.path();
+    if (entry.is_regular_file() && p.extension() != ".dat" && p.extension() != ".u8") {
+      files.push_back(p.string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  EMBER_CHECK(!files.empty(), "{} holds no text files", kFortunes);
+  return files;
+}
+
+// Text as byte shards in a temporary directory: the last 10% for validation.
+std::pair<std::string, std::string> byte_shards(const std::vector<std::string>& files,
+                                                const std::string& dir) {
+  std::string text;
+  for (const std::string& f : files) text += read_file(f);
+  EMBER_CHECK(text.size() > 1000, "the text has {} bytes: too little to train on", text.size());
+  const std::vector<uint16_t> tokens = ember::data::byte_tokens(text);
+  const size_t split = tokens.size() - tokens.size() / 10;
+  std::filesystem::create_directories(dir);
+  const std::string train = dir + "/train.bin", val = dir + "/val.bin";
+  ember::data::write_token_shard(train, std::span(tokens).subspan(0, split));
+  ember::data::write_token_shard(val, std::span(tokens).subspan(split));
+  return {train, val};
+}
+
+// Samples `count` tokens after `prompt`: each step runs the model on the last `context` tokens
+// and draws from the last position's softmax at `temperature`, among the top_k likeliest.
+std::vector<int32_t> sample(ember::nn::Module& model, std::vector<int32_t> prompt, int64_t count,
+                            int64_t context, const Config& c, ember::Stream& stream,
+                            ember::nn::Precision precision, std::mt19937_64& rng) {
+  using namespace ember;
+  model.eval();
+  nn::Context ctx{stream, /*training=*/false, precision};
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(prompt.size()), context);
+    const std::vector<int32_t> window(prompt.end() - t, prompt.end());
+    const Tensor ids = Tensor::from_vector(window, Shape{1, t}).to(stream);
+    const Tensor logits = model.forward(ctx, ids).to(DType::f32).to(Device::cpu());
+    const int64_t vocab = logits.shape()[2];
+    const float* last = logits.data<float>() + (t - 1) * vocab;
+    std::vector<std::pair<float, int32_t>> ranked;
+    for (int64_t v = 0; v < vocab; ++v) ranked.emplace_back(last[v], static_cast<int32_t>(v));
+    const int64_t k = c.top_k == 0 ? vocab : std::min(c.top_k, vocab);
+    std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<double> weights(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      weights[j] = std::exp((ranked[j].first - ranked[0].first) / c.temperature);
+    }
+    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
+    prompt.push_back(ranked[pick(rng)].second);
+  }
+  model.train();
+  return prompt;
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    out.push_back(u == '\n' || u == '\t' || (u >= 32 && u < 127) ? ch : '?');
+  }
+  return out;
+}
+
+int run(const Config& c) {
+  using namespace ember;
+  using Clock = std::chrono::steady_clock;
+  const Device device = example::choose_device(c.device);
+  Stream stream = current_stream(device);
+
+  // Data.
+  std::vector<std::string> train_files, val_files;
+  bool bytes = true;
+  if (!c.shards.empty()) {
+    train_files = data::expand_glob(c.shards);
+    val_files = data::expand_glob(c.val_shards);
+  } else {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     fmt::format("ember_train_gpt2_{}", static_cast<long>(::getpid()));
+    const auto [train, val] = byte_shards(c.text.empty() ? fortune_files() : c.text, dir.string());
+    train_files = {train};
+    val_files = {val};
+  }
+  const int64_t micro = c.batch / c.accumulate;
+  data::TokenShards train_data(train_files, {.batch = micro, .seq = c.seq, .seed = c.seed});
+  data::TokenShards val_data(val_files, {.batch = micro, .seq = c.seq, .shuffle = false});
+  train::GptConfig config = train::gpt_config(c.model);
+  if (!c.shards.empty()) bytes = train_data.max_token() < 256 && config.vocab == 256;
+  EMBER_CHECK(train_data.max_token() < config.vocab,
+              "the shards hold token {}, beyond model {}'s vocabulary of {}",
+              train_data.max_token(), c.model, config.vocab);
+  EMBER_CHECK(c.seq <= config.context, "--seq {} is longer than model {}'s context of {}", c.seq,
+              c.model, config.context);
+  config.seed = c.seed;
+  config.device = device;
+  auto model = train::make_gpt(config);
+  if (c.checkpoint == "full") {
+    auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      blocks.wrap_child(i, [](std::shared_ptr<nn::Module> m) {
+        return std::make_shared<nn::Checkpoint>(std::move(m));
+      });
+    }
+  }
+  int64_t parameters = 0;
+  for (nn::Parameter* p : model->parameters()) parameters += p->value.numel();
+  fmt::print("data: {} training tokens ({} windows of {}), {} validation tokens{}\n",
+             train_data.tokens(), train_data.windows(), c.seq, val_data.tokens(),
+             bytes ? ", bytes" : "");
+  fmt::print(
+      "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
+      "of {} x {} tokens{}{}\n",
+      c.model, config.layers, config.heads, config.dim, config.vocab, parameters,
+      device.to_string(), c.steps, c.batch, c.seq,
+      c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
+      c.amp == "f32" ? "" : ", autocast " + c.amp);
+
+  // AdamW with GPT-2's decay rule (nanoGPT's): the matrices decay (the embedding tables
+  // included), biases and norms do not; one optimizer per group.
+  std::vector<nn::Parameter*> decay, no_decay;
+  for (nn::Parameter* p : model->parameters())
+    (p->value.rank() >= 2 ? decay : no_decay).push_back(p);
+  train::AdamW decayed(decay, {.lr = static_cast<float>(c.lr),
+                               .beta2 = 0.95f,
+                               .weight_decay = static_cast<float>(c.weight_decay)});
+  train::AdamW plain(no_decay, {.lr = static_cast<float>(c.lr), .beta2 = 0.95f, .weight_decay = 0});
+  const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, c.steps / 20, c.lr / 10);
+  const nn::Precision precision = nn::parse_precision(c.amp);
+  amp::GradScalerOptions scaling;
+  scaling.enabled = precision == nn::Precision::f16;
+  amp::GradScaler scaler(device, scaling);
+  nn::SoftmaxCrossEntropy criterion;
+  nn::Context ctx{stream, /*training=*/true, precision};
+  const train::Accumulation accumulation(c.accumulate);
+
+  auto loss_of = [&](nn::Context& context, const data::TokenShards::Batch& b) {
+    const Tensor logits = model->forward(context, b.inputs.to(stream));
+    const int64_t rows = b.inputs.numel();
+    return criterion.forward(context, logits.reshape({rows, config.vocab}),
+                             b.targets.to(stream).reshape({rows}));
+  };
+  auto validation_loss = [&] {
+    model->eval();
+    nn::Context eval{stream, /*training=*/false, precision};
+    val_data.set_position({});
+    const int64_t batches = std::min(c.eval_batches, val_data.batches_per_epoch());
+    double total = 0;
+    for (int64_t i = 0; i < batches; ++i) total += loss_of(eval, val_data.next()).item();
+    model->train();
+    criterion.drop_saved();
+    return total / static_cast<double>(batches);
+  };
+  std::mt19937_64 rng(c.seed);
+  auto print_sample = [&](int64_t step) {
+    const std::vector<int32_t> prompt = {'\n'};
+    const std::vector<int32_t> tokens =
+        sample(*model, prompt, c.sample_tokens, config.context, c, stream, precision, rng);
+    if (bytes) {
+      fmt::print("sample after step {}:\n{}\n---\n", step,
+                 printable(data::bytes_of_tokens(std::span(tokens).subspan(1))));
+    } else {
+      fmt::print("sample after step {} (token ids): {}\n", step,
+                 fmt::join(std::span(tokens).subspan(1), " "));
+    }
+    std::fflush(stdout);
+  };
+
+  const double nats_to_bits = 1.0 / std::log(2.0);
+  double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
+  int64_t interval_steps = 0;
+  for (int64_t step = 1; step <= c.steps; ++step) {
+    const auto start = Clock::now();
+    schedule.apply(decayed);
+    schedule.apply(plain);
+    decayed.zero_grad();
+    plain.zero_grad();
+    Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
+    accumulation.run(
+        ctx,
+        [&](const train::MicroBatch& mb) {
+          const Tensor loss = loss_of(ctx, train_data.next());
+          ops::add(stream, loss_sum, loss_sum, loss);
+          const Tensor dlogits = criterion.backward(ctx, mb.dloss);
+          model->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));
+        },
+        scaler.scale());
+    scaler.step(stream, decayed);
+    scaler.step(stream, plain);
+    scaler.update(stream);
+    last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
+    EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
+                step);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    interval_seconds += seconds;
+    total_seconds += seconds;
+    ++interval_steps;
+    if (step % c.eval_every == 0 || step == c.steps) val_loss = validation_loss();
+    if (step % c.log_every == 0 || step == c.steps) {
+      const double ms = 1000 * interval_seconds / static_cast<double>(interval_steps);
+      fmt::print(
+          "step {:5d} | loss {:.4f}{} | val {} | {:8.0f} tokens/s | {:7.1f} ms/step\n", step,
+          last_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", last_loss * nats_to_bits) : "",
+          std::isnan(val_loss)
+              ? std::string("-")
+              : fmt::format(
+                    "{:.4f}{}", val_loss,
+                    bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""),
+          static_cast<double>(c.batch * c.seq) / (ms / 1000), ms);
+      std::fflush(stdout);
+      interval_seconds = 0;
+      interval_steps = 0;
+    }
+    if (c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) print_sample(step);
+  }
+  fmt::print("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
+             val_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : "");
+  if (c.sample_tokens > 0) print_sample(c.steps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return example::run_main<Config>("train_gpt2", argc, argv, parse_args, run);
+}
