@@ -195,7 +195,8 @@ std::pair<std::string, std::string> byte_shards(const std::vector<std::string>& 
 }
 
 // Samples `count` tokens after `prompt`: each step runs the model on the last `context` tokens
-// and draws from the last position's softmax at `temperature`, among the top_k likeliest.
+// (the trained sequence length: later positions' embeddings were never trained) and draws from
+// the last position's softmax at `temperature`, among the top_k likeliest.
 std::vector<int32_t> sample(ember::nn::Module& model, std::vector<int32_t> prompt, int64_t count,
                             int64_t context, const Config& c, ember::Stream& stream,
                             ember::nn::Precision precision, std::mt19937_64& rng) {
@@ -326,7 +327,7 @@ int run(const Config& c) {
   auto print_sample = [&](int64_t step) {
     const std::vector<int32_t> prompt = {'\n'};
     const std::vector<int32_t> tokens =
-        sample(*model, prompt, c.sample_tokens, config.context, c, stream, precision, rng);
+        sample(*model, prompt, c.sample_tokens, c.seq, c, stream, precision, rng);
     if (bytes) {
       fmt::print("sample after step {}:\n{}\n---\n", step,
                  printable(data::bytes_of_tokens(std::span(tokens).subspan(1))));
