@@ -254,16 +254,20 @@ int run(const Config& c) {
     train_files = {train};
     val_files = {val};
   }
+  train::GptConfig config = train::gpt_config(c.model);
+  EMBER_CHECK(c.seq <= config.context, "--seq {} is longer than model {}'s context of {}", c.seq,
+              c.model, config.context);
   const int64_t micro = c.batch / c.accumulate;
   data::TokenShards train_data(train_files, {.batch = micro, .seq = c.seq, .seed = c.seed});
-  data::TokenShards val_data(val_files, {.batch = micro, .seq = c.seq, .shuffle = false});
-  train::GptConfig config = train::gpt_config(c.model);
+  // Validation batches of up to `micro` windows: a small validation set still gives one.
+  const int64_t val_windows =
+      data::TokenShards(val_files, {.batch = 1, .seq = c.seq, .shuffle = false}).windows();
+  data::TokenShards val_data(
+      val_files, {.batch = std::min(micro, val_windows), .seq = c.seq, .shuffle = false});
   if (!c.shards.empty()) bytes = train_data.max_token() < 256 && config.vocab == 256;
   EMBER_CHECK(train_data.max_token() < config.vocab,
               "the shards hold token {}, beyond model {}'s vocabulary of {}",
               train_data.max_token(), c.model, config.vocab);
-  EMBER_CHECK(c.seq <= config.context, "--seq {} is longer than model {}'s context of {}", c.seq,
-              c.model, config.context);
   config.seed = c.seed;
   config.device = device;
   auto model = train::make_gpt(config);
