@@ -40,7 +40,7 @@ install(FILES "${PROJECT_BINARY_DIR}/ember.pc" DESTINATION ${CMAKE_INSTALL_LIBDI
 export(EXPORT emberTargets NAMESPACE ember:: FILE "${PROJECT_BINARY_DIR}/emberTargets.cmake")
 
 # The tools: installed as programs.
-foreach(tool memory_snapshot_svg loss_curve_png bench_allocator bench_matmul)
+foreach(tool memory_snapshot_svg loss_curve_png tokenize_text bench_allocator bench_matmul)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
     # $ORIGIN/../lib finds libember.so in the prefix and in the build tree alike (<build>/lib):
