@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -154,7 +155,7 @@ Config parse_args(int argc, char** argv) {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  EMBER_CHECK(in.good(), "cannot read {}", path);
+  EMBER_CHECK(in.good() && !std::filesystem::is_directory(path), "cannot read {}", path);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
@@ -241,16 +242,25 @@ int run(const Config& c) {
   const Device device = example::choose_device(c.device);
   Stream stream = current_stream(device);
 
-  // Data.
+  // Data. Text becomes shards in a temporary directory, removed at exit (error or not): the
+  // readers map them until then.
+  struct TemporaryDirectory {
+    std::filesystem::path path;
+    ~TemporaryDirectory() {
+      std::error_code ignored;
+      if (!path.empty()) std::filesystem::remove_all(path, ignored);
+    }
+  } temporary;
   std::vector<std::string> train_files, val_files;
   bool bytes = true;
   if (!c.shards.empty()) {
     train_files = data::expand_glob(c.shards);
     val_files = data::expand_glob(c.val_shards);
   } else {
-    const auto dir = std::filesystem::temp_directory_path() /
+    temporary.path = std::filesystem::temp_directory_path() /
                      fmt::format("ember_train_gpt2_{}", static_cast<long>(::getpid()));
-    const auto [train, val] = byte_shards(c.text.empty() ? fortune_files() : c.text, dir.string());
+    const auto [train, val] =
+        byte_shards(c.text.empty() ? fortune_files() : c.text, temporary.path.string());
     train_files = {train};
     val_files = {val};
   }
@@ -258,16 +268,29 @@ int run(const Config& c) {
   EMBER_CHECK(c.seq <= config.context, "--seq {} is longer than model {}'s context of {}", c.seq,
               c.model, config.context);
   const int64_t micro = c.batch / c.accumulate;
-  data::TokenShards train_data(train_files, {.batch = micro, .seq = c.seq, .seed = c.seed});
-  // Validation batches of up to `micro` windows: a small validation set still gives one.
+  // An Error about the data names the set and what to change.
+  auto open_shards = [&](const char* set, const std::vector<std::string>& files,
+                         const data::TokenShards::Options& options) {
+    try {
+      return std::make_unique<data::TokenShards>(files, options);
+    } catch (const Error& e) {
+      EMBER_THROW("the {} data: {} (a smaller --batch or --seq may fit it)", set, e.message());
+    }
+  };
+  auto train_data =
+      open_shards("training", train_files, {.batch = micro, .seq = c.seq, .seed = c.seed});
+  // Validation batches of --batch windows (fewer for a small validation set), independent of
+  // --accumulate: they keep no activations.
   const int64_t val_windows =
-      data::TokenShards(val_files, {.batch = 1, .seq = c.seq, .shuffle = false}).windows();
-  data::TokenShards val_data(
-      val_files, {.batch = std::min(micro, val_windows), .seq = c.seq, .shuffle = false});
-  if (!c.shards.empty()) bytes = train_data.max_token() < 256 && config.vocab == 256;
-  EMBER_CHECK(train_data.max_token() < config.vocab,
-              "the shards hold token {}, beyond model {}'s vocabulary of {}",
-              train_data.max_token(), c.model, config.vocab);
+      open_shards("validation", val_files, {.batch = 1, .seq = c.seq, .shuffle = false})->windows();
+  auto val_data =
+      open_shards("validation", val_files,
+                  {.batch = std::min(c.batch, val_windows), .seq = c.seq, .shuffle = false});
+  const int max_token = std::max(train_data->max_token(), val_data->max_token());
+  if (!c.shards.empty()) bytes = max_token < 256 && config.vocab == 256;
+  EMBER_CHECK(max_token < config.vocab,
+              "the shards hold token {}, beyond model {}'s vocabulary of {}", max_token, c.model,
+              config.vocab);
   config.seed = c.seed;
   config.device = device;
   auto model = train::make_gpt(config);
@@ -282,7 +305,7 @@ int run(const Config& c) {
   int64_t parameters = 0;
   for (nn::Parameter* p : model->parameters()) parameters += p->value.numel();
   fmt::print("data: {} training tokens ({} windows of {}), {} validation tokens{}\n",
-             train_data.tokens(), train_data.windows(), c.seq, val_data.tokens(),
+             train_data->tokens(), train_data->windows(), c.seq, val_data->tokens(),
              bytes ? ", bytes" : "");
   fmt::print(
       "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
@@ -319,10 +342,10 @@ int run(const Config& c) {
   auto validation_loss = [&] {
     model->eval();
     nn::Context eval{stream, /*training=*/false, precision};
-    val_data.set_position({});
-    const int64_t batches = std::min(c.eval_batches, val_data.batches_per_epoch());
+    val_data->set_position({});
+    const int64_t batches = std::min(c.eval_batches, val_data->batches_per_epoch());
     double total = 0;
-    for (int64_t i = 0; i < batches; ++i) total += loss_of(eval, val_data.next()).item();
+    for (int64_t i = 0; i < batches; ++i) total += loss_of(eval, val_data->next()).item();
     model->train();
     criterion.drop_saved();
     return total / static_cast<double>(batches);
@@ -355,7 +378,7 @@ int run(const Config& c) {
     accumulation.run(
         ctx,
         [&](const train::MicroBatch& mb) {
-          const Tensor loss = loss_of(ctx, train_data.next());
+          const Tensor loss = loss_of(ctx, train_data->next());
           ops::add(stream, loss_sum, loss_sum, loss);
           const Tensor dlogits = criterion.backward(ctx, mb.dloss);
           model->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));

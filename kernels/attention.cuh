@@ -47,7 +47,6 @@ __device__ __forceinline__ int64_t out_row(const Dims& s, int64_t b, int64_t t, 
 
 template <int kChunks, class T>
 __device__ __forceinline__ void load_row(const T* row, int64_t dim, int lane, float (&x)[kChunks]) {
-#pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int64_t d = c * 32 + lane;
     x[c] = d < dim ? to_f32(row[d]) : 0.0f;
@@ -57,7 +56,6 @@ __device__ __forceinline__ void load_row(const T* row, int64_t dim, int lane, fl
 template <int kChunks, class T>
 __device__ __forceinline__ void store_row(T* row, int64_t dim, int lane,
                                           const float (&x)[kChunks]) {
-#pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int64_t d = c * 32 + lane;
     if (d < dim) row[d] = from_f32<T>(x[c]);
@@ -70,7 +68,6 @@ template <int kChunks>
 __device__ __forceinline__ float warp_dot(const float (&a)[kChunks], const float (&b)[kChunks],
                                           int64_t dim, int lane) {
   float partial = 0.0f;
-#pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     if (c * 32 + lane < dim) partial = rn::add(partial, rn::mul(a[c], b[c]));
   }
@@ -100,7 +97,6 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     const RowIndex at = row_index(s, row);
     float q[kChunks], acc[kChunks];
     load_row(qkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, q);
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
     const int64_t keys = s.causal ? at.t + 1 : s.seq;
@@ -111,11 +107,9 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
       const float score = rn::mul(warp_dot(q, k, s.dim, lane), s.scale);
       float rescale, weight;
       attention_math::online_step(score, m, l, rescale, weight);
-#pragma unroll
       for (int c = 0; c < kChunks; ++c)
         acc[c] = rn::add(rn::mul(acc[c], rescale), rn::mul(weight, v[c]));
     }
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
     store_row(out + out_row(s, at.b, at.t, at.h), s.dim, lane, acc);
     if (lane == 0) lse[row] = attention_math::log_sum_exp(m, l);
@@ -154,7 +148,6 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     float q[kChunks], g[kChunks], acc[kChunks];
     load_row(qkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, q);
     load_row(dout + out_row(s, at.b, at.t, at.h), s.dim, lane, g);
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
     const float row_lse = lse[row], row_delta = delta[row];
     const int64_t keys = s.causal ? at.t + 1 : s.seq;
@@ -165,10 +158,8 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
       const float p =
           attention_math::probability(rn::mul(warp_dot(q, k, s.dim, lane), s.scale), row_lse);
       const float ds = rn::mul(p, rn::sub(warp_dot(g, v, s.dim, lane), row_delta));
-#pragma unroll
       for (int c = 0; c < kChunks; ++c) acc[c] = rn::add(acc[c], rn::mul(ds, k[c]));
     }
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[c] = rn::mul(acc[c], s.scale);
     store_row(dqkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, acc);
   }
@@ -190,7 +181,6 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     float k[kChunks], v[kChunks], dk[kChunks], dv[kChunks];
     load_row(qkv + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, k);
     load_row(qkv + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, v);
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) dk[c] = dv[c] = 0.0f;
     for (int64_t i = s.causal ? j : 0; i < s.seq; ++i) {
       float q[kChunks], g[kChunks];
@@ -199,13 +189,11 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
       const float p = attention_math::probability(rn::mul(warp_dot(q, k, s.dim, lane), s.scale),
                                                   lse[head_rows + i]);
       const float ds = rn::mul(p, rn::sub(warp_dot(g, v, s.dim, lane), delta[head_rows + i]));
-#pragma unroll
       for (int c = 0; c < kChunks; ++c) {
         dv[c] = rn::add(dv[c], rn::mul(p, g[c]));
         dk[c] = rn::add(dk[c], rn::mul(ds, q[c]));
       }
     }
-#pragma unroll
     for (int c = 0; c < kChunks; ++c) dk[c] = rn::mul(dk[c], s.scale);
     store_row(dqkv + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, dk);
     store_row(dqkv + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, dv);

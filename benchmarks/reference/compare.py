@@ -6,6 +6,7 @@ Runs ember's benchmark (or example) and its PyTorch twin in this directory one a
 
   matmul       bench_matmul's cpu_f32 / cpu_bf16 rows  vs  torch_matmul.py (torch.mm)
   train_step   bench_train_step's cpu f32 / bf16 rows   vs  torch_train_step.py (fused AdamW)
+  gpt2         bench_gpt2's cpu rows                      vs  gpt2_torch.py (eager; --compile too)
   elementwise  bench_elementwise's fused chain          vs  its own copy, and PyTorch's eager,
                                                             compiled chain and copy_
   train_mlp    train_mlp's default run, f32 and bf16    vs  torch_train_mlp.py's best variant
@@ -90,7 +91,9 @@ def main():
     parser.add_argument("--build", default="build/release", help="ember's build directory")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds per measurement")
-    parser.add_argument("--only", default="matmul,train_step,elementwise,train_mlp")
+    parser.add_argument("--only", default="matmul,train_step,elementwise,train_mlp,gpt2")
+    parser.add_argument("--compile", action="store_true",
+                        help="gpt2: also torch.compile'd (minutes of compiling per row)")
     parser.add_argument("--python", default=sys.executable, help="a Python with torch")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -161,6 +164,25 @@ def main():
             rows.append((f"train_mlp --amp {amp}, subnormals kept", m[f"ember_{amp}_kept"],
                          m[f"ember_{amp}"], "flushed (default; goal: within 5%)"))
         table("train_mlp default run (samples/s over its 2000 training steps)", "samples/s", rows)
+
+    if "gpt2" in only:
+        def measure():
+            ours = gbench(bench("bench_gpt2"), "^cpu_gpt2_", "tokens/s", mt)
+            theirs = torch_script(args.python, "gpt2_torch.py", "--min-time", mt,
+                                  *(["--compile"] if args.compile else []))
+            return {**{("ember", k): v for k, v in ours.items()},
+                    **{("torch", k): v for k, v in theirs.items()}}
+        m = collect(args.rounds, measure)
+        rows = []
+        for (side, k), v in sorted(m.items()):
+            if side != "ember":
+                continue
+            if ("torch", k) in m:
+                rows.append((k, v, m[("torch", k)], "PyTorch eager (goal >= 1.2x)"))
+            if ("torch", k + "_compiled") in m:
+                rows.append((k, v, m[("torch", k + "_compiled")], "torch.compile (goal >= 1.0x)"))
+        table("GPT-2 training step (tokens/s): ember vs PyTorch, fused AdamW, SDPA", "tokens/s",
+              rows)
 
 
 if __name__ == "__main__":

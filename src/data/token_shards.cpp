@@ -119,7 +119,11 @@ TokenShards::TokenShards(std::vector<std::string> paths, const Options& options)
       s.tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(s.map) + kHeaderBytes);
       s.count = count;
       total_tokens_ += count;
-      for (int64_t i = 0; i < count; ++i) max_token_ = std::max<int>(max_token_, s.tokens[i]);
+      int largest = 0;
+      const uint16_t* tokens = s.tokens;
+#pragma omp parallel for reduction(max : largest) schedule(static)
+      for (int64_t i = 0; i < count; ++i) largest = std::max<int>(largest, tokens[i]);
+      max_token_ = std::max(max_token_, largest);
       for (int64_t start = 0; start + options.seq + 1 <= count; start += options.seq) {
         window_starts_.emplace_back(static_cast<int32_t>(shards_.size() - 1), start);
       }

@@ -60,8 +60,11 @@ Tensor TiedLinear::backward(Context& ctx, const Tensor& dy) {
               "mode, or the saved input was dropped)",
               name());
   const int64_t rows = input_.shape()[0], out = weight_->value.shape()[0];
-  EMBER_CHECK(dy.defined() && dy.numel() == rows * out && dy.shape()[-1] == out,
-              "{}: the output gradient must be [..., {}] with {} rows, not {}", name(), out, rows,
+  std::vector<int64_t> dims(input_shape_.dims().begin(), input_shape_.dims().end());
+  dims.back() = out;
+  const Shape dy_shape(dims);
+  EMBER_CHECK(dy.defined() && dy.shape() == dy_shape, "{}: the output gradient must be {}, not {}",
+              name(), dy_shape.to_string(),
               dy.defined() ? dy.view().describe() : std::string("undefined"));
   const DType dtype = input_.dtype();
   Tensor grad = dy.reshape({rows, out});

@@ -156,7 +156,7 @@ void softmax_rows(const Dims& s, float* p, float* row_lse) {
     if (nan) m = std::numeric_limits<float>::quiet_NaN();
     float l = 0.0f;
     for (int64_t j = 0; j < keys; ++j) {
-      row[j] = kernels::math::exp(row[j] - m);
+      row[j] = math::probability(row[j], m);  // 0 for a score of -inf, as the GPU's
       l += row[j];
     }
     const float inverse = 1.0f / l;
@@ -225,7 +225,9 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
       for (int64_t e = 0; e < d; ++e) delta += go[i * ldo + e] * oo[i * ldo + e];
       float* row = ds + i * t;
       const float* prow = p + i * t;
-      for (int64_t j = 0; j < t; ++j) row[j] = prow[j] * (row[j] - delta);
+      const int64_t keys = s.causal ? i + 1 : t;
+      for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - delta);
+      std::fill(row + keys, row + t, 0.0f);  // masked: 0 even where delta is not finite
     }
     // dQ = scale dS K, dK = scale dS^T Q.
     float* dq = buffers.rows_b.data();

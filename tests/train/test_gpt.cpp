@@ -98,6 +98,15 @@ TEST(Gpt, BadConfigurationsAndInputs) {
         model->forward(ctx, Tensor::from_vector(std::vector<int32_t>{0, 10}, Shape{1, 2}));
       },
       "id 10 in row 1 is out of range [0, 10)");
+  // The head is the first module of the backward: a gradient of the wrong shape is an Error,
+  // even with the right number of elements.
+  nn::Context training{stream, /*training=*/true};
+  model->forward(training, Tensor::zeros({2, 3}, DType::i32));
+  expect_error(
+      [&] {
+        model->backward(training, Tensor::zeros({3, 2, 10}));
+      },
+      "the output gradient must be [2, 3, 10], not f32[3, 2, 10]");
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 // token; windows do not cross files). Each epoch the windows are shuffled (data::permutation:
 // the same order on every machine) and dealt to the ranks as DistributedSampler deals rows
 // (drop: every rank gets the same number, disjoint from the others'). next() returns the rank's
-// next batch; position() and set_position() make a resumed run see the same batches.
+// next batch; position() and set_position() make a resumed run see the same batches. The files
+// must not shrink while mapped (a read past a file's new end is a SIGBUS, as for any mapping);
+// replacing one by a rename, as write_token_shard does, is safe.
 #pragma once
 
 #include <cstdint>

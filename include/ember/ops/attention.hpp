@@ -16,9 +16,12 @@ struct AttentionOptions {
 // qkv [B, T, 3, H, D]: the queries, keys and values of each position side by side, as one fused
 // projection [B, T, 3 * H * D] writes them (f32, f16 or bf16; 1 <= D <= 256). out [B, T, H, D]
 // in qkv's dtype; lse [B, H, T] f32, each query row's log-sum-exp of its scaled scores, which the
-// backward needs. Arithmetic in f32 with each operation rounded once; the CPU and an emulated
-// GPU give the same bits, a GPU differs by its expf and logf. A row whose scores are all -inf
-// comes out nan (no key to attend to), as do rows with nan inputs.
+// backward needs. Arithmetic in f32: the CPU with GEMMs per head, a GPU with ember's kernels
+// (an online softmax); the two agree within f32 rounding, and each gives the same bits on every
+// run. A row whose scores are all -inf comes out nan with lse -inf (no key to attend to); rows
+// with nan inputs come out nan. On the CPU a non-finite value can also reach the rows and
+// gradients that the causal mask hides from it (a masked weight 0 times inf or nan is nan in
+// the GEMMs); a GPU never reads masked positions.
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options = {});
 

@@ -1,0 +1,96 @@
+"""bench_gpt2's work in PyTorch: the same GPT-2 (pre-norm blocks, GELU tanh MLP, tied head,
+nanoGPT's initialization), the same token pattern, one training step (forward, cross-entropy,
+backward, fused AdamW with beta2 0.95) in f32 and under CPU bf16 autocast, with
+F.scaled_dot_product_attention; eager, and torch.compile'd with --compile. Tokens/s, named as
+bench_gpt2's rows."""
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+
+from common import emit, seconds_per_call, setup_threads
+
+CONFIGS = {"small": dict(vocab=256, context=256, layers=4, heads=4, dim=256),
+           "d12": dict(vocab=50257, context=1024, layers=12, heads=12, dim=768)}
+CASES = [("small", 128, 16), ("small", 256, 8)]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = torch.nn.LayerNorm(dim)
+        self.c_attn = torch.nn.Linear(dim, 3 * dim)
+        self.attn_proj = torch.nn.Linear(dim, dim)
+        self.ln_2 = torch.nn.LayerNorm(dim)
+        self.c_fc = torch.nn.Linear(dim, 4 * dim)
+        self.mlp_proj = torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, vocab, context, layers, heads, dim):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, dim)
+        self.wpe = torch.nn.Embedding(context, dim)
+        self.h = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln_f = torch.nn.LayerNorm(dim)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):
+                torch.nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+            elif p.dim() == 2:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias") and "ln_" not in name:
+                torch.nn.init.zeros_(p)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # the tied head
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--min-time", type=float, default=0.5)
+    parser.add_argument("--compile", action="store_true", help="also torch.compile'd")
+    args = parser.parse_args()
+    setup_threads()
+    for model_name, seq, batch in CASES:
+        cfg = CONFIGS[model_name]
+        tokens = (torch.arange(batch * (seq + 1)) * 7919) % cfg["vocab"]
+        tokens = tokens.view(batch, seq + 1)
+        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1)
+        for dtype in ("f32", "bf16"):
+            variants = [("eager", False)] + ([("compiled", True)] if args.compile else [])
+            for variant, compiled in variants:
+                torch.manual_seed(1)
+                model = Gpt(**cfg)
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
+                forward = torch.compile(model) if compiled else model
+
+                def step():
+                    opt.zero_grad(set_to_none=True)
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                        logits = forward(x)
+                    loss = F.cross_entropy(logits.float().view(-1, cfg["vocab"]), y)
+                    loss.backward()
+                    opt.step()
+                    return loss
+
+                t = seconds_per_call(lambda: step().item(), args.min_time)
+                suffix = "" if variant == "eager" else "_compiled"
+                emit("gpt2", f"cpu_gpt2_{dtype}/{model_name}/T:{seq}/batch:{batch}{suffix}",
+                     batch * seq / t, "tokens/s")
+
+
+if __name__ == "__main__":
+    main()
