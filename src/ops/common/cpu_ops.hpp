@@ -21,14 +21,6 @@ void sum(const TensorView& out, const TensorView& x, bool accumulate);
 void column_sums(const TensorView& out, const TensorView& x, bool accumulate);
 void max(const TensorView& out, const TensorView& x);  // x is not empty
 
-// ---- softmax + cross-entropy (softmax_cross_entropy_cpu.cpp) ----------------------------------
-void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& probs,
-                                   const TensorView& logits, const TensorView& labels);
-void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView& probs,
-                                    const TensorView& labels, float dloss);
-void argmax(const TensorView& out, const TensorView& x);
-void count_correct(const TensorView& correct, const TensorView& logits, const TensorView& labels);
-
 // ---- shared helpers ----------------------------------------------------------------------------
 
 // 16-bit <-> f32 conversion of n elements (elementwise_cpu.cpp).

@@ -31,21 +31,4 @@ size_t column_sums_scratch_bytes(int64_t rows, int64_t cols);
 void launch_column_sums(const void* x, DType type, int64_t rows, int64_t cols, float* out,
                         bool accumulate, void* scratch, cudaStream_t stream);
 
-// ---- softmax_cross_entropy_kernels.cu ----------------------------------------------------------
-size_t softmax_xent_forward_scratch_bytes(int64_t rows);
-// rows, cols >= 1, labels already checked.
-void launch_softmax_xent_forward(const void* logits, DType type, const void* labels,
-                                 bool labels_i64, int64_t rows, int64_t cols, float* probs,
-                                 float* loss, void* scratch, cudaStream_t stream);
-
-void launch_softmax_xent_backward(void* dlogits, DType type, const float* probs, const void* labels,
-                                  bool labels_i64, int64_t rows, int64_t cols, float scale,
-                                  cudaStream_t stream);
-
-// Row argmax into out (i64 or i32; may be null), and/or the count of rows whose argmax equals
-// the label added to *correct (may be null; labels then unused).
-void launch_argmax(const void* x, DType type, int64_t rows, int64_t cols, void* out, bool out_i64,
-                   const void* labels, bool labels_i64, unsigned long long* correct,
-                   cudaStream_t stream);
-
 }  // namespace ember::ops::cuda

@@ -1,0 +1,459 @@
+// Softmax + cross-entropy, argmax and count_correct: the argument checks, the CPU body and the
+// CUDA launches (kernels in ember/kernels/softmax_cross_entropy.cuh). Labels are checked on the
+// device without a host wait (ops/common/index_check.hpp). Compiled by nvcc in CUDA builds, as
+// C++ in CPU-only builds and under the SIMT emulator.
+//
+// CPU: rows are independent and each reduces in a fixed order, so results are the same at any
+// thread count; the mean over rows adds the per-row losses sequentially. CUDA: a warp or a block
+// per row by the number of classes (softmax_cross_entropy.cuh).
+#include "ember/ops/softmax_cross_entropy.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "ember/core/denormals.hpp"
+#include "ember/ops/check.hpp"
+#include "ops/common/cpu_ops.hpp"
+#include "ops/common/index_check.hpp"
+
+#if EMBER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "ember/core/check_cuda.hpp"
+#include "ember/core/launch.hpp"
+#include "ember/core/scratch.hpp"
+#include "ember/kernels/grid.cuh"
+#include "ember/kernels/softmax_cross_entropy.cuh"
+#include "ops/reduce/reduce_cuda.hpp"
+#include "ops/reduce/reduce_dispatch.hpp"
+#endif
+
+namespace ember::ops {
+
+// ---- checks ------------------------------------------------------------------------------------
+
+namespace {
+
+// x [B, C] floating, with C >= 1 when B >= 1 (an empty row has no softmax and no argmax).
+void check_logits(std::string_view op, std::string_view name, const TensorView& x) {
+  detail::check_rank(op, name, x, 2);
+  detail::check_floating(op, name, x);
+  EMBER_CHECK(x.shape[0] == 0 || x.shape[1] > 0, "{}: {} {} has rows of no classes", op, name,
+              x.describe());
+}
+
+// labels [B] of i32 or i64, B the first dimension of `rows_of`.
+void check_labels_shape(std::string_view op, const TensorView& labels, const TensorView& rows_of) {
+  detail::check_rank(op, "labels", labels, 1);
+  EMBER_CHECK(labels.dtype == DType::i32 || labels.dtype == DType::i64,
+              "{}: labels must be i32 or i64, not {}", op, labels.describe());
+  EMBER_CHECK(labels.shape[0] == rows_of.shape[0], "{}: labels {} do not match the {} rows of {}",
+              op, labels.describe(), rows_of.shape[0], rows_of.describe());
+}
+
+// The loss is a mean over rows, undefined for none.
+void check_some_rows(std::string_view op, const TensorView& x) {
+  EMBER_CHECK(x.shape[0] > 0, "{}: {} has no rows, and the mean loss over 0 rows is undefined", op,
+              x.describe());
+}
+
+}  // namespace
+
+// ---- CPU ---------------------------------------------------------------------------------------
+
+namespace cpu {
+namespace {
+
+// One f32 row buffer per thread for 16-bit inputs, allocated before the parallel region so that
+// nothing inside it allocates (an exception must not escape an OpenMP region).
+class RowScratch {
+ public:
+  RowScratch(DType dtype, int64_t cols) : cols_(cols) {
+    if (dtype != DType::f32) buffer_.resize(static_cast<size_t>(omp_get_max_threads() * cols));
+  }
+  float* get() { return buffer_.data() + static_cast<int64_t>(omp_get_thread_num()) * cols_; }
+
+ private:
+  int64_t cols_;
+  std::vector<float> buffer_;
+};
+
+// The index of the largest element of x[0, cols), cols >= 1: the first one on ties, and the
+// first nan if there is one (nan counts as the largest value, as in PyTorch).
+int64_t row_argmax(const float* x, int64_t cols) {
+  MaxLanes lanes;
+  lanes.add(x, cols);  // vectorized; finding its first occurrence is a short scalar scan
+  const float m = lanes.total();
+  if (m != m) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (x[j] != x[j]) return j;
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    if (x[j] == m) return j;
+  }
+  return 0;  // not reached: m is one of the elements
+}
+
+// p[j] = e^(x[j] - m). In-place use (p == x) is fine: lane j reads x[j] before writing p[j].
+EMBER_CPU_CLONES void exp_shifted(const float* x, float m, int64_t n, float* p) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) p[j] = exp_f32(x[j] - m);
+}
+
+// p[j] *= scale, multiplying in double so that p is rounded only once, to f32.
+EMBER_CPU_CLONES void scale_in_double(float* p, int64_t n, double scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(static_cast<double>(p[j]) * scale);
+}
+
+}  // namespace
+
+// Per row: m = max, p = e^(x - m) / s with s = sum e^(x - m) (every exponent <= 0, so nothing
+// overflows even for logits of 1e30), loss = log s + m - x[label]. A logit of -inf gives
+// probability 0 and no nan as long as the row has a finite maximum.
+void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& probs,
+                                   const TensorView& logits, const TensorView& labels) {
+  const int64_t rows = logits.shape[0];
+  const int64_t cols = logits.shape[1];
+  RowScratch scratch(logits.dtype, cols);
+  std::vector<double> row_loss(static_cast<size_t>(rows));
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
+      // before p overwrites it.
+      const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
+      float* p = static_cast<float*>(probs.data) + r * cols;
+      const float x_label = x[index_at(labels, r)];
+      MaxLanes max_lanes;
+      max_lanes.add(x, cols);
+      const float m = max_lanes.total();
+      exp_shifted(x, m, cols, p);
+      SumLanes sum_lanes;
+      sum_lanes.add(p, cols);
+      const double s = sum_lanes.total();
+      scale_in_double(p, cols, 1.0 / s);
+      row_loss[static_cast<size_t>(r)] =
+          (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+    }
+  }
+  double total = 0.0;
+  for (const double l : row_loss) total += l;
+  *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
+}
+
+// dlogits = (p - onehot) * dloss / B, in (row, column block) items so that a few wide rows
+// still spread over threads.
+void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView& probs,
+                                    const TensorView& labels, float dloss) {
+  const int64_t rows = probs.shape[0];
+  const int64_t cols = probs.shape[1];
+  const float scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
+  const int64_t col_blocks = ceil_div(cols, kBlock);
+  const int64_t items = rows * col_blocks;
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t r = item / col_blocks;
+      const int64_t c0 = (item % col_blocks) * kBlock;
+      const int64_t width = std::min(kBlock, cols - c0);
+      const int64_t begin = r * cols + c0;
+      const float* p = static_cast<const float*>(probs.data) + begin;
+      const int64_t at = index_at(labels, r) - c0;  // the label's column within this block
+      const bool has_label = 0 <= at && at < width;
+      const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
+      float buffer[kBlock];
+      float* d = result_f32(dlogits.data, dlogits.dtype, begin, buffer);
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) d[j] = p[j] * scale;
+      if (has_label) d[at] = (p_label - 1.0f) * scale;
+      store_f32(dlogits.data, dlogits.dtype, begin, width, d);
+    }
+  }
+}
+
+void argmax(const TensorView& out, const TensorView& x) {
+  const int64_t rows = x.shape[0];
+  const int64_t cols = x.shape[1];
+  RowScratch scratch(x.dtype, cols);
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t index =
+          row_argmax(load_f32(x.data, x.dtype, r * cols, cols, scratch.get()), cols);
+      if (out.dtype == DType::i32) {
+        static_cast<int32_t*>(out.data)[r] = static_cast<int32_t>(index);
+      } else {
+        static_cast<int64_t*>(out.data)[r] = index;
+      }
+    }
+  }
+}
+
+void count_correct(const TensorView& correct, const TensorView& logits, const TensorView& labels) {
+  const int64_t rows = logits.shape[0];
+  const int64_t cols = logits.shape[1];
+  RowScratch scratch(logits.dtype, cols);
+  int64_t count = 0;  // an integer sum: exact in any order
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static) reduction(+ : count)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
+      count += row_argmax(x, cols) == index_at(labels, r) ? 1 : 0;
+    }
+  }
+  *static_cast<int64_t*>(correct.data) = count;
+}
+}  // namespace cpu
+
+// ---- CUDA --------------------------------------------------------------------------------------
+
+#if EMBER_WITH_CUDA
+namespace cuda {
+namespace {
+
+using kernels::softmax_detail::kThreads;
+using kernels::softmax_detail::kWarpRowMaxCols;
+using kernels::softmax_detail::kWarpRowsPerBlock;
+
+using kernels::ceil_div;
+using kernels::kMaxGridX;
+
+unsigned elementwise_blocks(int64_t n) {
+  return kernels::grid_stride_blocks(n, kThreads);
+}
+
+// Launches kernel<kTeam, T> with one row per team: warps, 8 rows to a block, for narrow rows;
+// a block per row for wide ones.
+template <class Launch>
+void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_one) {
+  with_element_type(type, [&](auto element) {
+    using T = decltype(element);
+    if (cols <= kWarpRowMaxCols) {
+      launch_one.template operator()<32, T>(
+          dim3(static_cast<unsigned>(std::min(ceil_div(rows, kWarpRowsPerBlock), kMaxGridX))),
+          dim3(32, kWarpRowsPerBlock));
+    } else {
+      launch_one.template operator()<kThreads, T>(
+          dim3(static_cast<unsigned>(std::min(rows, kMaxGridX))), dim3(kThreads, 1));
+    }
+  });
+}
+
+}  // namespace
+
+size_t softmax_xent_forward_scratch_bytes(int64_t rows) {
+  return static_cast<size_t>(rows) * sizeof(double);
+}
+
+void launch_softmax_xent_forward(const void* logits, DType type, const void* labels,
+                                 bool labels_i64, int64_t rows, int64_t cols, float* probs,
+                                 float* loss, void* scratch, cudaStream_t stream) {
+  auto* row_loss = static_cast<double*>(scratch);
+  launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
+    launch(kernels::softmax_xent_forward_kernel<kTeam, T>, grid, block, 0, stream,
+           static_cast<const T*>(logits), labels, labels_i64, rows, cols, probs, row_loss);
+  });
+  launch(kernels::softmax_xent_loss_kernel<kThreads>, dim3(1), dim3(kThreads), 0, stream,
+         static_cast<const double*>(row_loss), rows, loss);
+}
+
+void launch_softmax_xent_backward(void* dlogits, DType type, const float* probs, const void* labels,
+                                  bool labels_i64, int64_t rows, int64_t cols, float scale,
+                                  cudaStream_t stream) {
+  with_element_type(type, [&](auto element) {
+    using T = decltype(element);
+    launch(kernels::softmax_xent_backward_kernel<kThreads, T>,
+           dim3(elementwise_blocks(rows * cols)), dim3(kThreads), 0, stream,
+           static_cast<T*>(dlogits), probs, labels, labels_i64, rows, cols, scale);
+  });
+}
+
+void launch_argmax(const void* x, DType type, int64_t rows, int64_t cols, void* out, bool out_i64,
+                   const void* labels, bool labels_i64, unsigned long long* correct,
+                   cudaStream_t stream) {
+  launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
+    launch(kernels::argmax_kernel<kTeam, T>, grid, block, 0, stream, static_cast<const T*>(x), rows,
+           cols, out, out_i64, labels, labels_i64, correct);
+  });
+}
+
+namespace {
+
+bool is_i64(const TensorView& t) {
+  return t.dtype == DType::i64;
+}
+
+}  // namespace
+
+void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const TensorView& loss,
+                                   const TensorView& probs, const TensorView& logits,
+                                   const TensorView& labels) {
+  const cudaStream_t handle = enter(stream);
+  const int64_t rows = logits.shape[0];
+  const int64_t cols = logits.shape[1];
+  check_indices(stream, op, "label", labels, cols);
+  const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
+  launch_softmax_xent_forward(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
+                              rows, cols, static_cast<float*>(probs.data),
+                              static_cast<float*>(loss.data), scratch.data(), handle);
+}
+
+void softmax_cross_entropy_backward(Stream& stream, std::string_view op, const TensorView& dlogits,
+                                    const TensorView& probs, const TensorView& labels,
+                                    float dloss) {
+  const cudaStream_t handle = enter(stream);
+  const int64_t rows = probs.shape[0];
+  const int64_t cols = probs.shape[1];
+  check_indices(stream, op, "label", labels, cols);
+  // The CPU's scale: dloss / B in double, rounded once.
+  const auto scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
+  launch_softmax_xent_backward(dlogits.data, element_type(dlogits.dtype),
+                               static_cast<const float*>(probs.data), labels.data, is_i64(labels),
+                               rows, cols, scale, handle);
+}
+
+void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
+  const int64_t rows = x.shape[0];
+  if (rows == 0) return;
+  const cudaStream_t handle = enter(stream);
+  launch_argmax(x.data, element_type(x.dtype), rows, x.shape[1], out.data, is_i64(out), nullptr,
+                false, nullptr, handle);
+}
+
+void count_correct(Stream& stream, std::string_view op, const TensorView& correct,
+                   const TensorView& logits, const TensorView& labels) {
+  const cudaStream_t handle = enter(stream);
+  const int64_t rows = logits.shape[0];
+  check_indices(stream, op, "label", labels, logits.shape[1]);
+  // The count is summed straight into `correct` (an i64 holds what the u64 atomics add).
+  EMBER_CUDA_CHECK(cudaMemsetAsync(correct.data, 0, sizeof(int64_t), handle));
+  if (rows == 0) return;
+  launch_argmax(logits.data, element_type(logits.dtype), rows, logits.shape[1], nullptr, false,
+                labels.data, is_i64(labels), static_cast<unsigned long long*>(correct.data),
+                handle);
+}
+}  // namespace cuda
+#endif
+
+// ---- the ops -----------------------------------------------------------------------------------
+
+void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
+                                   const TensorView& logits, const TensorView& labels) {
+  constexpr std::string_view kOp = "ops::softmax_cross_entropy_forward";
+  mark_written(loss);
+  mark_written(probs);
+  detail::check_devices(kOp, stream, {&loss, &probs, &logits, &labels});
+  check_logits(kOp, "logits", logits);
+  check_some_rows(kOp, logits);
+  check_labels_shape(kOp, labels, logits);
+  detail::check_scalar(kOp, "loss", loss, DType::f32);
+  detail::check_dtype(kOp, "probs", probs, DType::f32);
+  detail::check_same_shape(kOp, probs, logits);
+  detail::check_overlap(kOp, probs, logits);  // probs may be exactly f32 logits (in-place)
+  for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
+  detail::check_disjoint(kOp, probs, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
+    cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
+                                    const TensorView& probs, const TensorView& labels,
+                                    float dloss) {
+  constexpr std::string_view kOp = "ops::softmax_cross_entropy_backward";
+  mark_written(dlogits);
+  detail::check_devices(kOp, stream, {&dlogits, &probs, &labels});
+  check_logits(kOp, "probs", probs);
+  detail::check_dtype(kOp, "probs", probs, DType::f32);
+  check_some_rows(kOp, probs);
+  check_labels_shape(kOp, labels, probs);
+  detail::check_floating(kOp, "dlogits", dlogits);
+  detail::check_same_shape(kOp, dlogits, probs);
+  detail::check_overlap(kOp, dlogits, probs);  // dlogits may be exactly probs (in-place)
+  detail::check_disjoint(kOp, dlogits, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_indices(kOp, "label", labels, probs.shape[1]);
+    cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::softmax_cross_entropy_backward(stream, kOp, dlogits, probs, labels, dloss);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
+  constexpr std::string_view kOp = "ops::argmax";
+  mark_written(out);
+  detail::check_devices(kOp, stream, {&out, &x});
+  check_logits(kOp, "x", x);
+  detail::check_rank(kOp, "out", out, 1);
+  EMBER_CHECK(out.dtype == DType::i32 || out.dtype == DType::i64,
+              "{}: out must be i32 or i64, not {}", kOp, out.describe());
+  EMBER_CHECK(out.shape[0] == x.shape[0], "{}: out {} does not match the {} rows of x {}", kOp,
+              out.describe(), x.shape[0], x.describe());
+  EMBER_CHECK(out.dtype == DType::i64 || x.shape[1] <= std::numeric_limits<int32_t>::max(),
+              "{}: out is i32 but x {} has more columns than i32 can index", kOp, x.describe());
+  detail::check_disjoint(kOp, out, x);
+  if (stream.device().is_cpu()) {
+    cpu::argmax(out, x);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::argmax(stream, out, x);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
+                   const TensorView& labels) {
+  constexpr std::string_view kOp = "ops::count_correct";
+  mark_written(correct);
+  detail::check_devices(kOp, stream, {&correct, &logits, &labels});
+  check_logits(kOp, "logits", logits);
+  check_labels_shape(kOp, labels, logits);
+  detail::check_scalar(kOp, "correct", correct, DType::i64);
+  detail::check_disjoint(kOp, correct, logits);
+  detail::check_disjoint(kOp, correct, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
+    cpu::count_correct(correct, logits, labels);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::count_correct(stream, kOp, correct, logits, labels);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+}  // namespace ember::ops
