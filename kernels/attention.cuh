@@ -83,6 +83,17 @@ __device__ __forceinline__ RowIndex row_index(const Dims& s, int64_t row) {
   return {bh / s.heads, bh % s.heads, t};
 }
 
+// f(row, at) for each row of [B, H, T] this warp owns: warps stride over the grid, and a row is
+// uniform across its warp, so the warp's reductions stay complete.
+template <class F>
+__device__ __forceinline__ void for_each_warp_row(const Dims& s, F&& f) {
+  const int64_t rows = s.batch * s.heads * s.seq;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kWarps) {
+    f(row, row_index(s, row));
+  }
+}
+
 }  // namespace attention_detail
 
 // out and lse for every query row (warps stride over the B * H * T rows).
@@ -91,10 +102,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     attention_forward_kernel(const T* qkv, T* out, float* lse, attention_detail::Dims s) {
   using namespace attention_detail;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t rows = s.batch * s.heads * s.seq;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const RowIndex at = row_index(s, row);
+  for_each_warp_row(s, [&](int64_t row, const RowIndex& at) {
     float q[kChunks], acc[kChunks];
     load_row(qkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, q);
     for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
@@ -113,7 +121,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
     store_row(out + out_row(s, at.b, at.t, at.h), s.dim, lane, acc);
     if (lane == 0) lse[row] = attention_math::log_sum_exp(m, l);
-  }
+  });
 }
 
 // delta[row] = dout_row . out_row, the backward's per-row correction.
@@ -122,16 +130,13 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     attention_delta_kernel(const T* dout, const T* out, float* delta, attention_detail::Dims s) {
   using namespace attention_detail;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t rows = s.batch * s.heads * s.seq;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const RowIndex at = row_index(s, row);
+  for_each_warp_row(s, [&](int64_t row, const RowIndex& at) {
     float g[kChunks], o[kChunks];
     load_row(dout + out_row(s, at.b, at.t, at.h), s.dim, lane, g);
     load_row(out + out_row(s, at.b, at.t, at.h), s.dim, lane, o);
     const float d = warp_dot(g, o, s.dim, lane);
     if (lane == 0) delta[row] = d;
-  }
+  });
 }
 
 // dq of every query row i: scale * sum over its keys j of p_ij (dout_i . v_j - delta_i) k_j.
@@ -141,10 +146,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
                         attention_detail::Dims s) {
   using namespace attention_detail;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t rows = s.batch * s.heads * s.seq;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const RowIndex at = row_index(s, row);
+  for_each_warp_row(s, [&](int64_t row, const RowIndex& at) {
     float q[kChunks], g[kChunks], acc[kChunks];
     load_row(qkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, q);
     load_row(dout + out_row(s, at.b, at.t, at.h), s.dim, lane, g);
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     }
     for (int c = 0; c < kChunks; ++c) acc[c] = rn::mul(acc[c], s.scale);
     store_row(dqkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, acc);
-  }
+  });
 }
 
 // dk and dv of every key row j, over the query rows i that see it (i >= j when causal):
@@ -173,10 +175,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
                           T* dqkv, attention_detail::Dims s) {
   using namespace attention_detail;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t rows = s.batch * s.heads * s.seq;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const RowIndex at = row_index(s, row);
+  for_each_warp_row(s, [&](int64_t /*row*/, const RowIndex& at) {
     const int64_t j = at.t, head_rows = (at.b * s.heads + at.h) * s.seq;
     float k[kChunks], v[kChunks], dk[kChunks], dv[kChunks];
     load_row(qkv + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, k);
@@ -197,7 +196,7 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
     for (int c = 0; c < kChunks; ++c) dk[c] = rn::mul(dk[c], s.scale);
     store_row(dqkv + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, dk);
     store_row(dqkv + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, dv);
-  }
+  });
 }
 
 }  // namespace ember::kernels

@@ -26,6 +26,7 @@
 #include "ember/kernels/attention.cuh"
 #include "ember/kernels/grid.cuh"
 #include "ops/common/element_type.hpp"
+#include "ops/reduce/reduce_cuda.hpp"
 #include "ops/reduce/reduce_dispatch.hpp"
 #endif
 
@@ -271,14 +272,9 @@ void launch_rows(const Dims& s, DType dtype, Launch&& launch_one) {
   });
 }
 
-cudaStream_t enter_device(const Stream& stream) {
-  EMBER_CUDA_CHECK(cudaSetDevice(stream.device().index()));
-  return static_cast<cudaStream_t>(stream.native());
-}
-
 void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
                   const TensorView& qkv, const Dims& s) {
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = cuda::enter(stream);
   launch_rows(s, qkv.dtype, [&]<int kChunks, class T>(dim3 grid, dim3 block) {
     launch(kernels::attention_forward_kernel<kChunks, T>, grid, block, 0, handle,
            static_cast<const T*>(qkv.data), static_cast<T*>(out.data),
@@ -289,7 +285,7 @@ void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
 void backward_cuda(Stream& stream, const TensorView& dqkv, const TensorView& dout,
                    const TensorView& qkv, const TensorView& out, const TensorView& lse,
                    const Dims& s) {
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = cuda::enter(stream);
   const Scratch delta_scratch(stream, static_cast<size_t>(s.rows()) * sizeof(float));
   auto* delta = static_cast<float*>(delta_scratch.data());
   const auto* row_lse = static_cast<const float*>(lse.data);

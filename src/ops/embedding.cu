@@ -22,6 +22,7 @@
 #include "ember/core/scratch.hpp"
 #include "ember/kernels/embedding.cuh"
 #include "ops/common/element_type.hpp"
+#include "ops/reduce/reduce_cuda.hpp"
 #include "ops/reduce/reduce_dispatch.hpp"
 #endif
 
@@ -142,14 +143,9 @@ void with_index_type(DType dtype, F&& f) {
   }
 }
 
-cudaStream_t enter_device(const Stream& stream) {
-  EMBER_CUDA_CHECK(cudaSetDevice(stream.device().index()));
-  return static_cast<cudaStream_t>(stream.native());
-}
-
 void forward_cuda(Stream& stream, const TensorView& out, const TensorView& table,
                   const TensorView& ids, const Lookup& s) {
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = cuda::enter(stream);
   cuda::with_element_type(cuda::element_type(out.dtype), [&](auto out_element) {
     using TOut = decltype(out_element);
     cuda::with_element_type(cuda::element_type(table.dtype), [&](auto table_element) {
@@ -167,7 +163,7 @@ void forward_cuda(Stream& stream, const TensorView& out, const TensorView& table
 
 void backward_cuda(Stream& stream, const TensorView& dtable, const TensorView& dout,
                    const TensorView& ids, const Lookup& s, bool accumulate) {
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = cuda::enter(stream);
   // counts [V], starts [V + 1], cursor [V], unordered [rows], ordered [rows]: 32-bit words.
   const auto words = static_cast<size_t>(3 * s.vocab + 1 + 2 * s.rows);
   const Scratch scratch(stream, words * sizeof(unsigned));

@@ -25,6 +25,7 @@
 #include "ember/kernels/grid.cuh"
 #include "ember/kernels/layer_norm.cuh"
 #include "ops/common/element_type.hpp"
+#include "ops/reduce/reduce_cuda.hpp"
 #include "ops/reduce/reduce_dispatch.hpp"
 #endif
 
@@ -228,11 +229,6 @@ void launch_row_teams(int64_t rows, int64_t cols, Launch&& launch_one) {
   }
 }
 
-cudaStream_t enter_device(const Stream& stream) {
-  EMBER_CUDA_CHECK(cudaSetDevice(stream.device().index()));
-  return static_cast<cudaStream_t>(stream.native());
-}
-
 const float* f32_or_null(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
@@ -243,7 +239,7 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
                         const TensorView& rstd, const TensorView& x, const TensorView& gamma,
                         const TensorView& beta, float eps, int64_t rows, int64_t cols) {
   if (rows == 0) return;
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = enter(stream);
   with_element_type(element_type(x.dtype), [&](auto element) {
     using T = decltype(element);
     launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
@@ -259,7 +255,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
                          const TensorView& dbeta, const TensorView& dy, const TensorView& x,
                          const TensorView& mean, const TensorView& rstd, const TensorView& gamma,
                          bool accumulate, int64_t rows, int64_t cols) {
-  const cudaStream_t handle = enter_device(stream);
+  const cudaStream_t handle = enter(stream);
   const auto* m = static_cast<const float*>(mean.data);
   const auto* s = static_cast<const float*>(rstd.data);
   with_element_type(element_type(x.dtype), [&](auto x_element) {
