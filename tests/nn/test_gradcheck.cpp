@@ -294,10 +294,18 @@ TEST(Module, LinearRejectsWrongInputShape) {
     layer.forward(ctx, random({2, 5}, 8));
     FAIL();
   } catch (const ember::Error& e) {
-    EXPECT_NE(e.message().find("Linear(in=3, out=4, bias=true): input must be [batch, 3], not "
-                               "f32[2, 5]"),
+    EXPECT_NE(e.message().find(
+                  "Linear(in=3, out=4, bias=true): input must be [..., 3] (rank 2 or more), not "
+                  "f32[2, 5]"),
               std::string::npos)
         << e.message();
+  }
+  // Leading dimensions are rows, but there must be one.
+  try {
+    layer.forward(ctx, random({3}, 9));
+    FAIL();
+  } catch (const ember::Error& e) {
+    EXPECT_NE(e.message().find("(rank 2 or more), not f32[3]"), std::string::npos) << e.message();
   }
 }
 

@@ -110,12 +110,12 @@ TEST(ModuleSavedActivations, AFailedForwardSavesNothing) {
   Stream stream;
   nn::Context train{stream, true};
   auto net = block(1);
-  expect_error([&] { net->forward(train, Tensor::full({2, 5}, 0.5)); }, "input must be [batch, 3]");
+  expect_error([&] { net->forward(train, Tensor::full({2, 5}, 0.5)); }, "input must be [..., 3]");
   const Tensor y = net->forward(train, Tensor::full({2, 3}, 0.5));  // the corrected retry
   EXPECT_EQ(y.shape(), ember::Shape({2, 2}));
   auto two = std::make_shared<nn::Sequential>();
   two->emplace<nn::Linear>(3, 4).emplace<nn::Linear>(5, 2);  // the second does not fit
-  expect_error([&] { two->forward(train, Tensor::full({2, 3}, 0.5)); }, "input must be [batch, 5]");
+  expect_error([&] { two->forward(train, Tensor::full({2, 3}, 0.5)); }, "input must be [..., 5]");
   EXPECT_FALSE(two->has_saved());  // the first layer's saved input went too
 }
 
