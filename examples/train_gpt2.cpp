@@ -23,6 +23,7 @@
 
 #include "cli.hpp"
 #include "ember/ember.hpp"
+#include "resume.hpp"
 
 namespace {
 
@@ -54,6 +55,7 @@ struct Config {
   int64_t sample_tokens = 300;
   double temperature = 0.8;
   int64_t top_k = 40;
+  example::SaveConfig save;
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -86,12 +88,16 @@ model and training:
   --sample-tokens N  tokens per sample (default 300)
   --temperature X    sampling temperature (default 0.8)
   --top-k N          sample among the k likeliest tokens (default 40; 0: all)
+  --save-dir DIR     checkpoints (training state, data position included) go to DIR; SIGTERM or
+                     SIGUSR1 then saves at the end of the current step and exits 0
+  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
+  --resume           continue from the newest valid checkpoint in --save-dir, if any
   -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
-  const std::map<std::string_view, Setter> options = {
+  std::map<std::string_view, Setter> options = {
       {"--model",
        [&](const std::string& v) {
          if (v != "small" && v != "d12") {
@@ -141,7 +147,9 @@ Config parse_args(int argc, char** argv) {
        }},
       {"--top-k", [&](const std::string& v) { c.top_k = parse_int("--top-k", v, 0); }},
   };
-  example::parse_options(argc, argv, options, kUsage);
+  example::add_save_options(options, c.save);
+  example::parse_options(argc, argv, options, kUsage, {"--resume"});
+  example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
         fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
@@ -366,9 +374,37 @@ int run(const Config& c) {
   };
 
   const double nats_to_bits = 1.0 / std::log(2.0);
+  // Training state: the model, both optimizers, the scaler, and the data position; the options
+  // a bitwise continuation depends on are saved with it.
+  example::Checkpoints checkpoints(
+      c.save, *model, decayed, scaler,
+      {{"model", c.model},
+       {"steps", std::to_string(c.steps)},
+       {"batch", std::to_string(c.batch)},
+       {"accumulate", std::to_string(c.accumulate)},
+       {"seq", std::to_string(c.seq)},
+       {"lr", fmt::format("{}", c.lr)},
+       {"weight_decay", fmt::format("{}", c.weight_decay)},
+       {"seed", std::to_string(c.seed)},
+       {"amp", c.amp},
+       {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards}});
+  checkpoints.add_optimizer("optimizer_no_decay", plain);
+  int64_t first_step = 1;
+  if (const auto resumed = checkpoints.resume([](const std::string& line) {
+        std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
+      })) {
+    first_step = resumed->step + 1;
+    train_data->set_position({static_cast<uint64_t>(resumed->epoch), resumed->data_position});
+    ctx.step = resumed->micro_step;
+  }
+  if (first_step > c.steps) {
+    fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
+    return 0;
+  }
+
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
   int64_t interval_steps = 0;
-  for (int64_t step = 1; step <= c.steps; ++step) {
+  for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     schedule.apply(decayed);
     schedule.apply(plain);
@@ -411,6 +447,15 @@ int run(const Config& c) {
       interval_steps = 0;
     }
     if (c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) print_sample(step);
+    const data::TokenShards::Position at = train_data->position();
+    if (checkpoints.after_step({.step = step,
+                                .epoch = static_cast<int64_t>(at.epoch),
+                                .data_position = at.batch,
+                                .micro_step = ctx.step})) {
+      fmt::print("stopped by signal after step {}: saved {}; continue with --resume\n", step,
+                 checkpoints.path_of(step));
+      return 0;
+    }
   }
   fmt::print("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
              val_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : "");

@@ -17,7 +17,7 @@ def last_progress(out):
     if not lines:
         sys.exit(f"no progress line in:\n{out}")
     # The figures that must match: step, loss, validation accuracy (not the speed).
-    return re.sub(r"\|\s*[0-9.]+ (samples/s|ms/step).*", "", lines[-1]).strip()
+    return re.sub(r"\|\s*[0-9.]+ (samples/s|tokens/s|ms/step).*", "", lines[-1]).strip()
 
 
 def main():
