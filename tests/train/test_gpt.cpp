@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ember/nn/checkpoint.hpp"
+#include "ember/nn/loss.hpp"
 #include "ember/nn/tied_linear.hpp"
+#include "ember/train/adamw.hpp"
 #include "ember/train/gpt.hpp"
 #include "test_support.hpp"
 
@@ -107,6 +111,76 @@ TEST(Gpt, BadConfigurationsAndInputs) {
         model->backward(training, Tensor::zeros({3, 2, 10}));
       },
       "the output gradient must be [2, 3, 10], not f32[3, 2, 10]");
+}
+
+}  // namespace
+
+namespace {
+
+// A tiny GPT's training losses on a fixed batch: `steps` AdamW steps under `precision`, with
+// the blocks wrapped in nn::Checkpoint when `checkpoint`; and its gradients after the first step.
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> first_grads;
+};
+
+Trained train_tiny(nn::Precision precision, bool checkpoint, int steps) {
+  auto model =
+      train::make_gpt({.vocab = 13, .context = 16, .layers = 2, .heads = 2, .dim = 16, .seed = 5});
+  if (checkpoint) {
+    auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      blocks.wrap_child(i, [](std::shared_ptr<nn::Module> m) {
+        return std::make_shared<nn::Checkpoint>(std::move(m));
+      });
+    }
+  }
+  std::vector<int32_t> tokens(4 * 9);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 5 + i / 7) % 13);
+  std::vector<int32_t> in, out;
+  for (int b = 0; b < 4; ++b) {
+    for (int t = 0; t < 8; ++t) {
+      in.push_back(tokens[b * 9 + t]);
+      out.push_back(tokens[b * 9 + t + 1]);
+    }
+  }
+  const Tensor x = Tensor::from_vector(in, Shape{4, 8}), y = Tensor::from_vector(out, Shape{32});
+  ember::Stream stream;
+  nn::Context ctx{stream, /*training=*/true, precision};
+  ember::train::AdamW optimizer(model->parameters(), {.lr = 3e-3f});
+  nn::SoftmaxCrossEntropy criterion;
+  Trained result;
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    const Tensor logits = model->forward(ctx, x);
+    const Tensor loss = criterion.forward(ctx, logits.reshape({32, 13}), y);
+    model->backward(ctx, criterion.backward(ctx).reshape({4, 8, 13}));
+    if (step == 0) {
+      for (nn::Parameter* p : model->parameters()) {
+        result.first_grads.push_back(p->grad.to_vector<float>());
+      }
+    }
+    optimizer.step(stream);
+    result.losses.push_back(static_cast<float>(loss.item()));
+  }
+  return result;
+}
+
+TEST(Gpt, CheckpointedBlocksGiveBitwiseTheSameTraining) {
+  for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16}) {
+    const Trained plain = train_tiny(p, false, 5), checkpointed = train_tiny(p, true, 5);
+    EXPECT_EQ(plain.first_grads, checkpointed.first_grads);
+    EXPECT_EQ(plain.losses, checkpointed.losses);
+  }
+}
+
+TEST(Gpt, Bf16TrainingFollowsF32) {
+  const Trained f32 = train_tiny(nn::Precision::f32, false, 60);
+  const Trained bf16 = train_tiny(nn::Precision::bf16, false, 60);
+  EXPECT_LT(f32.losses.back(), 0.5f * f32.losses.front());  // it learns the batch
+  for (size_t i = 0; i < f32.losses.size(); i += 10) {
+    EXPECT_NEAR(bf16.losses[i], f32.losses[i], 0.05 * f32.losses[i] + 0.02) << "step " << i;
+  }
 }
 
 }  // namespace
