@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "ember/kernels/attention_math.cuh"
 #include "ember/ops/check.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/cpu_tasks.hpp"
 #include "ops/matmul/cpu_gemm.hpp"
 
 #if EMBER_WITH_CUDA
@@ -91,27 +91,11 @@ const float* widened(const TensorView& t, std::vector<float>& copy) {
   return copy.data();
 }
 
-// f(b, h) for every head of every batch entry, in parallel (always a parallel region: the GEMM
-// engines then run single-threaded, so results do not depend on the thread count), each thread
-// with its FP mode set.
+// f(b, h) for every head of every batch entry, as parallel tasks (cpu_tasks.hpp: a head's GEMMs
+// run single-threaded, so results do not depend on the thread count).
 template <class F>
 void for_each_head(const Dims& s, F&& f) {
-  const bool flush_mode = ember::detail::flush_denormals_now();
-  std::exception_ptr failure;
-#pragma omp parallel
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
-      try {
-        f(bh / s.heads, bh % s.heads);
-      } catch (...) {
-#pragma omp critical(ember_attention_failure)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+  cpu::parallel_tasks(s.batch * s.heads, [&](int64_t bh) { f(bh / s.heads, bh % s.heads); });
 }
 
 // Writes a [T, D] block of f32 rows into part `part` of head h of entry b of a [B, T, P, H, D]
@@ -120,12 +104,7 @@ void store_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int pa
                 const float* rows) {
   for (int64_t i = 0; i < s.seq; ++i) {
     const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
-    const float* values = rows + i * s.dim;
-    if (t.dtype == DType::f32) {
-      std::copy(values, values + s.dim, static_cast<float*>(t.data) + begin);
-    } else {
-      cpu::store_f32(t.data, t.dtype, begin, s.dim, values);
-    }
+    cpu::write_f32(t.data, t.dtype, begin, s.dim, rows + i * s.dim);
   }
 }
 

@@ -68,11 +68,8 @@ void forward_cpu(const TensorView& out, const TensorView& table, const TensorVie
 #pragma omp parallel if (s.rows * s.dim >= cpu::kParallelMin)
   {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
-    std::vector<float> widened, result;
-    if (out.dtype != table.dtype) {
-      widened.resize(static_cast<size_t>(s.dim));
-      result.resize(static_cast<size_t>(s.dim));
-    }
+    std::vector<float> widened;
+    if (out.dtype != table.dtype) widened.resize(static_cast<size_t>(s.dim));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < s.rows; ++r) {
       const int64_t id = cpu::index_at(ids, r);
@@ -81,9 +78,7 @@ void forward_cpu(const TensorView& out, const TensorView& table, const TensorVie
         continue;
       }
       const float* row = cpu::load_f32(table.data, table.dtype, id * s.dim, s.dim, widened.data());
-      float* values = cpu::result_f32(out.data, out.dtype, r * s.dim, result.data());
-      std::copy(row, row + s.dim, values);
-      cpu::store_f32(out.data, out.dtype, r * s.dim, s.dim, values);
+      cpu::write_f32(out.data, out.dtype, r * s.dim, s.dim, row);
     }
   }
 }

@@ -81,15 +81,6 @@ namespace {
 const float* f32_or_null(const TensorView& t) {
   return t.data == nullptr ? nullptr : static_cast<const float*>(t.data);
 }
-
-// Writes count f32 values into elements [begin, begin + count) of t (rounding to 16 bits).
-void store_row(const TensorView& t, int64_t begin, int64_t count, const float* values) {
-  if (t.dtype == DType::f32) {
-    std::copy(values, values + count, static_cast<float*>(t.data) + begin);
-  } else {
-    store_f32(t.data, t.dtype, begin, count, values);
-  }
-}
 }  // namespace
 
 void layer_norm_forward(const TensorView& y, const TensorView& mean, const TensorView& rstd,
@@ -120,7 +111,7 @@ void layer_norm_forward(const TensorView& y, const TensorView& mean, const Tenso
         out[j] =
             math::normalized(v[j], m, s, g != nullptr ? g[j] : 1.0f, b != nullptr ? b[j] : 0.0f);
       }
-      store_row(y, r * cols, cols, out.data());
+      write_f32(y.data, y.dtype, r * cols, cols, out.data());
       if (mean_out != nullptr) {
         mean_out[r] = m;
         rstd_out[r] = s;
@@ -159,7 +150,7 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
           const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
           out[j] = math::input_grad(gj, math::xhat(xv[j], m, s), s, mg, mgx);
         }
-        store_row(dx, r * cols, cols, out.data());
+        write_f32(dx.data, dx.dtype, r * cols, cols, out.data());
       }
     }
   }

@@ -3,6 +3,7 @@
 // functions in src/ops/<op>/. (Pointwise ops are one ops::map call each: elementwise.cu.)
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <limits>
@@ -99,6 +100,16 @@ inline void store_f32(void* data, DType dtype, int64_t begin, int64_t count, con
     f32_to_bf16(values, count, static_cast<bfloat16*>(data) + begin);
   } else if (dtype == DType::f16) {
     f32_to_f16(values, count, static_cast<half*>(data) + begin);
+  }
+}
+
+// Writes `count` f32 values into elements [begin, begin + count) of a float tensor: copied for
+// f32, rounded to nearest even for 16-bit dtypes.
+inline void write_f32(void* data, DType dtype, int64_t begin, int64_t count, const float* values) {
+  if (dtype == DType::f32) {
+    std::copy(values, values + count, static_cast<float*>(data) + begin);
+  } else {
+    store_f32(data, dtype, begin, count, values);
   }
 }
 

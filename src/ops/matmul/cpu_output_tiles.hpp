@@ -3,9 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
 
-#include "ember/core/denormals.hpp"
+#include "ops/common/cpu_tasks.hpp"
 
 namespace ember::ops::cpu {
 
@@ -34,32 +33,18 @@ inline OutputTiles output_tiles(int64_t m, int64_t n) {
   return t;
 }
 
-// f(e, i0, rows, j0, cols) for every output tile of every batch entry, in an OpenMP team (always
-// a parallel region, so that a one-tile product also runs the library single-threaded). An
-// exception thrown by f (a library's error) is rethrown after the region, the first one if
-// several tiles fail: one must not leave an OpenMP region.
+// f(e, i0, rows, j0, cols) for every output tile of every batch entry, as parallel tasks
+// (cpu_tasks.hpp: always a parallel region, so that a one-tile product also runs the library
+// single-threaded; a library's error is rethrown after the region).
 template <class F>
 void for_each_output_tile(int64_t batch, int64_t m, int64_t n, F&& f) {
   const OutputTiles t = output_tiles(m, n);
-  const int64_t per_entry = t.row_tiles * t.col_tiles, total = batch * per_entry;
-  std::exception_ptr failure;
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t index = 0; index < total; ++index) {
-      const int64_t e = index / per_entry, tile = index % per_entry;
-      const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
-      try {
-        f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
-      } catch (...) {
-#pragma omp critical(ember_output_tile_failure)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+  const int64_t per_entry = t.row_tiles * t.col_tiles;
+  parallel_tasks(batch * per_entry, [&](int64_t index) {
+    const int64_t e = index / per_entry, tile = index % per_entry;
+    const int64_t i0 = (tile / t.col_tiles) * t.rows, j0 = (tile % t.col_tiles) * t.cols;
+    f(e, i0, std::min(t.rows, m - i0), j0, std::min(t.cols, n - j0));
+  });
 }
 
 }  // namespace ember::ops::cpu
