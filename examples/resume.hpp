@@ -133,12 +133,6 @@ class Checkpoints {
     return stop;
   }
 
-  // A second optimizer (another parameter group's): saved and resumed under `name`. Before
-  // resume().
-  void add_optimizer(const std::string& name, ember::train::Optimizer& optimizer) {
-    state_.add_optimizer(name, optimizer);
-  }
-
   std::string path_of(int64_t step) const { return checkpoints_->path_of(step); }
 
  private:

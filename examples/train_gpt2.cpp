@@ -323,15 +323,11 @@ int run(const Config& c) {
       c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
       c.amp == "f32" ? "" : ", autocast " + c.amp);
 
-  // AdamW with GPT-2's decay rule (nanoGPT's): the matrices decay (the embedding tables
-  // included), biases and norms do not; one optimizer per group.
-  std::vector<nn::Parameter*> decay, no_decay;
-  for (nn::Parameter* p : model->parameters())
-    (p->value.rank() >= 2 ? decay : no_decay).push_back(p);
-  train::AdamW decayed(decay, {.lr = static_cast<float>(c.lr),
-                               .beta2 = 0.95f,
-                               .weight_decay = static_cast<float>(c.weight_decay)});
-  train::AdamW plain(no_decay, {.lr = static_cast<float>(c.lr), .beta2 = 0.95f, .weight_decay = 0});
+  // AdamW with GPT-2's decay rule (nanoGPT's), as two parameter groups: the matrices decay (the
+  // embedding tables included), biases and norms do not.
+  train::AdamW optimizer(
+      train::weight_decay_groups(model->parameters(), static_cast<float>(c.weight_decay)),
+      {.lr = static_cast<float>(c.lr), .beta2 = 0.95f});
   const auto schedule = train::LRSchedule::cosine(c.lr, c.steps, c.steps / 20, c.lr / 10);
   const nn::Precision precision = nn::parse_precision(c.amp);
   amp::GradScalerOptions scaling;
@@ -374,10 +370,10 @@ int run(const Config& c) {
   };
 
   const double nats_to_bits = 1.0 / std::log(2.0);
-  // Training state: the model, both optimizers, the scaler, and the data position; the options
+  // Training state: the model, the optimizer, the scaler, and the data position; the options
   // a bitwise continuation depends on are saved with it.
   example::Checkpoints checkpoints(
-      c.save, *model, decayed, scaler,
+      c.save, *model, optimizer, scaler,
       {{"model", c.model},
        {"steps", std::to_string(c.steps)},
        {"batch", std::to_string(c.batch)},
@@ -388,7 +384,6 @@ int run(const Config& c) {
        {"seed", std::to_string(c.seed)},
        {"amp", c.amp},
        {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards}});
-  checkpoints.add_optimizer("optimizer_no_decay", plain);
   int64_t first_step = 1;
   if (const auto resumed = checkpoints.resume([](const std::string& line) {
         std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
@@ -406,10 +401,8 @@ int run(const Config& c) {
   int64_t interval_steps = 0;
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
-    schedule.apply(decayed);
-    schedule.apply(plain);
-    decayed.zero_grad();
-    plain.zero_grad();
+    schedule.apply(optimizer);
+    optimizer.zero_grad();
     Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
     accumulation.run(
         ctx,
@@ -420,8 +413,7 @@ int run(const Config& c) {
           model->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));
         },
         scaler.scale());
-    scaler.step(stream, decayed);
-    scaler.step(stream, plain);
+    scaler.step(stream, optimizer);
     scaler.update(stream);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,

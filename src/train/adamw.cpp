@@ -26,8 +26,12 @@ void validate(const AdamWOptions& o) {
 }  // namespace
 
 AdamW::AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options)
-    : Optimizer(std::move(parameters)), options_(options) {
+    : AdamW(std::vector<ParamGroup>{{std::move(parameters), {}, {}}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay), options_(options) {
   validate(options_);
+  check_group_settings();
   for (nn::Parameter* p : parameters_) {
     const Stream& stream = p->value.stream();  // the optimizer's state lives beside its parameter
     exp_avg_.push_back(Tensor::zeros(p->value.shape(), DType::f32, stream));
@@ -35,13 +39,6 @@ AdamW::AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options
     max_exp_avg_sq_.push_back(options_.amsgrad ? Tensor::zeros(p->value.shape(), DType::f32, stream)
                                                : Tensor());
   }
-}
-
-void AdamW::set_lr(float lr) {
-  AdamWOptions o = options_;
-  o.lr = lr;
-  validate(o);
-  options_ = o;
 }
 
 const Tensor& AdamW::exp_avg(size_t i) const {
@@ -83,11 +80,11 @@ void AdamW::check_counters(const rules::StepCounters& c) const {
 void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
   if (options_.amsgrad) {
     apply_rule(
-        rule<true>(), inputs,
+        rule<true>(group.param_group), inputs,
         gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_}),
         cuda_stream);
   } else {
-    apply_rule(rule<false>(), inputs,
+    apply_rule(rule<false>(group.param_group), inputs,
                gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_}),
                cuda_stream);
   }

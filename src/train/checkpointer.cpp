@@ -262,21 +262,33 @@ void TrainingState::add_module(std::string name, nn::Module& module) {
 }
 
 void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
-  add(Component{std::move(name),
-                [&optimizer] {
-                  StateDict d = optimizer.state_dict();
-                  d.insert("lr", Tensor::full({1}, optimizer.lr(), DType::f32, Device::cpu()));
-                  return d;
-                },
-                [&optimizer](const StateDict& given) {
-                  StateDict rest;
-                  for (const auto& [key, t] : given) {
-                    if (key != "lr") rest.insert(key, t);
-                  }
-                  optimizer.load_state_dict(rest);
-                  optimizer.set_lr(given.at("lr").to_vector<float>()[0]);
-                },
-                nullptr});
+  add(Component{
+      std::move(name),
+      // With the learning rate of each parameter group.
+      [&optimizer] {
+        StateDict d = optimizer.state_dict();
+        std::vector<float> lrs;
+        for (size_t g = 0; g < optimizer.param_groups(); ++g) lrs.push_back(optimizer.lr(g));
+        d.insert("lr", Tensor::from_vector(lrs, {static_cast<int64_t>(lrs.size())}, Device::cpu()));
+        return d;
+      },
+      [&optimizer](const StateDict& given) {
+        const Tensor* lr = given.find("lr");
+        const auto groups = static_cast<int64_t>(optimizer.param_groups());
+        EMBER_CHECK(lr != nullptr && lr->dtype() == DType::f32 && lr->numel() == groups,
+                    "the optimizer's 'lr' must be f32 [{}] (a learning rate per "
+                    "parameter group){}",
+                    groups,
+                    lr == nullptr ? ", and it is missing" : ", not " + lr->view().describe());
+        StateDict rest;
+        for (const auto& [key, t] : given) {
+          if (key != "lr") rest.insert(key, t);
+        }
+        optimizer.load_state_dict(rest);
+        const std::vector<float> lrs = lr->to_vector<float>();
+        for (size_t g = 0; g < lrs.size(); ++g) optimizer.set_lr(g, lrs[g]);
+      },
+      nullptr});
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,

@@ -83,4 +83,8 @@ void LRSchedule::apply(Optimizer& optimizer) const {
   optimizer.set_lr(static_cast<float>(at(optimizer.steps())));
 }
 
+void LRSchedule::apply(Optimizer& optimizer, size_t group) const {
+  optimizer.set_lr(group, static_cast<float>(at(optimizer.steps())));
+}
+
 }  // namespace ember::train

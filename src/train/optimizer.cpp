@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -26,8 +27,27 @@ uint64_t next_optimizer_id() {
 }
 }  // namespace
 
-Optimizer::Optimizer(std::vector<nn::Parameter*> parameters)
-    : parameters_(std::move(parameters)), id_(next_optimizer_id()) {
+std::vector<ParamGroup> weight_decay_groups(const std::vector<nn::Parameter*>& parameters,
+                                            float weight_decay) {
+  std::vector<ParamGroup> groups{{.parameters = {}, .lr = {}, .weight_decay = weight_decay},
+                                 {.parameters = {}, .lr = {}, .weight_decay = 0.0f}};
+  for (nn::Parameter* p : parameters) {
+    EMBER_CHECK(p != nullptr, "weight_decay_groups: a parameter is null");
+    groups[p->value.rank() >= 2 ? 0 : 1].parameters.push_back(p);
+  }
+  return groups;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, float lr, float weight_decay)
+    : id_(next_optimizer_id()) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    settings_.push_back({groups[g].lr.value_or(lr), groups[g].weight_decay.value_or(weight_decay)});
+    for (nn::Parameter* p : groups[g].parameters) {
+      parameters_.push_back(p);
+      group_of_.push_back(g);
+    }
+  }
+  if (settings_.empty()) settings_.push_back({lr, weight_decay});  // no parameters: one group
   for (size_t i = 0; i < parameters_.size(); ++i) {
     const nn::Parameter* p = parameters_[i];
     EMBER_CHECK(p != nullptr, "Optimizer: parameter {} is null", i);
@@ -54,15 +74,59 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> parameters)
                   i, p->name, j);
     }
     shapes_.push_back(p->value.shape());
-    auto group = std::find_if(groups_.begin(), groups_.end(),
-                              [&](const DeviceGroup& g) { return g.device == p->value.device(); });
+    auto group = std::find_if(groups_.begin(), groups_.end(), [&](const DeviceGroup& g) {
+      return g.device == p->value.device() && g.param_group == group_of_[i];
+    });
     if (group == groups_.end()) {
-      group = groups_.insert(groups_.end(), {p->value.device(), {}, Stream(), Tensor()});
+      group =
+          groups_.insert(groups_.end(), {p->value.device(), group_of_[i], {}, Stream(), Tensor()});
       group->counters = Tensor::empty({2 * kCounterBytes}, DType::u8, p->value.stream());
     }
     group->parameters.push_back(i);
   }
   write_counters(rules::StepCounters{});
+}
+
+void Optimizer::check_settings(size_t group, float lr, float weight_decay) const {
+  const std::string who = settings_.size() > 1
+                              ? fmt::format("{}: parameter group {}:", kind(), group)
+                              : kind() + std::string(":");
+  // Written so that NaN fails every check.
+  EMBER_CHECK(std::isfinite(lr) && lr >= 0, "{} lr must be finite and >= 0, not {}", who, lr);
+  EMBER_CHECK(std::isfinite(weight_decay) && weight_decay >= 0,
+              "{} weight_decay must be finite and >= 0, not {}", who, weight_decay);
+  EMBER_CHECK(std::isfinite(lr * weight_decay), "{} lr * weight_decay overflows ({} * {})", who, lr,
+              weight_decay);
+}
+
+void Optimizer::check_group_settings() const {
+  for (size_t g = 0; g < settings_.size(); ++g) {
+    check_settings(g, settings_[g].lr, settings_[g].weight_decay);
+  }
+}
+
+void Optimizer::set_lr(float lr) {
+  for (size_t g = 0; g < settings_.size(); ++g) check_settings(g, lr, settings_[g].weight_decay);
+  for (Settings& s : settings_) s.lr = lr;
+}
+
+void Optimizer::set_lr(size_t group, float lr) {
+  EMBER_CHECK(group < settings_.size(), "{}::set_lr: parameter group {} of {}", kind(), group,
+              settings_.size());
+  check_settings(group, lr, settings_[group].weight_decay);
+  settings_[group].lr = lr;
+}
+
+float Optimizer::lr(size_t group) const {
+  EMBER_CHECK(group < settings_.size(), "{}::lr: parameter group {} of {}", kind(), group,
+              settings_.size());
+  return settings_[group].lr;
+}
+
+float Optimizer::weight_decay(size_t group) const {
+  EMBER_CHECK(group < settings_.size(), "{}::weight_decay: parameter group {} of {}", kind(), group,
+              settings_.size());
+  return settings_[group].weight_decay;
 }
 
 void Optimizer::write_counters(const rules::StepCounters& counters) {
@@ -153,8 +217,40 @@ StateDict Optimizer::state_dict() {
   std::vector<uint8_t> bytes(kCounterBytes);
   std::memcpy(bytes.data(), &c, kCounterBytes);
   state.insert("step_counters", Tensor::from_vector(bytes, {kCounterBytes}, Device::cpu()));
+  if (settings_.size() > 1) {
+    std::vector<int64_t> groups(group_of_.begin(), group_of_.end());
+    state.insert("param_groups",
+                 Tensor::from_vector(groups, {static_cast<int64_t>(groups.size())}, Device::cpu()));
+  }
   for (auto& [key, tensor] : state_tensors(applied)) state.insert(key, tensor);
   return state;
+}
+
+// The saved grouping must be this optimizer's: the same parameters in the same groups.
+void Optimizer::check_group_state(const StateDict& given) const {
+  const Tensor* saved = given.find("param_groups");
+  if (settings_.size() == 1) {
+    EMBER_CHECK(saved == nullptr,
+                "{}.load_state_dict: the state has 'param_groups' (an optimizer with several "
+                "parameter groups); this one has one group",
+                kind());
+    return;
+  }
+  EMBER_CHECK(saved != nullptr,
+              "{}.load_state_dict: this optimizer has {} parameter groups; the state has no "
+              "'param_groups' (an optimizer with one group)",
+              kind(), settings_.size());
+  EMBER_CHECK(
+      saved->dtype() == DType::i64 && saved->numel() == static_cast<int64_t>(group_of_.size()),
+      "{}.load_state_dict: 'param_groups' must be i64 [{}] (a group per parameter), not {}", kind(),
+      group_of_.size(), saved->view().describe());
+  const std::vector<int64_t> groups = saved->to_vector<int64_t>();
+  for (size_t i = 0; i < group_of_.size(); ++i) {
+    EMBER_CHECK(groups[i] == static_cast<int64_t>(group_of_[i]),
+                "{}.load_state_dict: parameter {} ('{}') is in parameter group {}, but in group "
+                "{} in the state: the parameters were grouped otherwise",
+                kind(), i, parameters_[i]->name, group_of_[i], groups[i]);
+  }
 }
 
 namespace {
@@ -195,11 +291,16 @@ void Optimizer::load_state_dict(const StateDict& given) {
               "{}.load_state_dict: 'step_counters' count {} applied steps but 'step' says {}",
               kind(), counters.applied, steps);
   check_counters(counters);
+  check_group_state(given);
   StateDict expected;
   for (const char* key : {"step", "step_calls"}) {
     expected.insert(key, Tensor::empty(given.at(key).shape(), DType::i64, Device::cpu()));
   }
   expected.insert("step_counters", Tensor::empty({kCounterBytes}, DType::u8, Device::cpu()));
+  if (settings_.size() > 1) {
+    expected.insert("param_groups", Tensor::empty({static_cast<int64_t>(group_of_.size())},
+                                                  DType::i64, Device::cpu()));
+  }
   const StateDict state = state_tensors(steps);
   for (const auto& [key, tensor] : state) expected.insert(key, tensor);
   load_state_into(expected, given, fmt::format("{}.load_state_dict", kind()));

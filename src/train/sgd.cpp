@@ -26,15 +26,12 @@ void validate(const SGDOptions& o) {
 }  // namespace
 
 SGD::SGD(std::vector<nn::Parameter*> parameters, const SGDOptions& options)
-    : Optimizer(std::move(parameters)), options_(options) {
-  validate(options_);
-}
+    : SGD(std::vector<ParamGroup>{{std::move(parameters), {}, {}}}, options) {}
 
-void SGD::set_lr(float lr) {
-  SGDOptions o = options_;
-  o.lr = lr;
-  validate(o);
-  options_ = o;
+SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay), options_(options) {
+  validate(options_);
+  check_group_settings();
 }
 
 const Tensor& SGD::momentum_buffer(size_t i) const {
@@ -70,11 +67,11 @@ void SGD::prepare_step() {
 
 void SGD::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
   if (options_.momentum != 0) {
-    apply_rule(rule<true>(), inputs, gather_operands(parameters_, group.parameters, {&momentum_}),
-               cuda_stream);
+    apply_rule(rule<true>(group.param_group), inputs,
+               gather_operands(parameters_, group.parameters, {&momentum_}), cuda_stream);
   } else {
-    apply_rule(rule<false>(), inputs, gather_operands(parameters_, group.parameters, {}),
-               cuda_stream);
+    apply_rule(rule<false>(group.param_group), inputs,
+               gather_operands(parameters_, group.parameters, {}), cuda_stream);
   }
 }
 

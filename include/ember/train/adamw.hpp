@@ -8,6 +8,8 @@
 // beta^t is kept as a running product (one multiply per applied step).
 #pragma once
 
+#include <initializer_list>
+
 #include "ember/train/optimizer.hpp"
 #include "ember/train/update_rules.hpp"
 
@@ -25,9 +27,15 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<nn::Parameter*> parameters, const AdamWOptions& options = {});
+  // AdamW({&a, &b}): the parameters' list (a braced list would also fit the groups' vector).
+  AdamW(std::initializer_list<nn::Parameter*> parameters, const AdamWOptions& options = {})
+      : AdamW(std::vector<nn::Parameter*>(parameters), options) {}
+  // Parameter groups with their own lr and weight_decay (unset: options'), e.g. GPT-2's
+  // {{matrices, .weight_decay = 0.1f}, {biases and norms, .weight_decay = 0.0f}}.
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
+  // The options given: lr and weight_decay are the defaults of groups that set none (lr(g) and
+  // weight_decay(g) are the current ones).
   const AdamWOptions& options() const { return options_; }
-  void set_lr(float lr) override;
-  float lr() const override { return options_.lr; }
   // State of parameter i, f32 on its device (max_exp_avg_sq is undefined without amsgrad).
   const Tensor& exp_avg(size_t i) const;
   const Tensor& exp_avg_sq(size_t i) const;
@@ -39,8 +47,8 @@ class AdamW final : public Optimizer {
   const char* kind() const override { return "AdamW"; }
   void check_counters(const rules::StepCounters& counters) const override;
   template <bool kAmsgrad>
-  rules::AdamWRule<kAmsgrad> rule() const {
-    return {options_.lr, options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
+  rules::AdamWRule<kAmsgrad> rule(size_t group) const {
+    return {lr(group), options_.beta1, options_.beta2, options_.eps, weight_decay(group)};
   }
 
   AdamWOptions options_;

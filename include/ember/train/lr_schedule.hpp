@@ -28,8 +28,10 @@ class LRSchedule {
                            double min_lr = 0.0);
 
   double at(int64_t step) const;  // the learning rate of step `step`
-  // Sets the optimizer's learning rate for its next step (number optimizer.steps()).
+  // Sets the optimizer's learning rate for its next step (number optimizer.steps()): of every
+  // parameter group, or of one (a schedule per group).
   void apply(Optimizer& optimizer) const;
+  void apply(Optimizer& optimizer, size_t group) const;
 
  private:
   enum class Kind { constant, step, linear_warmup, cosine };

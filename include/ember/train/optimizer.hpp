@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ember/core/state_dict.hpp"
@@ -16,12 +17,28 @@
 
 namespace ember::train {
 
+// A parameter group (torch.optim's param_groups): parameters with their own learning rate and
+// weight decay, where set; unset ones take the optimizer's options. GPT-2's rule is two groups:
+// the matrices with weight decay, biases and norms without. Other options (betas, momentum) are
+// the optimizer's, shared by its groups.
+struct ParamGroup {
+  std::vector<nn::Parameter*> parameters;
+  std::optional<float> lr;
+  std::optional<float> weight_decay;
+};
+
+// GPT-2's and nanoGPT's rule as two groups: parameters of rank >= 2 (the matrices, embedding
+// tables included) with `weight_decay`, the others (biases, norms) with none.
+std::vector<ParamGroup> weight_decay_groups(const std::vector<nn::Parameter*>& parameters,
+                                            float weight_decay);
+
 class Optimizer {
  public:
-  // Parameters must be f32 (they are the master weights), distinct, and outlive the optimizer.
-  // Their shapes and devices are fixed from here on: a parameter or gradient that changed
-  // is an Error at step().
-  explicit Optimizer(std::vector<nn::Parameter*> parameters);
+  // Parameters must be f32 (they are the master weights), distinct (within and across groups),
+  // and outlive the optimizer. Their shapes and devices are fixed from here on: a parameter or
+  // gradient that changed is an Error at step(). Parameters are numbered in the order given,
+  // group after group. `lr` and `weight_decay` are the defaults of groups that set none.
+  Optimizer(std::vector<ParamGroup> groups, float lr, float weight_decay);
   virtual ~Optimizer() = default;
 
   // One update from the current gradients. Nothing waits on the host: on a CUDA device the
@@ -48,15 +65,23 @@ class Optimizer {
   const std::vector<nn::Parameter*>& parameters() const { return parameters_; }
   // A number no other optimizer of this process has (amp::GradScaler keys its state by it).
   uint64_t id() const { return id_; }
-  // The learning rate of the next steps (checked as the options are: finite, >= 0).
-  virtual void set_lr(float lr) = 0;
-  virtual float lr() const = 0;
+  // Parameter groups: how many, and the group of parameter i.
+  size_t param_groups() const { return settings_.size(); }
+  size_t group_of(size_t parameter) const { return group_of_.at(parameter); }
+  // The learning rate of the next steps (checked as the options are: finite, >= 0): of every
+  // group, or of one. lr() is group 0's.
+  void set_lr(float lr);
+  void set_lr(size_t group, float lr);
+  float lr(size_t group = 0) const;
+  float weight_decay(size_t group = 0) const;
 
   // "step" (the applied steps, an i64 scalar on the CPU), "step_calls" (steps(), which learning
   // rate schedules follow), "step_counters" (the device counters, exactly), and the state of
   // parameter i as "state.<i>.<name>" (e.g. "state.0.exp_avg"), the live tensors on their
-  // devices. Parameters are numbered in the order given to the constructor. Waits for the
-  // last step.
+  // devices. Parameters are numbered in the order given to the constructor. With several
+  // parameter groups, "param_groups" (i64 [parameters]: each one's group) too, so that state
+  // never loads into another grouping. Learning rates are not in it (schedules set them; the
+  // Checkpointer's TrainingState saves them). Waits for the last step.
   StateDict state_dict();
   // Restores the step count and every state tensor (copied, any device). A dict that does not
   // match (missing, unexpected, mis-shaped entries; another optimizer's or other options'
@@ -64,8 +89,10 @@ class Optimizer {
   void load_state_dict(const StateDict& state);
 
  protected:
+  // The parameters of one parameter group on one device: one update (one launch on a GPU).
   struct DeviceGroup {
     Device device;
+    size_t param_group = 0;
     std::vector<size_t> parameters;  // indices into parameters_
     Stream last_step;                // where the last update ran (a CPU stream before any)
     Tensor counters;  // two rules::StepCounters (double-buffered, step_op.hpp) as bytes
@@ -88,19 +115,29 @@ class Optimizer {
   // Loaded counters that this optimizer's rule could not have produced (another optimizer's,
   // other betas', corrupt) are an Error.
   virtual void check_counters(const rules::StepCounters& counters) const;
+  // Checks every group's learning rate and weight decay (finite, >= 0): for the constructors of
+  // derived optimizers, once kind() names them.
+  void check_group_settings() const;
 
   std::vector<nn::Parameter*> parameters_;
-  std::vector<DeviceGroup> groups_;  // one per device, in order of first appearance
+  std::vector<DeviceGroup> groups_;  // per parameter group and device, in order of appearance
   int64_t steps_ = 0;
 
  private:
   void run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale);
   void check_parameters_unchanged() const;
   void check_amp_input(const Tensor& t, const char* what) const;
+  void check_settings(size_t group, float lr, float weight_decay) const;
+  void check_group_state(const StateDict& given) const;
   void write_counters(const rules::StepCounters& counters);  // into both slots of every group
   rules::StepCounters read_counters() const;  // group 0's current ones (waits for the device)
 
-  std::vector<Shape> shapes_;  // each parameter's shape at construction
+  struct Settings {
+    float lr = 0, weight_decay = 0;
+  };
+  std::vector<Settings> settings_;  // per parameter group
+  std::vector<size_t> group_of_;    // per parameter
+  std::vector<Shape> shapes_;       // each parameter's shape at construction
   uint64_t id_;
 };
 

@@ -7,6 +7,8 @@
 // The rule is ember::train::rules::SGDRule, the same arithmetic on the CPU and on CUDA.
 #pragma once
 
+#include <initializer_list>
+
 #include "ember/train/optimizer.hpp"
 #include "ember/train/update_rules.hpp"
 
@@ -23,9 +25,13 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   SGD(std::vector<nn::Parameter*> parameters, const SGDOptions& options = {});
+  // SGD({&a, &b}): the parameters' list (a braced list would also fit the groups' vector).
+  SGD(std::initializer_list<nn::Parameter*> parameters, const SGDOptions& options = {})
+      : SGD(std::vector<nn::Parameter*>(parameters), options) {}
+  // Parameter groups with their own lr and weight_decay (unset: options').
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
+  // The options given: lr and weight_decay are the defaults of groups that set none.
   const SGDOptions& options() const { return options_; }
-  void set_lr(float lr) override;
-  float lr() const override { return options_.lr; }
   // The momentum buffer of parameter i (on its device); undefined before the first step or
   // without momentum.
   const Tensor& momentum_buffer(size_t i) const;
@@ -37,8 +43,8 @@ class SGD final : public Optimizer {
   void adopt_state(const StateDict& state, int64_t steps) override;
   const char* kind() const override { return "SGD"; }
   template <bool kMomentum>
-  rules::SGDRule<kMomentum> rule() const {
-    return {options_.lr, options_.momentum, options_.dampening, options_.weight_decay,
+  rules::SGDRule<kMomentum> rule(size_t group) const {
+    return {lr(group), options_.momentum, options_.dampening, weight_decay(group),
             options_.nesterov};
   }
 
