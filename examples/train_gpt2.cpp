@@ -46,6 +46,7 @@ struct Config {
   double weight_decay = 0.1;
   std::string amp = "f32";
   std::string checkpoint = "none";
+  std::string init_from, export_hf;
   std::string device = "auto";
   uint64_t seed = 1;
   int64_t log_every = 50;
@@ -79,6 +80,9 @@ model and training:
   --weight-decay X   AdamW's decay of 2-D weights (default 0.1)
   --amp P            f32 (default), bf16, or f16 (with the GradScaler)
   --checkpoint C     none (default) or full: recompute every block's activations in backward
+  --init-from FILE   start from a GPT-2 in Hugging Face transformers' safetensors layout (its
+                     shape replaces --model's; heads from config.json beside it, else width/64)
+  --export-hf FILE   at the end, write the model in that layout (transformers loads it)
   --device D         auto, cpu, cuda or cuda:N (default auto)
   --seed N           seed of initialization and data order (default 1)
   --log-every N      steps between progress lines (default 50)
@@ -124,6 +128,8 @@ Config parse_args(int argc, char** argv) {
          }
          c.checkpoint = v;
        }},
+      {"--init-from", [&](const std::string& v) { c.init_from = v; }},
+      {"--export-hf", [&](const std::string& v) { c.export_hf = v; }},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto") ember::Device::parse(v);
@@ -272,9 +278,11 @@ int run(const Config& c) {
     train_files = {train};
     val_files = {val};
   }
-  train::GptConfig config = train::gpt_config(c.model);
+  train::GptConfig config =
+      c.init_from.empty() ? train::gpt_config(c.model) : train::gpt_config_of_hf(c.init_from);
+  const std::string model_name = c.init_from.empty() ? c.model : c.init_from;
   EMBER_CHECK(c.seq <= config.context, "--seq {} is longer than model {}'s context of {}", c.seq,
-              c.model, config.context);
+              model_name, config.context);
   const int64_t micro = c.batch / c.accumulate;
   // An Error about the data names the set and what to change.
   auto open_shards = [&](const char* set, const std::vector<std::string>& files,
@@ -297,11 +305,12 @@ int run(const Config& c) {
   const int max_token = std::max(train_data->max_token(), val_data->max_token());
   if (!c.shards.empty()) bytes = max_token < 256 && config.vocab == 256;
   EMBER_CHECK(max_token < config.vocab,
-              "the shards hold token {}, beyond model {}'s vocabulary of {}", max_token, c.model,
+              "the shards hold token {}, beyond model {}'s vocabulary of {}", max_token, model_name,
               config.vocab);
   config.seed = c.seed;
   config.device = device;
   auto model = train::make_gpt(config);
+  if (!c.init_from.empty()) train::load_gpt_hf(c.init_from, *model);
   if (c.checkpoint == "full") {
     auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -318,7 +327,7 @@ int run(const Config& c) {
   fmt::print(
       "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
       "of {} x {} tokens{}{}\n",
-      c.model, config.layers, config.heads, config.dim, config.vocab, parameters,
+      model_name, config.layers, config.heads, config.dim, config.vocab, parameters,
       device.to_string(), c.steps, c.batch, c.seq,
       c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
       c.amp == "f32" ? "" : ", autocast " + c.amp);
@@ -374,7 +383,7 @@ int run(const Config& c) {
   // a bitwise continuation depends on are saved with it.
   example::Checkpoints checkpoints(
       c.save, *model, optimizer, scaler,
-      {{"model", c.model},
+      {{"model", model_name},
        {"steps", std::to_string(c.steps)},
        {"batch", std::to_string(c.batch)},
        {"accumulate", std::to_string(c.accumulate)},
@@ -391,6 +400,11 @@ int run(const Config& c) {
     first_step = resumed->step + 1;
     train_data->set_position({static_cast<uint64_t>(resumed->epoch), resumed->data_position});
     ctx.step = resumed->micro_step;
+  }
+  if (!c.init_from.empty() && first_step == 1) {
+    const double loss = validation_loss();
+    fmt::print("initialized from {}: validation loss {:.4f}{}\n", c.init_from, loss,
+               bytes ? fmt::format(" ({:.3f} bits/byte)", loss * nats_to_bits) : "");
   }
   if (first_step > c.steps) {
     fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
@@ -452,6 +466,10 @@ int run(const Config& c) {
   fmt::print("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
              val_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : "");
   if (c.sample_tokens > 0) print_sample(c.steps);
+  if (!c.export_hf.empty()) {
+    train::save_gpt_hf(c.export_hf, *model);
+    fmt::print("exported the model to {} (Hugging Face transformers' GPT-2 layout)\n", c.export_hf);
+  }
   return 0;
 }
 

@@ -96,6 +96,7 @@
 #include "ember/train/optimizer.hpp"
 #include "ember/train/preemption.hpp"
 #include "ember/train/gpt.hpp"
+#include "ember/train/gpt_hf.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "ember/train/safetensors.hpp"
 #include "ember/train/sgd.hpp"

@@ -1,0 +1,226 @@
+#include "ember/train/gpt_hf.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <regex>
+#include <set>
+#include <vector>
+
+#include "ember/core/error.hpp"
+#include "ember/train/safetensors.hpp"
+
+namespace ember::train {
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+
+// A parameter's name in transformers' GPT-2 (without "transformer."), and whether its weight is
+// a Conv1D's ([in, out]: ember's transposed).
+struct HfName {
+  std::string name;
+  bool transposed = false;
+};
+
+std::optional<HfName> hf_name_of(const std::string& ember) {
+  if (ember == "embed.wte") return HfName{"wte.weight"};
+  if (ember == "embed.wpe") return HfName{"wpe.weight"};
+  if (ember == "ln_f.weight" || ember == "ln_f.bias") return HfName{ember};
+  static const std::regex block(
+      R"(h\.(\d+)\.(.*\.)?(ln_1|ln_2|c_attn|c_proj|c_fc)\.(weight|bias))");
+  std::smatch m;
+  if (!std::regex_match(ember, m, block)) return std::nullopt;
+  const std::string layer = m[1], path = m[2], leaf = m[3], kind = m[4];
+  const bool linear = leaf != "ln_1" && leaf != "ln_2";
+  std::string hf;
+  if (!linear) {
+    hf = fmt::format("h.{}.{}.{}", layer, leaf, kind);
+  } else if (leaf == "c_attn" || (leaf == "c_proj" && path.find("attn.") != std::string::npos)) {
+    hf = fmt::format("h.{}.attn.{}.{}", layer, leaf, kind);
+  } else {
+    hf = fmt::format("h.{}.mlp.{}.{}", layer, leaf, kind);
+  }
+  return HfName{hf, linear && kind == "weight"};
+}
+
+// A 2-D f32 CPU tensor's transpose.
+Tensor transposed(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  Tensor out = Tensor::empty({cols, rows}, DType::f32, Device::cpu());
+  const float* in = t.data<float>();
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) o[c * rows + r] = in[r * cols + c];
+  }
+  return out;
+}
+
+Shape reversed(const Shape& s) {
+  return Shape{s[1], s[0]};
+}
+
+// The model's parameters as (ember key, HF name), in its state_dict order; a parameter with no
+// transformers name means the model is not make_gpt's.
+std::vector<std::pair<std::string, HfName>> names_of(const StateDict& state, const char* who) {
+  std::vector<std::pair<std::string, HfName>> out;
+  for (const auto& [key, tensor] : state) {
+    const std::optional<HfName> hf = hf_name_of(key);
+    if (!hf) continue;  // not a parameter (a dropout's seed): not in transformers' file
+    out.emplace_back(key, *hf);
+  }
+  EMBER_CHECK(std::any_of(out.begin(), out.end(),
+                          [](const auto& e) { return e.second.name == "wte.weight"; }),
+              "{}: the model is not a make_gpt GPT-2 (it has no 'embed.wte')", who);
+  return out;
+}
+
+std::string strip_prefix(const std::string& key) {
+  return key.starts_with(kPrefix) ? key.substr(std::char_traits<char>::length(kPrefix)) : key;
+}
+
+bool is_mask_buffer(const std::string& name) {
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+}
+
+std::string list(const std::vector<std::string>& problems) {
+  constexpr size_t kShown = 8;
+  std::string out;
+  for (size_t i = 0; i < std::min(problems.size(), kShown); ++i) {
+    out += (i ? "; " : "") + problems[i];
+  }
+  if (problems.size() > kShown) out += fmt::format("; and {} more", problems.size() - kShown);
+  return out;
+}
+
+}  // namespace
+
+void save_gpt_hf(const std::string& path, nn::Module& gpt) {
+  const StateDict state = gpt.state_dict();
+  StateDict out;
+  for (const auto& [key, hf] : names_of(state, "save_gpt_hf")) {
+    const Tensor host = state.at(key).to(Device::cpu()).to(DType::f32);
+    out.insert(kPrefix + hf.name, hf.transposed ? transposed(host) : host);
+  }
+  write_safetensors(path, out, {{"format", "pt"}});
+}
+
+void load_gpt_hf(const std::string& path, nn::Module& gpt) {
+  const StateDict state = gpt.state_dict();
+  const auto names = names_of(state, "load_gpt_hf");
+  const Safetensors file = read_safetensors(path);
+  std::map<std::string, const Tensor*> given;  // by transformers' name without the prefix
+  for (const auto& [key, tensor] : file.tensors) given[strip_prefix(key)] = &tensor;
+
+  if (!given.contains("wte.weight")) {
+    std::vector<std::string> names_in_file;
+    for (const auto& [key, tensor] : file.tensors) names_in_file.push_back("'" + key + "'");
+    EMBER_THROW(
+        "load_gpt_hf: '{}' is not a GPT-2 in transformers' layout: it has no 'wte.weight' (nor "
+        "'transformer.wte.weight'); it holds {} tensor(s): {}",
+        path, names_in_file.size(), list(names_in_file));
+  }
+  std::vector<std::string> problems;
+  std::set<std::string> used;
+  for (const auto& [key, hf] : names) {
+    used.insert(hf.name);
+    const auto it = given.find(hf.name);
+    const Shape want = hf.transposed ? reversed(state.at(key).shape()) : state.at(key).shape();
+    if (it == given.end()) {
+      problems.push_back(fmt::format("'{}' {} is missing", hf.name, want.to_string()));
+      continue;
+    }
+    const Tensor& t = *it->second;
+    if (t.dtype() != DType::f32 && t.dtype() != DType::f16 && t.dtype() != DType::bf16) {
+      problems.push_back(
+          fmt::format("'{}' is {}, not F32, F16 or BF16", hf.name, dtype_name(t.dtype())));
+    } else if (t.shape() != want) {
+      problems.push_back(fmt::format("'{}' is {} in the file; this model needs {}", hf.name,
+                                     t.shape().to_string(), want.to_string()));
+    }
+  }
+  for (const auto& [name, tensor] : given) {
+    if (used.contains(name) || is_mask_buffer(name) || name == "lm_head.weight") continue;
+    problems.push_back(fmt::format("unexpected tensor '{}' {}", name, tensor->shape().to_string()));
+  }
+  const auto wte = given.find("wte.weight");
+  const auto head = given.find("lm_head.weight");
+  if (problems.empty() && head != given.end()) {
+    const Tensor& h = *head->second;
+    if (h.shape() != wte->second->shape() ||
+        h.to(DType::f32).to_vector<float>() != wte->second->to(DType::f32).to_vector<float>()) {
+      problems.push_back(
+          "'lm_head.weight' differs from 'wte.weight': an untied output head, which the tied "
+          "GPT-2 of make_gpt cannot hold");
+    }
+  }
+  const Shape table = state.at("embed.wte").shape(), positions = state.at("embed.wpe").shape();
+  EMBER_CHECK(problems.empty(),
+              "load_gpt_hf: '{}' is not a GPT-2 of this model's shape (vocab {}, context {}, "
+              "width {}, {} layers) in transformers' layout: {}",
+              path, table[0], positions[0], table[1],
+              std::count_if(names.begin(), names.end(),
+                            [](const auto& e) { return e.second.name.ends_with("ln_1.weight"); }),
+              list(problems));
+
+  // The file's tensors under ember's names; the rest of the state (dropout seeds) stays.
+  const std::map<std::string, HfName> hf_of(names.begin(), names.end());
+  StateDict replaced;
+  for (const auto& [key, value] : state) {
+    const auto hf = hf_of.find(key);
+    if (hf == hf_of.end()) {
+      replaced.insert(key, value);
+      continue;
+    }
+    const Tensor f32 = given.at(hf->second.name)->to(DType::f32);
+    replaced.insert(key, hf->second.transposed ? transposed(f32) : f32);
+  }
+  gpt.load_state_dict(replaced);
+}
+
+GptConfig gpt_config_of_hf(const std::string& path) {
+  const Safetensors file = read_safetensors(path);
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [key, tensor] : file.tensors) given[strip_prefix(key)] = &tensor;
+  const auto shape_of = [&](const char* name) -> Shape {
+    const auto it = given.find(name);
+    EMBER_CHECK(it != given.end() && it->second->rank() == 2,
+                "gpt_config_of_hf: '{}' is not a GPT-2 in transformers' layout: it has no 2-D "
+                "'{}' (nor '{}{}')",
+                path, name, kPrefix, name);
+    return it->second->shape();
+  };
+  const Shape wte = shape_of("wte.weight"), wpe = shape_of("wpe.weight");
+  EMBER_CHECK(wte[1] == wpe[1],
+              "gpt_config_of_hf: '{}': the token table is {} wide but the position table {}", path,
+              wte[1], wpe[1]);
+  int64_t layers = 0;
+  while (given.contains(fmt::format("h.{}.ln_1.weight", layers))) ++layers;
+  GptConfig c;
+  c.vocab = wte[0];
+  c.context = wpe[0];
+  c.dim = wte[1];
+  c.layers = layers;
+  c.heads = std::max<int64_t>(1, c.dim / 64);
+  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "config.json";
+  if (std::filesystem::is_regular_file(config)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(read_whole_file(config.string(), 1 << 20));
+      if (j.contains("n_head")) c.heads = j.at("n_head").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      EMBER_THROW("gpt_config_of_hf: '{}' is not a valid config.json: {}", config.string(),
+                  e.what());
+    }
+  }
+  EMBER_CHECK(layers >= 1, "gpt_config_of_hf: '{}' has no transformer block ('h.0.ln_1.weight')",
+              path);
+  EMBER_CHECK(c.heads >= 1 && c.dim % c.heads == 0,
+              "gpt_config_of_hf: '{}': {} heads do not divide the width {}", path, c.heads, c.dim);
+  return c;
+}
+
+}  // namespace ember::train

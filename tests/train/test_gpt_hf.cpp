@@ -1,0 +1,218 @@
+// GPT-2 in transformers' safetensors layout (train/gpt_hf.hpp): the names and Conv1D orientation
+// written, a round trip to the same logits, a file written by hand in transformers' layout (no
+// "transformer." prefix, bf16, mask buffers, a tied lm_head) loading exactly, the configuration
+// read from a file, and the files of other models refused with every problem named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ember/train/gpt_hf.hpp"
+#include "ember/train/residual_mlp.hpp"
+#include "ember/train/safetensors.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using ember::DType;
+using ember::Shape;
+using ember::StateDict;
+using ember::Tensor;
+using ember::testing::expect_error;
+namespace fs = std::filesystem;
+namespace nn = ember::nn;
+namespace train = ember::train;
+
+train::GptConfig tiny(uint64_t seed, int64_t layers = 2, int64_t dim = 16) {
+  return {.vocab = 40, .context = 16, .layers = layers, .heads = 2, .dim = dim, .seed = seed};
+}
+
+struct Dir {
+  fs::path path = fs::temp_directory_path() / fmt::format("ember_gpt_hf_{}", ::getpid());
+  Dir() { fs::create_directories(path); }
+  ~Dir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+Tensor logits_of(nn::Module& model) {
+  ember::Stream stream;
+  nn::Context ctx{stream, /*training=*/false};
+  const Tensor ids =
+      Tensor::from_vector(std::vector<int32_t>{3, 1, 4, 1, 5, 9, 2, 6, 39, 0}, Shape{1, 10});
+  return model.forward(ctx, ids).to(ember::Device::cpu());
+}
+
+// [rows, cols] -> [cols, rows], written out here independently of the library.
+Tensor transpose(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  const std::vector<float> in = t.to_vector<float>();
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return Tensor::from_vector(out, Shape{cols, rows});
+}
+
+// What transformers' GPT2Model.save_pretrained writes for `model`, spelled out by hand: no
+// prefix, Conv1D weights [in, out], and the causal-mask buffers older versions saved.
+StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
+  const StateDict s = model.state_dict();
+  StateDict out;
+  auto put = [&](const std::string& name, const Tensor& t) { out.insert(name, t.to(dtype)); };
+  put("wte.weight", s.at("embed.wte"));
+  put("wpe.weight", s.at("embed.wpe"));
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string e = fmt::format("h.{}.", l), h = fmt::format("h.{}.", l);
+    put(h + "ln_1.weight", s.at(e + "attn.ln_1.weight"));
+    put(h + "ln_1.bias", s.at(e + "attn.ln_1.bias"));
+    put(h + "attn.c_attn.weight", transpose(s.at(e + "attn.attn.c_attn.weight")));
+    put(h + "attn.c_attn.bias", s.at(e + "attn.attn.c_attn.bias"));
+    put(h + "attn.c_proj.weight", transpose(s.at(e + "attn.attn.c_proj.weight")));
+    put(h + "attn.c_proj.bias", s.at(e + "attn.attn.c_proj.bias"));
+    out.insert(h + "attn.bias", Tensor::full({1, 1, 16, 16}, 1.0));
+    put(h + "ln_2.weight", s.at(e + "mlp.ln_2.weight"));
+    put(h + "ln_2.bias", s.at(e + "mlp.ln_2.bias"));
+    put(h + "mlp.c_fc.weight", transpose(s.at(e + "mlp.c_fc.weight")));
+    put(h + "mlp.c_fc.bias", s.at(e + "mlp.c_fc.bias"));
+    put(h + "mlp.c_proj.weight", transpose(s.at(e + "mlp.c_proj.weight")));
+    put(h + "mlp.c_proj.bias", s.at(e + "mlp.c_proj.bias"));
+  }
+  put("ln_f.weight", s.at("ln_f.weight"));
+  put("ln_f.bias", s.at("ln_f.bias"));
+  put("lm_head.weight", s.at("embed.wte"));  // tied: the same values
+  return out;
+}
+
+TEST(GptHf, SaveWritesTransformersNamesAndConv1dOrientation) {
+  Dir dir;
+  auto model = train::make_gpt(tiny(3));
+  train::save_gpt_hf(dir.file("model.safetensors"), *model);
+  const train::Safetensors file = train::read_safetensors(dir.file("model.safetensors"));
+  EXPECT_EQ(file.metadata.at("format"), "pt");
+  EXPECT_EQ(file.tensors.size(), 2u + 2u * 12u + 2u);  // no lm_head: tied
+  const StateDict s = model->state_dict();
+  EXPECT_EQ(file.tensors.at("transformer.wte.weight").to_vector<float>(),
+            s.at("embed.wte").to_vector<float>());
+  const Tensor& c_attn = file.tensors.at("transformer.h.1.attn.c_attn.weight");
+  EXPECT_EQ(c_attn.shape(), (Shape{16, 48}));
+  EXPECT_EQ(c_attn.to_vector<float>(),
+            transpose(s.at("h.1.attn.attn.c_attn.weight")).to_vector<float>());
+  EXPECT_EQ(file.tensors.at("transformer.h.0.mlp.c_proj.weight").shape(), (Shape{64, 16}));
+  EXPECT_EQ(file.tensors.at("transformer.h.0.attn.c_proj.weight").to_vector<float>(),
+            transpose(s.at("h.0.attn.attn.c_proj.weight")).to_vector<float>());
+  EXPECT_EQ(file.tensors.at("transformer.h.1.ln_2.bias").to_vector<float>(),
+            s.at("h.1.mlp.ln_2.bias").to_vector<float>());
+  EXPECT_EQ(file.tensors.find("lm_head.weight"), nullptr);
+}
+
+TEST(GptHf, ARoundTripGivesTheSameLogits) {
+  Dir dir;
+  auto trained = train::make_gpt(tiny(3));
+  auto other = train::make_gpt(tiny(9));
+  ASSERT_NE(logits_of(*trained).to_vector<float>(), logits_of(*other).to_vector<float>());
+  train::save_gpt_hf(dir.file("model.safetensors"), *trained);
+  train::load_gpt_hf(dir.file("model.safetensors"), *other);
+  EXPECT_EQ(logits_of(*trained).to_vector<float>(), logits_of(*other).to_vector<float>());
+}
+
+TEST(GptHf, AFileInTransformersLayoutLoadsExactly) {
+  Dir dir;
+  auto source = train::make_gpt(tiny(5));
+  train::write_safetensors(dir.file("model.safetensors"), hand_written_hf(*source, 2, DType::bf16),
+                           {{"format", "pt"}});
+  auto model = train::make_gpt(tiny(6));
+  train::load_gpt_hf(dir.file("model.safetensors"), *model);
+  const StateDict want = source->state_dict(), got = model->state_dict();
+  for (const auto& [key, tensor] : want) {
+    // bf16 in the file: the source's values rounded to bf16, exactly.
+    EXPECT_EQ(got.at(key).to_vector<float>(),
+              tensor.to(DType::bf16).to(DType::f32).to_vector<float>())
+        << key;
+  }
+  // The tied head follows the loaded table.
+  auto exact = train::make_gpt(tiny(6));
+  train::write_safetensors(dir.file("f32.safetensors"), hand_written_hf(*source, 2, DType::f32));
+  train::load_gpt_hf(dir.file("f32.safetensors"), *exact);
+  EXPECT_EQ(logits_of(*exact).to_vector<float>(), logits_of(*source).to_vector<float>());
+}
+
+TEST(GptHf, TheConfigurationComesFromTheFile) {
+  Dir dir;
+  auto model = train::make_gpt(tiny(3, /*layers=*/3, /*dim=*/128));
+  train::save_gpt_hf(dir.file("model.safetensors"), *model);
+  train::GptConfig c = train::gpt_config_of_hf(dir.file("model.safetensors"));
+  EXPECT_EQ(c.vocab, 40);
+  EXPECT_EQ(c.context, 16);
+  EXPECT_EQ(c.dim, 128);
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_EQ(c.heads, 2);  // 128 / 64: GPT-2's head width
+  std::ofstream(dir.file("config.json")) << R"({"model_type": "gpt2", "n_head": 8})";
+  EXPECT_EQ(train::gpt_config_of_hf(dir.file("model.safetensors")).heads, 8);
+  std::ofstream(dir.file("config.json")) << R"({"n_head": 3})";
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("model.safetensors")); },
+               "3 heads do not divide the width 128");
+  std::ofstream(dir.file("config.json")) << "{not json";
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("model.safetensors")); },
+               "is not a valid config.json");
+}
+
+TEST(GptHf, FilesOfOtherModelsAreErrorsNamingEveryProblem) {
+  Dir dir;
+  auto model = train::make_gpt(tiny(3));
+  const std::vector<float> before = logits_of(*model).to_vector<float>();
+
+  // Another model altogether: an MLP's weights.
+  auto mlp = train::make_residual_mlp(
+      {.inputs = 4, .width = 8, .depth = 1, .expansion = 2, .outputs = 3, .seed = 1});
+  train::write_safetensors(dir.file("mlp.safetensors"), mlp->state_dict());
+  expect_error([&] { train::load_gpt_hf(dir.file("mlp.safetensors"), *model); },
+               "mlp.safetensors' is not a GPT-2 in transformers' layout: it has no 'wte.weight' "
+               "(nor 'transformer.wte.weight'); it holds 12 tensor(s): '0.weight'");
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("mlp.safetensors")); },
+               "it has no 2-D 'wte.weight' (nor 'transformer.wte.weight')");
+
+  // A GPT-2 of another shape: fewer layers, another width.
+  train::save_gpt_hf(dir.file("one_layer.safetensors"), *train::make_gpt(tiny(3, 1)));
+  expect_error([&] { train::load_gpt_hf(dir.file("one_layer.safetensors"), *model); },
+               "is not a GPT-2 of this model's shape (vocab 40, context 16, width 16, 2 layers) in "
+               "transformers' layout: 'h.1.ln_1.weight' [16] is missing");
+  auto three = train::make_gpt(tiny(3, 3));
+  expect_error([&] { train::load_gpt_hf(dir.file("one_layer.safetensors"), *three); },
+               "and 16 more");  // 2 layers of 12 tensors missing, 8 shown
+  train::save_gpt_hf(dir.file("two_layers.safetensors"), *train::make_gpt(tiny(3, 2)));
+  auto one = train::make_gpt(tiny(3, 1));
+  expect_error([&] { train::load_gpt_hf(dir.file("two_layers.safetensors"), *one); },
+               "unexpected tensor 'h.1.ln_1.weight' [16]");
+  train::save_gpt_hf(dir.file("wide.safetensors"), *train::make_gpt(tiny(3, 2, 32)));
+  expect_error([&] { train::load_gpt_hf(dir.file("wide.safetensors"), *model); },
+               "'wte.weight' is [40, 32] in the file; this model needs [40, 16]");
+
+  // An untied head, and a tensor of a dtype GPT-2 weights never have.
+  StateDict untied = hand_written_hf(*model, 2, DType::f32);
+  StateDict changed;
+  for (const auto& [key, t] : untied) {
+    changed.insert(key, key == "lm_head.weight" ? Tensor::zeros(t.shape()) : t);
+  }
+  train::write_safetensors(dir.file("untied.safetensors"), changed);
+  expect_error([&] { train::load_gpt_hf(dir.file("untied.safetensors"), *model); },
+               "'lm_head.weight' differs from 'wte.weight': an untied output head");
+  StateDict ints;
+  for (const auto& [key, t] : untied) {
+    ints.insert(key, key == "ln_f.bias" ? Tensor::zeros(t.shape(), DType::i32) : t);
+  }
+  train::write_safetensors(dir.file("ints.safetensors"), ints);
+  expect_error([&] { train::load_gpt_hf(dir.file("ints.safetensors"), *model); },
+               "'ln_f.bias' is i32, not F32, F16 or BF16");
+
+  // None of this changed the model; a missing file is an Error too.
+  EXPECT_EQ(logits_of(*model).to_vector<float>(), before);
+  expect_error([&] { train::load_gpt_hf(dir.file("none.safetensors"), *model); },
+               "none.safetensors");
+}
+
+}  // namespace
