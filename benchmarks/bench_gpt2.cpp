@@ -1,5 +1,5 @@
 // bench_gpt2: one GPT-2 training step (forward, cross-entropy, backward, AdamW) in f32 and under
-// bf16 autocast, tokens per second. On the CPU: the small byte-level model at T = 128 and 256;
+// bf16 autocast, tokens per second, the model's TFLOP/s and (on known GPUs) MFU. On the CPU: the small byte-level model at T = 128 and 256;
 // on cuda:0 when a GPU is usable, also GPT-2 small (d12) at T = 1024. Its PyTorch twin is
 // benchmarks/reference/gpt2_torch.py (compare.py --only gpt2 prints the ratios, same rows).
 #include <benchmark/benchmark.h>
@@ -54,6 +54,15 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
   for (auto _ : state) benchmark::DoNotOptimize(step().item());
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(c.batch * c.seq),
                                                   benchmark::Counter::kIsIterationInvariantRate);
+  // The model's FLOPs (train/mfu.hpp), and MFU where the device's peak is known (GPUs).
+  const double flops =
+      train::gpt_flops_per_token(config, c.seq) * static_cast<double>(c.batch * c.seq);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  if (const auto peak = train::peak_flops(device, precision)) {
+    state.counters["MFU%"] =
+        benchmark::Counter(100 * flops / *peak, benchmark::Counter::kIsIterationInvariantRate);
+  }
 }
 
 void register_all(Device device, const std::string& prefix, const std::vector<Case>& cases) {

@@ -49,6 +49,7 @@ struct Config {
   std::string init_from, export_hf;
   std::string device = "auto";
   uint64_t seed = 1;
+  double peak_tflops = 0;  // 0: the device's, where ember knows it
   int64_t log_every = 50;
   int64_t eval_every = 250;
   int64_t eval_batches = 20;
@@ -85,6 +86,8 @@ model and training:
   --export-hf FILE   at the end, write the model in that layout (transformers loads it)
   --device D         auto, cpu, cuda or cuda:N (default auto)
   --seed N           seed of initialization and data order (default 1)
+  --peak-tflops X    the device's peak for MFU (default: known GPUs' datasheet peak; none on
+                     the CPU, where MFU shows as -)
   --log-every N      steps between progress lines (default 50)
   --eval-every N     steps between validation losses (default 250)
   --eval-batches N   batches of a validation loss (default 20)
@@ -137,6 +140,11 @@ Config parse_args(int argc, char** argv) {
        }},
       {"--seed",
        [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--peak-tflops",
+       [&](const std::string& v) {
+         c.peak_tflops = parse_double("--peak-tflops", v);
+         if (c.peak_tflops <= 0) throw UsageError{"--peak-tflops must be positive"};
+       }},
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
       {"--eval-every",
        [&](const std::string& v) { c.eval_every = parse_int("--eval-every", v, 1); }},
@@ -253,8 +261,18 @@ std::string printable(const std::string& text) {
 int run(const Config& c) {
   using namespace ember;
   using Clock = std::chrono::steady_clock;
-  const Device device = example::choose_device(c.device);
+  // Under mpirun (srun, torchrun-style variables): data parallel, one replica per rank, each on
+  // its own GPU when on CUDA; rank 0 alone prints, samples and exports.
+  const auto comm = dist::init();
+  const int rank = comm->rank(), ranks = comm->world_size();
+  Device device = example::choose_device(c.device);
+  if (device.is_cuda() && ranks > 1) device = dist::rank_device(comm->launch());
   Stream stream = current_stream(device);
+  auto say = [&](const std::string& text) {
+    if (rank != 0) return;
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  };
 
   // Data. Text becomes shards in a temporary directory, removed at exit (error or not): the
   // readers map them until then.
@@ -293,15 +311,16 @@ int run(const Config& c) {
       EMBER_THROW("the {} data: {} (a smaller --batch or --seq may fit it)", set, e.message());
     }
   };
-  auto train_data =
-      open_shards("training", train_files, {.batch = micro, .seq = c.seq, .seed = c.seed});
-  // Validation batches of --batch windows (fewer for a small validation set), independent of
-  // --accumulate: they keep no activations.
+  auto train_data = open_shards(
+      "training", train_files,
+      {.batch = micro, .seq = c.seq, .world_size = ranks, .rank = rank, .seed = c.seed});
+  // Validation batches of every rank's --batch windows (fewer for a small validation set; rank 0
+  // alone evaluates), independent of --accumulate: they keep no activations.
   const int64_t val_windows =
       open_shards("validation", val_files, {.batch = 1, .seq = c.seq, .shuffle = false})->windows();
   auto val_data =
       open_shards("validation", val_files,
-                  {.batch = std::min(c.batch, val_windows), .seq = c.seq, .shuffle = false});
+                  {.batch = std::min(ranks * c.batch, val_windows), .seq = c.seq, .shuffle = false});
   const int max_token = std::max(train_data->max_token(), val_data->max_token());
   if (!c.shards.empty()) bytes = max_token < 256 && config.vocab == 256;
   EMBER_CHECK(max_token < config.vocab,
@@ -319,18 +338,27 @@ int run(const Config& c) {
       });
     }
   }
+  // The network trained: the model, or its data-parallel replica (gradients averaged over the
+  // ranks in buckets as backward runs). Validation and sampling use the model itself.
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (ranks > 1) ddp = std::make_shared<dist::DistributedDataParallel>(model, *comm);
+  nn::Module* net = ddp ? static_cast<nn::Module*>(ddp.get()) : model.get();
   int64_t parameters = 0;
   for (nn::Parameter* p : model->parameters()) parameters += p->value.numel();
-  fmt::print("data: {} training tokens ({} windows of {}), {} validation tokens{}\n",
-             train_data->tokens(), train_data->windows(), c.seq, val_data->tokens(),
-             bytes ? ", bytes" : "");
-  fmt::print(
+  if (ranks > 1) {
+    say(fmt::format("ranks: {} ({} launch), each on {}; steps of {} x {} sequences\n", ranks,
+                    comm->launch().launcher, device.to_string(), ranks, c.batch));
+  }
+  say(fmt::format("data: {} training tokens ({} windows of {}), {} validation tokens{}\n",
+                  train_data->tokens(), train_data->windows(), c.seq, val_data->tokens(),
+                  bytes ? ", bytes" : ""));
+  say(fmt::format(
       "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
       "of {} x {} tokens{}{}\n",
       model_name, config.layers, config.heads, config.dim, config.vocab, parameters,
       device.to_string(), c.steps, c.batch, c.seq,
       c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
-      c.amp == "f32" ? "" : ", autocast " + c.amp);
+      c.amp == "f32" ? "" : ", autocast " + c.amp));
 
   // AdamW with GPT-2's decay rule (nanoGPT's), as two parameter groups: the matrices decay (the
   // embedding tables included), biases and norms do not.
@@ -346,8 +374,8 @@ int run(const Config& c) {
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 
-  auto loss_of = [&](nn::Context& context, const data::TokenShards::Batch& b) {
-    const Tensor logits = model->forward(context, b.inputs.to(stream));
+  auto loss_of = [&](nn::Module& m, nn::Context& context, const data::TokenShards::Batch& b) {
+    const Tensor logits = m.forward(context, b.inputs.to(stream));
     const int64_t rows = b.inputs.numel();
     return criterion.forward(context, logits.reshape({rows, config.vocab}),
                              b.targets.to(stream).reshape({rows}));
@@ -358,7 +386,7 @@ int run(const Config& c) {
     val_data->set_position({});
     const int64_t batches = std::min(c.eval_batches, val_data->batches_per_epoch());
     double total = 0;
-    for (int64_t i = 0; i < batches; ++i) total += loss_of(eval, val_data->next()).item();
+    for (int64_t i = 0; i < batches; ++i) total += loss_of(*model, eval, val_data->next()).item();
     model->train();
     criterion.drop_saved();
     return total / static_cast<double>(batches);
@@ -392,25 +420,32 @@ int run(const Config& c) {
        {"weight_decay", fmt::format("{}", c.weight_decay)},
        {"seed", std::to_string(c.seed)},
        {"amp", c.amp},
-       {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards}});
+       {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards},
+       {"ranks", std::to_string(ranks)}},
+      dist::checkpoint_group(*comm));
   int64_t first_step = 1;
-  if (const auto resumed = checkpoints.resume([](const std::string& line) {
-        std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
+  if (const auto resumed = checkpoints.resume([&](const std::string& line) {
+        if (rank == 0) std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
       })) {
     first_step = resumed->step + 1;
     train_data->set_position({static_cast<uint64_t>(resumed->epoch), resumed->data_position});
     ctx.step = resumed->micro_step;
   }
-  if (!c.init_from.empty() && first_step == 1) {
+  if (rank == 0 && !c.init_from.empty() && first_step == 1) {
     const double loss = validation_loss();
-    fmt::print("initialized from {}: validation loss {:.4f}{}\n", c.init_from, loss,
-               bytes ? fmt::format(" ({:.3f} bits/byte)", loss * nats_to_bits) : "");
+    say(fmt::format("initialized from {}: validation loss {:.4f}{}\n", c.init_from, loss,
+                    bytes ? fmt::format(" ({:.3f} bits/byte)", loss * nats_to_bits) : ""));
   }
   if (first_step > c.steps) {
-    fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
+    say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
     return 0;
   }
 
+  // MFU: the model's FLOPs per step on this rank over the device's peak.
+  const double step_flops =
+      train::gpt_flops_per_token(config, c.seq) * static_cast<double>(c.batch * c.seq);
+  const std::optional<double> peak = c.peak_tflops > 0 ? std::optional<double>(c.peak_tflops * 1e12)
+                                                       : train::peak_flops(device, precision);
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
   int64_t interval_steps = 0;
   for (int64_t step = first_step; step <= c.steps; ++step) {
@@ -421,14 +456,17 @@ int run(const Config& c) {
     accumulation.run(
         ctx,
         [&](const train::MicroBatch& mb) {
-          const Tensor loss = loss_of(ctx, train_data->next());
+          if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
+          const Tensor loss = loss_of(*net, ctx, train_data->next());
           ops::add(stream, loss_sum, loss_sum, loss);
           const Tensor dlogits = criterion.backward(ctx, mb.dloss);
-          model->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));
+          net->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));
         },
         scaler.scale());
     scaler.step(stream, optimizer);
     scaler.update(stream);
+    // The loss of the whole step (every rank's sequences): one small all-reduce.
+    if (ranks > 1) comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
                 step);
@@ -436,35 +474,43 @@ int run(const Config& c) {
     interval_seconds += seconds;
     total_seconds += seconds;
     ++interval_steps;
-    if (step % c.eval_every == 0 || step == c.steps) val_loss = validation_loss();
+    if (rank == 0 && (step % c.eval_every == 0 || step == c.steps)) val_loss = validation_loss();
     if (step % c.log_every == 0 || step == c.steps) {
       const double ms = 1000 * interval_seconds / static_cast<double>(interval_steps);
-      fmt::print(
-          "step {:5d} | loss {:.4f}{} | val {} | {:8.0f} tokens/s | {:7.1f} ms/step\n", step,
-          last_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", last_loss * nats_to_bits) : "",
+      const double flops = step_flops / (ms / 1000);
+      say(fmt::format(
+          "step {:5d} | loss {:.4f}{} | val {} | {:8.0f} tokens/s | {:7.1f} ms/step | "
+          "{:.3g} TFLOP/s, MFU {}\n",
+          step, last_loss,
+          bytes ? fmt::format(" ({:.3f} bits/byte)", last_loss * nats_to_bits) : "",
           std::isnan(val_loss)
               ? std::string("-")
               : fmt::format(
                     "{:.4f}{}", val_loss,
                     bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""),
-          static_cast<double>(c.batch * c.seq) / (ms / 1000), ms);
-      std::fflush(stdout);
+          static_cast<double>(ranks * c.batch * c.seq) / (ms / 1000), ms, flops / 1e12,
+          peak ? fmt::format("{:.1f}%", 100 * flops / *peak) : std::string("-")));
       interval_seconds = 0;
       interval_steps = 0;
     }
-    if (c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) print_sample(step);
+    if (rank == 0 && c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) {
+      print_sample(step);
+    }
     const data::TokenShards::Position at = train_data->position();
     if (checkpoints.after_step({.step = step,
                                 .epoch = static_cast<int64_t>(at.epoch),
                                 .data_position = at.batch,
-                                .micro_step = ctx.step})) {
-      fmt::print("stopped by signal after step {}: saved {}; continue with --resume\n", step,
-                 checkpoints.path_of(step));
+                                .micro_step = ctx.step},
+                               [&](bool stop) { return dist::any_rank(*comm, stop); })) {
+      say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
+                      checkpoints.path_of(step)));
       return 0;
     }
   }
-  fmt::print("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
-             val_loss, bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : "");
+  say(fmt::format("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
+                  val_loss,
+                  bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""));
+  if (rank != 0) return 0;
   if (c.sample_tokens > 0) print_sample(c.steps);
   if (!c.export_hf.empty()) {
     train::save_gpt_hf(c.export_hf, *model);

@@ -97,6 +97,7 @@
 #include "ember/train/preemption.hpp"
 #include "ember/train/gpt.hpp"
 #include "ember/train/gpt_hf.hpp"
+#include "ember/train/mfu.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "ember/train/safetensors.hpp"
 #include "ember/train/sgd.hpp"
