@@ -217,38 +217,6 @@ std::pair<std::string, std::string> byte_shards(const std::vector<std::string>& 
   return {train, val};
 }
 
-// Samples `count` tokens after `prompt`: each step runs the model on the last `context` tokens
-// (the trained sequence length: later positions' embeddings were never trained) and draws from
-// the last position's softmax at `temperature`, among the top_k likeliest.
-std::vector<int32_t> sample(ember::nn::Module& model, std::vector<int32_t> prompt, int64_t count,
-                            int64_t context, const Config& c, ember::Stream& stream,
-                            ember::nn::Precision precision, std::mt19937_64& rng) {
-  using namespace ember;
-  model.eval();
-  nn::Context ctx{stream, /*training=*/false, precision};
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t t = std::min<int64_t>(static_cast<int64_t>(prompt.size()), context);
-    const std::vector<int32_t> window(prompt.end() - t, prompt.end());
-    const Tensor ids = Tensor::from_vector(window, Shape{1, t}).to(stream);
-    const Tensor logits = model.forward(ctx, ids).to(DType::f32).to(Device::cpu());
-    const int64_t vocab = logits.shape()[2];
-    const float* last = logits.data<float>() + (t - 1) * vocab;
-    std::vector<std::pair<float, int32_t>> ranked;
-    for (int64_t v = 0; v < vocab; ++v) ranked.emplace_back(last[v], static_cast<int32_t>(v));
-    const int64_t k = c.top_k == 0 ? vocab : std::min(c.top_k, vocab);
-    std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<double> weights(static_cast<size_t>(k));
-    for (int64_t j = 0; j < k; ++j) {
-      weights[j] = std::exp((ranked[j].first - ranked[0].first) / c.temperature);
-    }
-    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
-    prompt.push_back(ranked[pick(rng)].second);
-  }
-  model.train();
-  return prompt;
-}
-
 std::string printable(const std::string& text) {
   std::string out;
   for (const char ch : text) {
@@ -318,9 +286,9 @@ int run(const Config& c) {
   // alone evaluates), independent of --accumulate: they keep no activations.
   const int64_t val_windows =
       open_shards("validation", val_files, {.batch = 1, .seq = c.seq, .shuffle = false})->windows();
-  auto val_data =
-      open_shards("validation", val_files,
-                  {.batch = std::min(ranks * c.batch, val_windows), .seq = c.seq, .shuffle = false});
+  auto val_data = open_shards(
+      "validation", val_files,
+      {.batch = std::min(ranks * c.batch, val_windows), .seq = c.seq, .shuffle = false});
   const int max_token = std::max(train_data->max_token(), val_data->max_token());
   if (!c.shards.empty()) bytes = max_token < 256 && config.vocab == 256;
   EMBER_CHECK(max_token < config.vocab,
@@ -391,11 +359,20 @@ int run(const Config& c) {
     criterion.drop_saved();
     return total / static_cast<double>(batches);
   };
+  // Samples with a key/value cache, within the trained length (--seq: later positions' embeddings
+  // were never trained), drawn by one generator across samples.
   std::mt19937_64 rng(c.seed);
   auto print_sample = [&](int64_t step) {
     const std::vector<int32_t> prompt = {'\n'};
     const std::vector<int32_t> tokens =
-        sample(*model, prompt, c.sample_tokens, c.seq, c, stream, precision, rng);
+        train::generate(*model, prompt,
+                        {.max_new_tokens = c.sample_tokens,
+                         .context = c.seq,
+                         .temperature = static_cast<float>(c.temperature),
+                         .top_k = c.top_k,
+                         .seed = rng(),
+                         .precision = precision},
+                        stream);
     if (bytes) {
       fmt::print("sample after step {}:\n{}\n---\n", step,
                  printable(data::bytes_of_tokens(std::span(tokens).subspan(1))));

@@ -124,6 +124,38 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
   });
 }
 
+// Decoding with a key/value cache: the outputs of the last `rows.seq` positions of `cache`
+// (queries at positions length - rows.seq ... length - 1), each over its keys among the first
+// `length` positions (causal: up to its own). `cache` is addressed with s ([B, capacity, 3, H, D]),
+// out with rows ([B, rows.seq, H, D]). The same online softmax as the forward's.
+template <int kChunks, class T>
+__global__ void __launch_bounds__(attention_detail::kThreads)
+    attention_decode_kernel(const T* cache, T* out, attention_detail::Dims s,
+                            attention_detail::Dims rows, int64_t length) {
+  using namespace attention_detail;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for_each_warp_row(rows, [&](int64_t, const RowIndex& at) {
+    const int64_t t = length - rows.seq + at.t;
+    float q[kChunks], acc[kChunks];
+    load_row(cache + qkv_row(s, at.b, t, 0, at.h), s.dim, lane, q);
+    for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
+    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+    const int64_t keys = s.causal ? t + 1 : length;
+    for (int64_t j = 0; j < keys; ++j) {
+      float k[kChunks], v[kChunks];
+      load_row(cache + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, k);
+      load_row(cache + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, v);
+      const float score = rn::mul(warp_dot(q, k, s.dim, lane), s.scale);
+      float rescale, weight;
+      attention_math::online_step(score, m, l, rescale, weight);
+      for (int c = 0; c < kChunks; ++c)
+        acc[c] = rn::add(rn::mul(acc[c], rescale), rn::mul(weight, v[c]));
+    }
+    for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
+    store_row(out + out_row(rows, at.b, at.t, at.h), s.dim, lane, acc);
+  });
+}
+
 // delta[row] = dout_row . out_row, the backward's per-row correction.
 template <int kChunks, class T>
 __global__ void __launch_bounds__(attention_detail::kThreads)

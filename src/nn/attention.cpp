@@ -1,5 +1,7 @@
 #include "ember/nn/attention.hpp"
 
+#include "ember/nn/kv_cache.hpp"
+
 #include "ember/nn/dropout.hpp"
 #include "ember/nn/linear.hpp"
 #include "ember/ops/elementwise.hpp"
@@ -23,6 +25,7 @@ Tensor ScaledDotProductAttention::forward(Context& ctx, const Tensor& qkv) {
               name(), heads_, qkv.defined() ? qkv.view().describe() : std::string("undefined"));
   if (ctx.training) check_nothing_saved("ScaledDotProductAttention::forward");
   const int64_t b = qkv.shape()[0], t = qkv.shape()[1], dim = qkv.shape()[2] / 3;
+  if (ctx.kv_cache != nullptr) return decode(ctx, qkv.reshape({b, t, 3, heads_, dim / heads_}));
   const Tensor heads = qkv.reshape({b, t, 3, heads_, dim / heads_});
   Tensor out = Tensor::empty({b, t, heads_, dim / heads_}, qkv.dtype(), ctx.stream);
   Tensor lse = Tensor::empty({b, heads_, t}, DType::f32, ctx.stream);
@@ -33,6 +36,36 @@ Tensor ScaledDotProductAttention::forward(Context& ctx, const Tensor& qkv) {
     lse_ = lse;
   }
   return out.reshape({b, t, dim});
+}
+
+// With a cache: the new positions' qkv rows go into this layer's slot, then the queries attend
+// over every cached position.
+Tensor ScaledDotProductAttention::decode(Context& ctx, const Tensor& heads) {
+  KvCache& cache = *ctx.kv_cache;
+  EMBER_CHECK(!ctx.training,
+              "{}: a key/value cache is for inference: the forward's context must have "
+              "training = false",
+              name());
+  const Shape& s = heads.shape();  // [B, T, 3, H, D]
+  const int64_t b = s[0], t = s[1], begin = cache.position();
+  EMBER_CHECK(begin + t <= cache.capacity(),
+              "{}: {} new positions after {} cached exceed the cache's capacity of {}", name(), t,
+              begin, cache.capacity());
+  Tensor& slot =
+      cache.slot(this, Shape{b, cache.capacity(), 3, s[3], s[4]}, heads.dtype(), ctx.stream);
+  const int64_t row = 3 * s[3] * s[4];  // elements per position
+  const size_t bytes = static_cast<size_t>(t * row) * dtype_size(heads.dtype());
+  for (int64_t i = 0; i < b; ++i) {
+    copy_bytes(
+        static_cast<char*>(slot.data()) +
+            static_cast<size_t>((i * cache.capacity() + begin) * row) * dtype_size(heads.dtype()),
+        slot.device(), static_cast<const char*>(heads.data()) + static_cast<size_t>(i) * bytes,
+        heads.device(), bytes, ctx.stream);
+  }
+  mark_written(slot);
+  Tensor out = Tensor::empty({b, t, s[3], s[4]}, heads.dtype(), ctx.stream);
+  ops::attention_decode(ctx.stream, out, slot, begin + t, options_);
+  return out.reshape({b, t, s[3] * s[4]});
 }
 
 Tensor ScaledDotProductAttention::backward(Context& ctx, const Tensor& dy) {

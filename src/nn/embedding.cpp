@@ -1,5 +1,7 @@
 #include "ember/nn/embedding.hpp"
 
+#include "ember/nn/kv_cache.hpp"
+
 #include <cmath>
 #include <vector>
 
@@ -86,12 +88,16 @@ void TokenPositionEmbedding::set_path(std::string path) {
   wpe_.name = qualified("wpe");
 }
 
-const Tensor& TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t seq) {
+const Tensor& TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t seq,
+                                                int64_t first) {
   if (!positions_.defined() || positions_.shape() != Shape{batch, seq} ||
-      positions_.device() != stream.device()) {
+      positions_.device() != stream.device() || positions_first_ != first) {
     std::vector<int32_t> t(static_cast<size_t>(batch * seq));
-    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i % seq);
+    for (size_t i = 0; i < t.size(); ++i) {
+      t[i] = static_cast<int32_t>(first + static_cast<int64_t>(i) % seq);
+    }
     positions_ = Tensor::from_vector(t, Shape{batch, seq}, stream);
+    positions_first_ = first;
   }
   return positions_;
 }
@@ -102,13 +108,15 @@ Tensor TokenPositionEmbedding::forward(Context& ctx, const Tensor& ids) {
       "{}: ids must be i32 or i64 [batch, seq], not {}", name(),
       ids.defined() ? ids.view().describe() : std::string("undefined"));
   const int64_t b = ids.shape()[0], t = ids.shape()[1];
-  EMBER_CHECK(t <= context_, "{}: a sequence of {} tokens is longer than the context of {}", name(),
-              t, context_);
+  // With a key/value cache the new tokens follow the cached positions.
+  const int64_t first = ctx.kv_cache != nullptr ? ctx.kv_cache->position() : 0;
+  EMBER_CHECK(first + t <= context_, "{}: a sequence of {} tokens is longer than the context of {}",
+              name(), first + t, context_);
   if (ctx.training) check_nothing_saved("TokenPositionEmbedding::forward");
   Tensor tokens = Tensor::empty({b, t, dim_}, DType::f32, ctx.stream);
   ops::embedding_forward(ctx.stream, tokens, wte_.value, ids);
   Tensor where = Tensor::empty({b, t, dim_}, DType::f32, ctx.stream);
-  ops::embedding_forward(ctx.stream, where, wpe_.value, positions(ctx.stream, b, t));
+  ops::embedding_forward(ctx.stream, where, wpe_.value, positions(ctx.stream, b, t, first));
   Tensor out = Tensor::empty({b, t, dim_}, DType::f32, ctx.stream);
   ops::add(ctx.stream, out, tokens, where);
   if (ctx.training) ids_ = ids;

@@ -219,6 +219,41 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
   });
 }
 
+// Decoding: each query row streams its keys with the online softmax of the GPU kernels (one
+// row per OpenMP iteration; rows are few: a prompt, then one position per step).
+void decode_cpu(const TensorView& out, const TensorView& cache, const Dims& s, int64_t length,
+                int64_t tq) {
+  std::vector<float> cache_copy;
+  const float* x = widened(cache, cache_copy);
+  const int64_t rows = s.batch * s.heads * tq, d = s.dim;
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows * length * d >= cpu::kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+    std::vector<float> acc(static_cast<size_t>(d));
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t i = row % tq, h = (row / tq) % s.heads, b = row / (tq * s.heads);
+      const int64_t t = length - tq + i;
+      const float* q = x + s.qkv_row(b, t, 0, h);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+      const int64_t keys = s.causal ? t + 1 : length;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* k = x + s.qkv_row(b, j, 1, h);
+        const float* v = x + s.qkv_row(b, j, 2, h);
+        float dot = 0.0f;
+        for (int64_t e = 0; e < d; ++e) dot += q[e] * k[e];
+        float rescale, weight;
+        math::online_step(dot * s.scale, m, l, rescale, weight);
+        for (int64_t e = 0; e < d; ++e) acc[e] = acc[e] * rescale + weight * v[e];
+      }
+      for (int64_t e = 0; e < d; ++e) acc[e] /= l;
+      cpu::write_f32(out.data, out.dtype, ((b * tq + i) * s.heads + h) * d, d, acc.data());
+    }
+  }
+}
+
 // ---- CUDA --------------------------------------------------------------------------------------
 
 #if EMBER_WITH_CUDA
@@ -258,6 +293,18 @@ void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
     launch(kernels::attention_forward_kernel<kChunks, T>, grid, block, 0, handle,
            static_cast<const T*>(qkv.data), static_cast<T*>(out.data),
            static_cast<float*>(lse.data), device_dims(s));
+  });
+}
+
+void decode_cuda(Stream& stream, const TensorView& out, const TensorView& cache, const Dims& s,
+                 int64_t length, int64_t tq) {
+  const cudaStream_t handle = cuda::enter(stream);
+  Dims rows = s;
+  rows.seq = tq;
+  launch_rows(rows, cache.dtype, [&]<int kChunks, class T>(dim3 grid, dim3 block) {
+    launch(kernels::attention_decode_kernel<kChunks, T>, grid, block, 0, handle,
+           static_cast<const T*>(cache.data), static_cast<T*>(out.data), device_dims(s),
+           device_dims(rows), length);
   });
 }
 
@@ -324,6 +371,42 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
   }
 #if EMBER_WITH_CUDA
   backward_cuda(stream, dqkv, dout, qkv, out, lse, s);
+#endif
+}
+
+void attention_decode(Stream& stream, const TensorView& out, const TensorView& cache,
+                      int64_t length, const AttentionOptions& options) {
+  constexpr std::string_view kOp = "ops::attention_decode";
+  detail::check_devices(kOp, stream, {&out, &cache});
+  detail::check_floating(kOp, "cache", cache);
+  EMBER_CHECK(cache.rank() == 5 && cache.shape[2] == 3,
+              "{}: the cache must be [batch, capacity, 3, heads, head_dim], not {}", kOp,
+              cache.describe());
+  Dims s{cache.shape[0], cache.shape[1], cache.shape[3],
+         cache.shape[4], options.scale,  options.causal};
+  EMBER_CHECK(s.dim >= 1 && s.dim <= kernels::attention_math::kMaxHeadDim,
+              "{}: the head dim must be in [1, {}], not {}", kOp,
+              kernels::attention_math::kMaxHeadDim, s.dim);
+  EMBER_CHECK(std::isfinite(options.scale), "{}: scale must be finite, not {}", kOp, options.scale);
+  if (s.scale == 0.0f) s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.dim)));
+  EMBER_CHECK(out.rank() == 4 && out.dtype == cache.dtype && out.shape[0] == s.batch &&
+                  out.shape[2] == s.heads && out.shape[3] == s.dim,
+              "{}: out must be {} [{}, queries, {}, {}], not {}", kOp, dtype_name(cache.dtype),
+              s.batch, s.heads, s.dim, out.describe());
+  const int64_t tq = out.shape[1];
+  EMBER_CHECK(tq >= 1 && tq <= length && length <= s.seq,
+              "{}: {} queries and a length of {} do not fit: 1 <= queries <= length <= the "
+              "cache's capacity {}",
+              kOp, tq, length, s.seq);
+  detail::check_disjoint(kOp, out, cache);
+  mark_written(out);
+  if (s.batch * s.heads == 0) return;
+  if (stream.device().is_cpu()) {
+    decode_cpu(out, cache, s, length, tq);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  decode_cuda(stream, out, cache, s, length, tq);
 #endif
 }
 

@@ -305,6 +305,66 @@ TEST_P(Attention, BadOperandsThrow) {
                {"ops::attention_backward", "shares memory"});
 }
 
+// Decoding (ops::attention_decode): the qkv of T positions in a cache of larger capacity whose
+// unused rows are nan; the last Tq rows' outputs match the double reference of the whole
+// sequence, and nothing past `length` is read.
+TEST_P(Attention, DecodeFromACacheMatchesTheReference) {
+  Stream s = stream();
+  uint32_t seed = 200;
+  for (const Dims& d :
+       std::vector<Dims>{{1, 1, 1, 1}, {2, 7, 3, 8}, {1, 33, 2, 40}, {2, 9, 2, 64}}) {
+    for (bool causal : {true, false}) {
+      for (DType dtype : kFloatTypes) {
+        const int64_t capacity = d.t + 5;
+        const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
+                                                         Device::cpu(), -1.0f, 1.0f);
+        const std::vector<float> x = values(qkv);
+        std::vector<float> cache(static_cast<size_t>(d.b * capacity * 3 * d.h * d.d), kNan);
+        const size_t row = static_cast<size_t>(3 * d.h * d.d);
+        for (int64_t b = 0; b < d.b; ++b) {
+          std::copy(x.begin() + b * d.t * row, x.begin() + (b + 1) * d.t * row,
+                    cache.begin() + b * capacity * row);
+        }
+        const Tensor cached =
+            on(Tensor::from_vector(cache, Shape{d.b, capacity, 3, d.h, d.d}).to(dtype));
+        const Reference want =
+            reference(d, x, std::vector<float>(static_cast<size_t>(d.b * d.t * d.h * d.d), 0.0f),
+                      causal, 1.0 / std::sqrt(static_cast<double>(d.d)));
+        for (int64_t tq : {int64_t{1}, d.t}) {
+          Tensor out = on(Tensor::zeros({d.b, tq, d.h, d.d}, dtype));
+          ops::attention_decode(s, out, cached, d.t, {.causal = causal});
+          std::vector<double> rows;
+          for (int64_t b = 0; b < d.b; ++b) {
+            const auto* first = want.out.data() + out_at(d, b, d.t - tq, 0, 0);
+            rows.insert(rows.end(), first, first + tq * d.h * d.d);
+          }
+          expect_near_all(values(out), rows, tolerance(dtype),
+                          fmt::format("decode B{} T{} H{} D{} Tq{} {} {}", d.b, d.t, d.h, d.d, tq,
+                                      causal ? "causal" : "full", dtype_name(dtype)));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Attention, DecodeOperandsAreChecked) {
+  Stream s = stream();
+  const Tensor cache = on(Tensor::zeros({1, 8, 3, 2, 4}));
+  Tensor out = on(Tensor::zeros({1, 2, 2, 4}));
+  expect_error([&] { ops::attention_decode(s, out, cache, 9); },
+               "ops::attention_decode: 2 queries and a length of 9 do not fit: 1 <= queries <= "
+               "length <= the cache's capacity 8");
+  expect_error([&] { ops::attention_decode(s, out, cache, 1); }, "2 queries and a length of 1");
+  Tensor wrong = on(Tensor::zeros({1, 2, 3, 4}));
+  expect_error([&] { ops::attention_decode(s, wrong, cache, 4); },
+               "out must be f32 [1, queries, 2, 4]");
+  expect_error(
+      [&] {
+        ops::attention_decode(s, out, on(Tensor::zeros({1, 8, 2, 2, 4})), 4);
+      },
+      "the cache must be [batch, capacity, 3, heads, head_dim]");
+}
+
 INSTANTIATE_EMBER_DEVICES(Attention);
 
 }  // namespace

@@ -21,7 +21,8 @@ class ScaledDotProductAttention final : public Module {
   explicit ScaledDotProductAttention(int64_t heads, const ops::AttentionOptions& options = {});
 
   // qkv [B, T, 3 * dim] (q, k, v side by side, each [heads, dim / heads] per position; dim a
-  // multiple of heads) -> [B, T, dim] in qkv's dtype.
+  // multiple of heads) -> [B, T, dim] in qkv's dtype. With ctx.kv_cache (inference): the T new
+  // positions join the cache and attend over every cached one (nn/kv_cache.hpp).
   Tensor forward(Context& ctx, const Tensor& qkv) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;  // -> dqkv [B, T, 3 * dim]
   void drop_saved() override {
@@ -34,6 +35,8 @@ class ScaledDotProductAttention final : public Module {
   int64_t heads() const { return heads_; }
 
  private:
+  Tensor decode(Context& ctx, const Tensor& heads);  // with ctx.kv_cache
+
   int64_t heads_;
   ops::AttentionOptions options_;
   Tensor qkv_, out_, lse_;  // saved by forward: qkv and out as [B, T, 3, H, D] and [B, T, H, D]

@@ -65,12 +65,14 @@ class TokenPositionEmbedding final : public Module {
   int64_t context() const { return context_; }
 
  private:
-  // [B, T] i32 positions (0 .. T - 1 in every row) on the stream's device, made once per shape.
-  const Tensor& positions(Stream& stream, int64_t batch, int64_t seq);
+  // [B, T] i32 positions (first .. first + T - 1 in every row) on the stream's device, made once
+  // per shape and first position.
+  const Tensor& positions(Stream& stream, int64_t batch, int64_t seq, int64_t first = 0);
 
   int64_t vocab_, context_, dim_;
   Parameter wte_, wpe_;
   Tensor ids_, positions_;
+  int64_t positions_first_ = 0;
 };
 
 }  // namespace ember::nn

@@ -27,6 +27,8 @@
 
 namespace ember::nn {
 
+class KvCache;
+
 struct Context {
   Stream& stream;
   bool training = true;  // false: forward saves nothing (inference)
@@ -36,6 +38,9 @@ struct Context {
   // new micro-batch; a re-run forward of the same micro-batch (checkpointing) keeps it, and so
   // draws the same masks.
   uint64_t step = 0;
+  // Decoding (inference only): attention layers keep keys and values in this cache and attend
+  // over every cached position; positions are numbered from its position() (nn/kv_cache.hpp).
+  KvCache* kv_cache = nullptr;
 };
 
 using GradReadyCallback = std::function<void(Parameter&)>;

@@ -31,4 +31,13 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
                         const TensorView& qkv, const TensorView& out, const TensorView& lse,
                         const AttentionOptions& options = {});
 
+// Decoding with a key/value cache (nn::KvCache): cache [B, capacity, 3, H, D] holds the fused
+// qkv of positions 0 .. length - 1; out [B, Tq, H, D] (cache's dtype) gets the attention of the
+// last Tq of them (1 <= Tq <= length <= capacity), each query over the keys up to its own
+// position (causal) or over all `length`. No log-sum-exp: this is inference. The same arithmetic
+// as attention_forward on each backend, so a cached decode agrees with a full forward within
+// rounding.
+void attention_decode(Stream& stream, const TensorView& out, const TensorView& cache,
+                      int64_t length, const AttentionOptions& options = {});
+
 }  // namespace ember::ops

@@ -1,0 +1,128 @@
+// train::generate and nn::KvCache on every test device: decoding with the cache gives the logits
+// of a full forward (within rounding) at every position, so greedy generation gives the same
+// tokens with and without it; sampling follows its seed; the window slides past the context;
+// bad options and a cache in a training forward are Errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ember/nn/kv_cache.hpp"
+#include "ember/train/generate.hpp"
+#include "ember/train/gpt.hpp"
+#include "ops/device_cases.hpp"
+#include "test_support.hpp"
+
+namespace ember::testing {
+namespace {
+
+class GenerateTest : public OnDevice {
+ protected:
+  std::shared_ptr<nn::Sequential> model() {
+    return train::make_gpt({.vocab = 50,
+                            .context = 24,
+                            .layers = 2,
+                            .heads = 2,
+                            .dim = 32,
+                            .seed = 7,
+                            .device = device()});
+  }
+};
+
+TEST_P(GenerateTest, CachedDecodingGivesTheLogitsOfAFullForward) {
+  auto gpt = model();
+  Stream s = stream();
+  const std::vector<int32_t> tokens = {3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3, 2, 38, 4, 6};
+  nn::KvCache cache(24);
+  nn::Context cached{s, /*training=*/false};
+  cached.kv_cache = &cache;
+  nn::Context full{s, /*training=*/false};
+  // A prompt of 5 positions, then one position at a time.
+  auto ids = [&](size_t begin, size_t end) {
+    const std::vector<int32_t> w(tokens.begin() + begin, tokens.begin() + end);
+    return Tensor::from_vector(w, Shape{1, static_cast<int64_t>(w.size())}).to(s);
+  };
+  Tensor step = gpt->forward(cached, ids(0, 5));
+  cache.advance(5);
+  for (size_t t = 5; t <= tokens.size(); ++t) {
+    const Tensor all = gpt->forward(full, ids(0, t)).to(Device::cpu());
+    const std::vector<float> want = all.to_vector<float>();
+    const std::vector<float> got = step.to(Device::cpu()).to_vector<float>();
+    const size_t vocab = 50, rows = got.size() / vocab;
+    for (size_t r = 0; r < rows; ++r) {  // the rows this call decoded: the last `rows` positions
+      for (size_t v = 0; v < vocab; ++v) {
+        const float w = want[(t - rows + r) * vocab + v];
+        ASSERT_NEAR(got[r * vocab + v], w, 1e-5 * (1 + std::abs(w)))
+            << "position " << t - rows + r << " token " << v;
+      }
+    }
+    if (t == tokens.size()) break;
+    step = gpt->forward(cached, ids(t, t + 1));
+    cache.advance(1);
+  }
+}
+
+TEST_P(GenerateTest, GreedyTokensAreTheSameWithAndWithoutTheCache) {
+  auto gpt = model();
+  Stream s = stream();
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  train::GenerateOptions o{.max_new_tokens = 15, .context = 24, .temperature = 0.0f};
+  const std::vector<int32_t> cached = train::generate(*gpt, prompt, o, s);
+  o.kv_cache = false;
+  const std::vector<int32_t> rerun = train::generate(*gpt, prompt, o, s);
+  ASSERT_EQ(cached.size(), 18u);
+  EXPECT_EQ(std::vector<int32_t>(cached.begin(), cached.begin() + 3), prompt);
+  EXPECT_EQ(cached, rerun);
+  EXPECT_TRUE(gpt->is_training());  // the mode is restored
+}
+
+TEST_P(GenerateTest, SamplingFollowsItsSeedAndTheWindowSlides) {
+  auto gpt = model();
+  Stream s = stream();
+  train::GenerateOptions o{
+      .max_new_tokens = 60, .context = 24, .temperature = 1.5f, .top_k = 10, .seed = 3};
+  const std::vector<int32_t> a = train::generate(*gpt, {5}, o, s);
+  const std::vector<int32_t> b = train::generate(*gpt, {5}, o, s);
+  EXPECT_EQ(a, b);  // 61 tokens: past the context of 24, twice over
+  ASSERT_EQ(a.size(), 61u);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 50) << t;
+  o.seed = 4;
+  EXPECT_NE(train::generate(*gpt, {5}, o, s), a);
+  // A prompt longer than the context: its newest tokens are the window.
+  std::vector<int32_t> long_prompt(30);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>(i % 50);
+  o.temperature = 0.0f;
+  const std::vector<int32_t> cached = train::generate(*gpt, long_prompt, o, s);
+  EXPECT_EQ(cached.size(), 90u);
+}
+
+TEST_P(GenerateTest, BadOptionsAndACacheInTrainingAreErrors) {
+  auto gpt = model();
+  Stream s = stream();
+  expect_error([&] { (void)train::generate(*gpt, {}, {.context = 24}, s); },
+               "generate: the prompt is empty");
+  expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 0}, s); },
+               "generate: options.context must be at least 1, not 0");
+  expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 24, .temperature = -1.0f}, s); },
+               "the temperature must be finite and >= 0, not -1");
+  expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 24, .top_k = -2}, s); },
+               "top_k must be >= 0, not -2");
+  // The model's context bounds the cache's positions.
+  expect_error([&] { (void)train::generate(*gpt, {1}, {.max_new_tokens = 40, .context = 30}, s); },
+               "a sequence of 25 tokens is longer than the context of 24");
+  EXPECT_TRUE(gpt->is_training());  // restored after the Error too
+  nn::KvCache cache(24);
+  nn::Context training{s, /*training=*/true};
+  training.kv_cache = &cache;
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 2}, Shape{1, 2}).to(s);
+  expect_error([&] { (void)gpt->forward(training, ids); }, "a key/value cache is for inference");
+  gpt->drop_saved();
+  expect_error([] { nn::KvCache bad(0); }, "KvCache: the capacity must be at least 1 position");
+  expect_error([&] { cache.advance(25); },
+               "KvCache::advance(25): 0 positions cached, the capacity is 24");
+}
+
+INSTANTIATE_EMBER_DEVICES(GenerateTest);
+
+}  // namespace
+}  // namespace ember::testing
