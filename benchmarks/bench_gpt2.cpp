@@ -1,7 +1,8 @@
 // bench_gpt2: one GPT-2 training step (forward, cross-entropy, backward, AdamW) in f32 and under
-// bf16 autocast, tokens per second, the model's TFLOP/s and (on known GPUs) MFU. On the CPU: the small byte-level model at T = 128 and 256;
-// on cuda:0 when a GPU is usable, also GPT-2 small (d12) at T = 1024. Its PyTorch twin is
-// benchmarks/reference/gpt2_torch.py (compare.py --only gpt2 prints the ratios, same rows).
+// bf16 autocast, tokens per second, the model's TFLOP/s and (on known GPUs) MFU. On the CPU: the
+// small byte-level model at T = 128 and 256; on cuda:0 when a GPU is usable, also GPT-2 small (d12)
+// at T = 1024. Its PyTorch twin is benchmarks/reference/gpt2_torch.py (compare.py --only gpt2
+// prints the ratios, same rows).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -27,7 +28,7 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
   config.device = device;
   auto model = train::make_gpt(config);
   train::AdamW optimizer(model->parameters(), {.lr = 1e-4f, .beta2 = 0.95f});
-  nn::SoftmaxCrossEntropy criterion;
+  nn::SoftmaxCrossEntropy criterion({.fused = true});  // the logits become their gradient
   nn::Context ctx{stream, /*training=*/true, precision};
   std::vector<int32_t> tokens(static_cast<size_t>(c.batch * (c.seq + 1)));
   for (size_t i = 0; i < tokens.size(); ++i)

@@ -338,7 +338,7 @@ int run(const Config& c) {
   amp::GradScalerOptions scaling;
   scaling.enabled = precision == nn::Precision::f16;
   amp::GradScaler scaler(device, scaling);
-  nn::SoftmaxCrossEntropy criterion;
+  nn::SoftmaxCrossEntropy criterion({.fused = true});  // the logits become their gradient
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 

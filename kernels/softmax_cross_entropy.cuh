@@ -83,6 +83,45 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
   }
 }
 
+// The fused classifier: the forward's rows, but the last pass writes the mean loss's gradient
+// (p - onehot) / rows over the logits, in their dtype (each thread reads x[j] before it writes
+// it; thread 0 read x[label] before the barrier). The [rows, cols] probabilities are never kept.
+template <int kTeam, class T>
+__global__ void __launch_bounds__(softmax_detail::kThreads)
+    softmax_xent_fused_kernel(T* logits, const void* labels, bool labels_i64, int64_t rows,
+                              int64_t cols, double* row_loss) {
+  const int64_t first = threadIdx.x;
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    T* x = logits + row * cols;
+    const int64_t label = load_index(labels, labels_i64, row);
+    float x_label = 0.0f;
+    if (threadIdx.x == 0) {
+      x_label =
+          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
+    }
+    team_barrier<kTeam>();
+
+    float m = kMinusInf;
+    for (int64_t j = first; j < cols; j += kTeam) m = softmax_detail::max_nan(m, to_f32(x[j]));
+    m = team_reduce<kTeam>(m, softmax_detail::MaxNanOp{}, kMinusInf);
+
+    double s = 0.0;
+    for (int64_t j = first; j < cols; j += kTeam) s += static_cast<double>(expf(to_f32(x[j]) - m));
+    s = team_reduce<kTeam>(s, SumOp{}, 0.0);
+
+    const double inv_s = 1.0 / s;
+    for (int64_t j = first; j < cols; j += kTeam) {
+      const double p = static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s;
+      x[j] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * inv_rows));
+    }
+    if (threadIdx.x == 0) {
+      row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);
+    }
+  }
+}
+
 // *loss = f32(sum of row_loss[0, rows) / rows), one block: thread t adds rows t, t + kThreads,
 // ... in order, then a fixed tree.
 template <int kThreads>

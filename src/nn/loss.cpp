@@ -18,6 +18,12 @@ void check_dloss(const char* what, const Context& ctx, const Tensor& dloss) {
 
 Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels) {
   Tensor loss = Tensor::empty({1}, DType::f32, ctx.stream);
+  if (options_.fused && ctx.training && logits.defined() && logits.dtype() != DType::f16) {
+    ops::softmax_cross_entropy_fused(ctx.stream, loss, logits, labels);
+    drop_saved();
+    grad_ = logits;
+    return loss;
+  }
   Tensor probs = Tensor::empty(logits.shape(), DType::f32, ctx.stream);
   ops::softmax_cross_entropy_forward(ctx.stream, loss, probs, logits, labels);
   if (ctx.training) {
@@ -29,6 +35,12 @@ Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Te
 }
 
 Tensor SoftmaxCrossEntropy::backward(Context& ctx, float dloss) {
+  if (grad_.defined()) {  // fused: the gradient is there; a dloss other than 1 scales it
+    Tensor dlogits = grad_;
+    if (dloss != 1.0f) ops::scale(ctx.stream, dlogits, dlogits, dloss);
+    drop_saved();
+    return dlogits;
+  }
   EMBER_CHECK(probs_.defined(),
               "SoftmaxCrossEntropy: backward needs the probabilities saved by forward (forward "
               "was not run in training mode, or they were dropped)");
@@ -39,10 +51,16 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, float dloss) {
 }
 
 Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
-  EMBER_CHECK(probs_.defined(),
+  EMBER_CHECK(probs_.defined() || grad_.defined(),
               "SoftmaxCrossEntropy: backward needs the probabilities saved by forward (forward "
               "was not run in training mode, or they were dropped)");
   check_dloss("SoftmaxCrossEntropy::backward", ctx, dloss);
+  if (grad_.defined()) {  // fused: scaled in place
+    Tensor dlogits = grad_;
+    ops::scale_by(ctx.stream, dlogits, dlogits, dloss);
+    drop_saved();
+    return dlogits;
+  }
   // The f32 gradient in place of the probabilities, then scaled and rounded once.
   ops::softmax_cross_entropy_backward(ctx.stream, probs_, probs_, labels_, 1.0f);
   Tensor dlogits = logits_dtype_ == DType::f32
@@ -54,6 +72,7 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
 }
 
 void SoftmaxCrossEntropy::drop_saved() {
+  grad_ = Tensor();
   probs_ = Tensor();
   labels_ = Tensor();
 }

@@ -152,6 +152,48 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
   *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
 }
 
+// The fused classifier: the forward's rows, then (p - onehot) / B over the logits, each element
+// from its f32 probability in double and rounded once to the logits' dtype.
+void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logits,
+                                 const TensorView& labels) {
+  const int64_t rows = logits.shape[0];
+  const int64_t cols = logits.shape[1];
+  RowScratch scratch(logits.dtype, cols);
+  std::vector<double> row_loss(static_cast<size_t>(rows));
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      // x is the row itself (f32) or its f32 copy in the scratch: p overwrites x in place.
+      float* x =
+          const_cast<float*>(load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get()));
+      const int64_t label = index_at(labels, r);
+      const float x_label = x[label];
+      MaxLanes max_lanes;
+      max_lanes.add(x, cols);
+      const float m = max_lanes.total();
+      exp_shifted(x, m, cols, x);
+      SumLanes sum_lanes;
+      sum_lanes.add(x, cols);
+      const double s = sum_lanes.total();
+      const double inv_s = 1.0 / s;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double p = static_cast<double>(x[j]) * inv_s;
+        x[j] = static_cast<float>((j == label ? p - 1.0 : p) * inv_rows);
+      }
+      if (logits.dtype != DType::f32) write_f32(logits.data, logits.dtype, r * cols, cols, x);
+      row_loss[static_cast<size_t>(r)] =
+          (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+    }
+  }
+  double total = 0.0;
+  for (const double l : row_loss) total += l;
+  *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
+}
+
 // dlogits = (p - onehot) * dloss / B, in (row, column block) items so that a few wide rows
 // still spread over threads.
 void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView& probs,
@@ -277,6 +319,18 @@ void launch_softmax_xent_forward(const void* logits, DType type, const void* lab
          static_cast<const double*>(row_loss), rows, loss);
 }
 
+void launch_softmax_xent_fused(void* logits, DType type, const void* labels, bool labels_i64,
+                               int64_t rows, int64_t cols, float* loss, void* scratch,
+                               cudaStream_t stream) {
+  auto* row_loss = static_cast<double*>(scratch);
+  launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
+    launch(kernels::softmax_xent_fused_kernel<kTeam, T>, grid, block, 0, stream,
+           static_cast<T*>(logits), labels, labels_i64, rows, cols, row_loss);
+  });
+  launch(kernels::softmax_xent_loss_kernel<kThreads>, dim3(1), dim3(kThreads), 0, stream,
+         static_cast<const double*>(row_loss), rows, loss);
+}
+
 void launch_softmax_xent_backward(void* dlogits, DType type, const float* probs, const void* labels,
                                   bool labels_i64, int64_t rows, int64_t cols, float scale,
                                   cudaStream_t stream) {
@@ -316,6 +370,17 @@ void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const Te
   launch_softmax_xent_forward(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                               rows, cols, static_cast<float*>(probs.data),
                               static_cast<float*>(loss.data), scratch.data(), handle);
+}
+
+void softmax_cross_entropy_fused(Stream& stream, std::string_view op, const TensorView& loss,
+                                 const TensorView& logits, const TensorView& labels) {
+  const cudaStream_t handle = enter(stream);
+  const int64_t rows = logits.shape[0];
+  const int64_t cols = logits.shape[1];
+  check_indices(stream, op, "label", labels, cols);
+  const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
+  launch_softmax_xent_fused(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
+                            rows, cols, static_cast<float*>(loss.data), scratch.data(), handle);
 }
 
 void softmax_cross_entropy_backward(Stream& stream, std::string_view op, const TensorView& dlogits,
@@ -379,6 +444,34 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   }
 #if EMBER_WITH_CUDA
   cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels);
+#else
+  detail::no_cuda_implementation(kOp);
+#endif
+}
+
+void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
+                                 const TensorView& labels) {
+  constexpr std::string_view kOp = "ops::softmax_cross_entropy_fused";
+  mark_written(loss);
+  mark_written(logits);
+  detail::check_devices(kOp, stream, {&loss, &logits, &labels});
+  check_logits(kOp, "logits", logits);
+  EMBER_CHECK(logits.dtype == DType::f32 || logits.dtype == DType::bf16,
+              "{}: logits must be f32 or bf16, not {}: an f16 gradient of a mean over rows "
+              "underflows before any loss scale (use softmax_cross_entropy_forward/backward)",
+              kOp, logits.describe());
+  check_some_rows(kOp, logits);
+  check_labels_shape(kOp, labels, logits);
+  detail::check_scalar(kOp, "loss", loss, DType::f32);
+  for (const TensorView* in : {&logits, &labels}) detail::check_disjoint(kOp, loss, *in);
+  detail::check_disjoint(kOp, logits, labels);
+  if (stream.device().is_cpu()) {
+    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
+    cpu::softmax_cross_entropy_fused(loss, logits, labels);
+    return;
+  }
+#if EMBER_WITH_CUDA
+  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels);
 #else
   detail::no_cuda_implementation(kOp);
 #endif

@@ -151,6 +151,65 @@ TEST_P(SoftmaxCrossEntropy, ForwardMatchesTheDoubleReference) {
   }
 }
 
+// The fused classifier: the loss as the forward's, and over the logits (f32, bf16) the gradient
+// (p - onehot) / B of the double reference, rounded once to their dtype (within the forward's
+// probability error, then one rounding); the same loss as the unfused forward, bit for bit.
+TEST_P(SoftmaxCrossEntropy, FusedWritesTheGradientOverTheLogits) {
+  Stream s = stream();
+  for (const Shape& shape : kShapes) {
+    const int64_t b = shape[0], c = shape[1];
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const Tensor logits = Tensor::from_vector(random_logits(b * c, 3), shape).to(dtype);
+      const std::vector<int64_t> labels = random_labels(b, c, 4);
+      const Tensor label_tensor = on(make_labels(labels, DType::i32));
+      const std::vector<float> x = values(logits);
+      Tensor inout = on(logits.clone());
+      Tensor loss = on(Tensor::full(Shape{1}, 99.0));
+      ops::softmax_cross_entropy_fused(s, loss, inout, label_tensor);
+      const Forward unfused = forward(s, logits, make_labels(labels, DType::i32));
+      SCOPED_TRACE(::testing::Message() << ember::dtype_name(dtype) << " " << shape.to_string());
+      EXPECT_EQ(bits(static_cast<float>(loss.item())), bits(unfused.loss));
+      const Reference ref = reference(x, labels, c, /*rounded_shift=*/true);
+      const std::vector<float> got = values(inout);
+      const double ulp = dtype == DType::f32 ? 0x1p-23 : 0x1p-8;
+      for (int64_t i = 0; i < b; ++i) {
+        for (int64_t j = 0; j < c; ++j) {
+          const size_t at = static_cast<size_t>(i * c + j);
+          const double want =
+              (ref.probs[at] - (j == labels[static_cast<size_t>(i)] ? 1.0 : 0.0)) / double(b);
+          ASSERT_NEAR(got[at], want, (4 * 0x1p-23 + ulp) * std::abs(want) + 0x1p-149)
+              << "row " << i << " column " << j;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SoftmaxCrossEntropy, FusedRefusesF16AndBadOperands) {
+  Stream s = stream();
+  Tensor loss = on(Tensor::zeros({1}));
+  Tensor half = on(Tensor::zeros({2, 3}, DType::f16));
+  const Tensor labels = on(make_labels({0, 2}, DType::i32));
+  expect_error([&] { ops::softmax_cross_entropy_fused(s, loss, half, labels); },
+               "ops::softmax_cross_entropy_fused: logits must be f32 or bf16, not");
+  Tensor logits = on(Tensor::zeros({2, 3}));
+  expect_error(
+      [&] { ops::softmax_cross_entropy_fused(s, loss, logits, on(make_labels({0}, DType::i32))); },
+      "labels");
+  Tensor empty = on(Tensor::zeros({0, 3}));
+  expect_error(
+      [&] { ops::softmax_cross_entropy_fused(s, loss, empty, on(make_labels({}, DType::i32))); },
+      "the mean loss over 0 rows is undefined");
+  // A label out of range: named with its row (at once on the CPU, at the next synchronize on a
+  // GPU, as the unfused forward's).
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_fused(s, loss, logits, on(make_labels({0, 3}, DType::i32)));
+        s.synchronize();
+      },
+      "label");
+}
+
 TEST_P(SoftmaxCrossEntropy, HugeLogitsDoNotOverflow) {
   Stream stream = this->stream();
   const Tensor logits =

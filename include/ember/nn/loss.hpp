@@ -5,10 +5,22 @@
 
 namespace ember::nn {
 
+struct SoftmaxCrossEntropyOptions {
+  // The fused classifier (ops::softmax_cross_entropy_fused): a training forward overwrites the
+  // logits with their gradient, so no [B, C] probabilities are kept (a bf16 classifier moves 4
+  // bytes per logit, 8 with a tensor dloss, not 20). The logits tensor holds the gradient from
+  // then on. f16 logits take the unfused path (their gradient would underflow before the loss
+  // scale); so does an inference forward.
+  bool fused = false;
+};
+
 class SoftmaxCrossEntropy {
  public:
+  explicit SoftmaxCrossEntropy(const SoftmaxCrossEntropyOptions& options = {})
+      : options_(options) {}
   // logits [B, C], labels [B] (i32 or i64) -> loss, a one-element f32 tensor.
-  // Saves the softmax probabilities and the labels for backward.
+  // Saves the softmax probabilities (fused: the gradient, in the logits) and the labels for
+  // backward.
   Tensor forward(Context& ctx, const Tensor& logits, const Tensor& labels);
   // d(loss * dloss) / d logits, with logits' dtype.
   Tensor backward(Context& ctx, float dloss = 1.0f);
@@ -17,10 +29,12 @@ class SoftmaxCrossEntropy {
   // is rounded to logits' dtype, so small gradients do not underflow in f16.
   Tensor backward(Context& ctx, const Tensor& dloss);
   void drop_saved();
-  bool has_saved() const { return probs_.defined(); }
+  bool has_saved() const { return probs_.defined() || grad_.defined(); }
 
  private:
+  SoftmaxCrossEntropyOptions options_;
   Tensor probs_, labels_;
+  Tensor grad_;  // fused: the logits, overwritten with d(loss)/d(logits)
   DType logits_dtype_ = DType::f32;
 };
 

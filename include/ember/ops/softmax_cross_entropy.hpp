@@ -21,6 +21,15 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
                                     const TensorView& probs, const TensorView& labels,
                                     float dloss = 1.0f);
 
+// The fused classifier (llm.c's): loss as softmax_cross_entropy_forward's, and the logits
+// [B, C] (f32 or bf16) overwritten with the mean loss's gradient (softmax - onehot(labels)) / B,
+// computed in f32/double and rounded once to their dtype. The [B, C] probabilities are never
+// kept: a bf16 classifier moves 4 bytes per logit (read, write) where forward + backward move 20
+// (bf16 read, f32 probabilities written, read and rewritten in place, bf16 gradient written).
+// f16 logits are an Error: (p - onehot) / B underflows in f16 before any loss scale.
+void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
+                                 const TensorView& labels);
+
 // out [B] (i32 or i64) = index of the largest element of each row of x [B, C]
 // (the first one on ties; nan counts as larger than everything, as in PyTorch, so a row
 // with a nan gives the index of its first nan).
