@@ -94,6 +94,30 @@ __device__ __forceinline__ void for_each_warp_row(const Dims& s, F&& f) {
   }
 }
 
+// One query row's attention, the online softmax over keys 0 .. keys - 1 of (b, h): acc = the
+// normalized sum of p_j v_j, m and l the running maximum and sum (lse = log_sum_exp(m, l)).
+template <int kChunks, class T>
+__device__ __forceinline__ void attend_row(const T* qkv, const Dims& s, int64_t b, int64_t h,
+                                           int64_t t, int64_t keys, int lane, float (&acc)[kChunks],
+                                           float& m, float& l) {
+  float q[kChunks];
+  load_row(qkv + qkv_row(s, b, t, 0, h), s.dim, lane, q);
+  for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
+  m = -std::numeric_limits<float>::infinity();
+  l = 0.0f;
+  for (int64_t j = 0; j < keys; ++j) {
+    float k[kChunks], v[kChunks];
+    load_row(qkv + qkv_row(s, b, j, 1, h), s.dim, lane, k);
+    load_row(qkv + qkv_row(s, b, j, 2, h), s.dim, lane, v);
+    const float score = rn::mul(warp_dot(q, k, s.dim, lane), s.scale);
+    float rescale, weight;
+    attention_math::online_step(score, m, l, rescale, weight);
+    for (int c = 0; c < kChunks; ++c)
+      acc[c] = rn::add(rn::mul(acc[c], rescale), rn::mul(weight, v[c]));
+  }
+  for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
+}
+
 }  // namespace attention_detail
 
 // out and lse for every query row (warps stride over the B * H * T rows).
@@ -103,22 +127,8 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
   using namespace attention_detail;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   for_each_warp_row(s, [&](int64_t row, const RowIndex& at) {
-    float q[kChunks], acc[kChunks];
-    load_row(qkv + qkv_row(s, at.b, at.t, 0, at.h), s.dim, lane, q);
-    for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    const int64_t keys = s.causal ? at.t + 1 : s.seq;
-    for (int64_t j = 0; j < keys; ++j) {
-      float k[kChunks], v[kChunks];
-      load_row(qkv + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, k);
-      load_row(qkv + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, v);
-      const float score = rn::mul(warp_dot(q, k, s.dim, lane), s.scale);
-      float rescale, weight;
-      attention_math::online_step(score, m, l, rescale, weight);
-      for (int c = 0; c < kChunks; ++c)
-        acc[c] = rn::add(rn::mul(acc[c], rescale), rn::mul(weight, v[c]));
-    }
-    for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
+    float acc[kChunks], m, l;
+    attend_row(qkv, s, at.b, at.h, at.t, s.causal ? at.t + 1 : s.seq, lane, acc, m, l);
     store_row(out + out_row(s, at.b, at.t, at.h), s.dim, lane, acc);
     if (lane == 0) lse[row] = attention_math::log_sum_exp(m, l);
   });
@@ -136,22 +146,8 @@ __global__ void __launch_bounds__(attention_detail::kThreads)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   for_each_warp_row(rows, [&](int64_t, const RowIndex& at) {
     const int64_t t = length - rows.seq + at.t;
-    float q[kChunks], acc[kChunks];
-    load_row(cache + qkv_row(s, at.b, t, 0, at.h), s.dim, lane, q);
-    for (int c = 0; c < kChunks; ++c) acc[c] = 0.0f;
-    float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    const int64_t keys = s.causal ? t + 1 : length;
-    for (int64_t j = 0; j < keys; ++j) {
-      float k[kChunks], v[kChunks];
-      load_row(cache + qkv_row(s, at.b, j, 1, at.h), s.dim, lane, k);
-      load_row(cache + qkv_row(s, at.b, j, 2, at.h), s.dim, lane, v);
-      const float score = rn::mul(warp_dot(q, k, s.dim, lane), s.scale);
-      float rescale, weight;
-      attention_math::online_step(score, m, l, rescale, weight);
-      for (int c = 0; c < kChunks; ++c)
-        acc[c] = rn::add(rn::mul(acc[c], rescale), rn::mul(weight, v[c]));
-    }
-    for (int c = 0; c < kChunks; ++c) acc[c] = rn::div(acc[c], l);
+    float acc[kChunks], m, l;
+    attend_row(cache, s, at.b, at.h, t, s.causal ? t + 1 : length, lane, acc, m, l);
     store_row(out + out_row(rows, at.b, at.t, at.h), s.dim, lane, acc);
   });
 }

@@ -37,6 +37,32 @@ struct MaxNanOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
 };
 
+// A row's statistics for a team: x[label] (thread 0, read before a team barrier, so that a
+// later in-place write cannot precede it; nan for a label out of range, which
+// first_bad_index_kernel reports), the maximum m and the sum s of e^(x - m) (every thread).
+struct RowStats {
+  float x_label, m;
+  double s;
+};
+template <int kTeam, class T>
+__device__ __forceinline__ RowStats row_stats(const T* x, int64_t cols, int64_t label) {
+  RowStats r{0.0f, kMinusInf, 0.0};
+  if (threadIdx.x == 0) {
+    r.x_label =
+        label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
+  }
+  team_barrier<kTeam>();
+  const int64_t first = threadIdx.x;
+  for (int64_t j = first; j < cols; j += kTeam) r.m = max_nan(r.m, to_f32(x[j]));
+  // max_nan is commutative except for the sign of a zero maximum and which nan comes out, so
+  // lanes may disagree only where p and the loss come out the same.
+  r.m = team_reduce<kTeam>(r.m, MaxNanOp{}, kMinusInf);
+  for (int64_t j = first; j < cols; j += kTeam)
+    r.s += static_cast<double>(expf(to_f32(x[j]) - r.m));
+  r.s = team_reduce<kTeam>(r.s, SumOp{}, 0.0);
+  return r;
+}
+
 }  // namespace softmax_detail
 
 // Forward, one row per team of kTeam threads along x (block (32, 8) for warp teams, (256, 1)
@@ -52,27 +78,8 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     const T* x = logits + row * cols;
     float* p = probs + row * cols;
-    // With in-place probs, x[label] must be read before the team writes p: the barrier orders it.
-    // A label out of range (reported by first_bad_index_kernel at the next synchronize) reads
-    // nothing and gives a nan loss.
-    float x_label = 0.0f;
-    if (threadIdx.x == 0) {
-      const int64_t label = load_index(labels, labels_i64, row);
-      x_label =
-          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
-    }
-    team_barrier<kTeam>();
-
-    float m = kMinusInf;
-    for (int64_t j = first; j < cols; j += kTeam) m = softmax_detail::max_nan(m, to_f32(x[j]));
-    // max_nan is commutative except for the sign of a zero maximum and which nan comes out, so
-    // lanes may disagree only where p and the loss come out the same.
-    m = team_reduce<kTeam>(m, softmax_detail::MaxNanOp{}, kMinusInf);
-
-    double s = 0.0;
-    for (int64_t j = first; j < cols; j += kTeam) s += static_cast<double>(expf(to_f32(x[j]) - m));
-    s = team_reduce<kTeam>(s, SumOp{}, 0.0);
-
+    const auto [x_label, m, s] =
+        softmax_detail::row_stats<kTeam>(x, cols, load_index(labels, labels_i64, row));
     const double inv_s = 1.0 / s;
     for (int64_t j = first; j < cols; j += kTeam) {
       p[j] = static_cast<float>(static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s);
@@ -96,21 +103,7 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     T* x = logits + row * cols;
     const int64_t label = load_index(labels, labels_i64, row);
-    float x_label = 0.0f;
-    if (threadIdx.x == 0) {
-      x_label =
-          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
-    }
-    team_barrier<kTeam>();
-
-    float m = kMinusInf;
-    for (int64_t j = first; j < cols; j += kTeam) m = softmax_detail::max_nan(m, to_f32(x[j]));
-    m = team_reduce<kTeam>(m, softmax_detail::MaxNanOp{}, kMinusInf);
-
-    double s = 0.0;
-    for (int64_t j = first; j < cols; j += kTeam) s += static_cast<double>(expf(to_f32(x[j]) - m));
-    s = team_reduce<kTeam>(s, SumOp{}, 0.0);
-
+    const auto [x_label, m, s] = softmax_detail::row_stats<kTeam>(x, cols, label);
     const double inv_s = 1.0 / s;
     for (int64_t j = first; j < cols; j += kTeam) {
       const double p = static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s;
