@@ -6,6 +6,7 @@
 //   gpt2_logits [--device D] [--export FILE] MODEL.safetensors TOKEN_IDS OUT.safetensors
 //
 // TOKEN_IDS is comma-separated (e.g. 464,2068,7586); OUT holds "logits", f32 [T, vocab].
+#include <climits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,8 +44,9 @@ std::vector<int32_t> parse_tokens(const std::string& text) {
   size_t begin = 0;
   while (begin <= text.size()) {
     const size_t end = std::min(text.find(',', begin), text.size());
-    out.push_back(
-        static_cast<int32_t>(example::parse_int("TOKEN_IDS", text.substr(begin, end - begin), 0)));
+    const int64_t id = example::parse_int("TOKEN_IDS", text.substr(begin, end - begin), 0);
+    if (id > INT32_MAX) throw UsageError{fmt::format("TOKEN_IDS: {} is not a token id", id)};
+    out.push_back(static_cast<int32_t>(id));
     begin = end + 1;
   }
   return out;
@@ -96,7 +98,7 @@ int run(const Config& c) {
   StateDict out;
   out.insert("logits", logits);
   train::write_safetensors(c.out, out);
-  if (!c.exported.empty()) train::save_gpt_hf(c.exported, *model);
+  if (!c.exported.empty()) train::save_gpt_hf(c.exported, *model, config);
   fmt::print("{} layers, {} heads, {} wide, vocab {}: logits [{}, {}] in {}\n", config.layers,
              config.heads, config.dim, config.vocab, t, config.vocab, c.out);
   return 0;

@@ -264,6 +264,16 @@ int run(const Config& c) {
     train_files = {train};
     val_files = {val};
   }
+  if (!c.export_hf.empty()) {  // found out now, not after the training
+    const std::filesystem::path target(c.export_hf);
+    const std::filesystem::path parent =
+        target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path();
+    EMBER_CHECK(std::filesystem::is_directory(parent) && ::access(parent.c_str(), W_OK) == 0 &&
+                    !std::filesystem::is_directory(target),
+                "--export-hf {}: cannot write there ({} is not a writable directory, or the path "
+                "is a directory)",
+                c.export_hf, parent.string());
+  }
   train::GptConfig config =
       c.init_from.empty() ? train::gpt_config(c.model) : train::gpt_config_of_hf(c.init_from);
   const std::string model_name = c.init_from.empty() ? c.model : c.init_from;
@@ -290,7 +300,9 @@ int run(const Config& c) {
       "validation", val_files,
       {.batch = std::min(ranks * c.batch, val_windows), .seq = c.seq, .shuffle = false});
   const int max_token = std::max(train_data->max_token(), val_data->max_token());
-  if (!c.shards.empty()) bytes = max_token < 256 && config.vocab == 256;
+  // Byte data (bits per byte, samples as text) needs a byte model: another vocabulary (a model
+  // from --init-from) reports nats and samples token ids.
+  bytes = (c.shards.empty() || max_token < 256) && config.vocab == 256;
   EMBER_CHECK(max_token < config.vocab,
               "the shards hold token {}, beyond model {}'s vocabulary of {}", max_token, model_name,
               config.vocab);
@@ -490,7 +502,7 @@ int run(const Config& c) {
   if (rank != 0) return 0;
   if (c.sample_tokens > 0) print_sample(c.steps);
   if (!c.export_hf.empty()) {
-    train::save_gpt_hf(c.export_hf, *model);
+    train::save_gpt_hf(c.export_hf, *model, config);
     fmt::print("exported the model to {} (Hugging Face transformers' GPT-2 layout)\n", c.export_hf);
   }
   return 0;

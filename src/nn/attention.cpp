@@ -48,11 +48,8 @@ Tensor ScaledDotProductAttention::decode(Context& ctx, const Tensor& heads) {
               name());
   const Shape& s = heads.shape();  // [B, T, 3, H, D]
   const int64_t b = s[0], t = s[1], begin = cache.position();
-  EMBER_CHECK(begin + t <= cache.capacity(),
-              "{}: {} new positions after {} cached exceed the cache's capacity of {}", name(), t,
-              begin, cache.capacity());
   Tensor& slot =
-      cache.slot(this, Shape{b, cache.capacity(), 3, s[3], s[4]}, heads.dtype(), ctx.stream);
+      cache.slot(this, Shape{b, cache.capacity(), 3, s[3], s[4]}, heads.dtype(), ctx.stream, t);
   const int64_t row = 3 * s[3] * s[4];  // elements per position
   const size_t bytes = static_cast<size_t>(t * row) * dtype_size(heads.dtype());
   for (int64_t i = 0; i < b; ++i) {

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -288,7 +289,28 @@ void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
         const std::vector<float> lrs = lr->to_vector<float>();
         for (size_t g = 0; g < lrs.size(); ++g) optimizer.set_lr(g, lrs[g]);
       },
-      nullptr});
+      // Before anything loads: the learning rates (the rest is names, shapes and dtypes).
+      [&optimizer](const StateDict& given) {
+        std::vector<std::string> problems;
+        const Tensor* lr = given.find("lr");
+        const auto groups = static_cast<int64_t>(optimizer.param_groups());
+        if (lr == nullptr || lr->dtype() != DType::f32 || lr->rank() != 1 ||
+            lr->numel() != groups) {
+          problems.push_back(fmt::format(
+              "the optimizer's 'lr' must be f32 [{}] (a learning rate per parameter group){}",
+              groups, lr == nullptr ? ", and it is missing" : ", not " + lr->view().describe()));
+          return problems;
+        }
+        const std::vector<float> lrs = lr->to_vector<float>();
+        for (size_t g = 0; g < lrs.size(); ++g) {
+          if (!(std::isfinite(lrs[g]) && lrs[g] >= 0)) {
+            problems.push_back(
+                fmt::format("the optimizer's 'lr' of parameter group {} is {}, not a learning rate",
+                            g, lrs[g]));
+          }
+        }
+        return problems;
+      }});
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,

@@ -19,7 +19,11 @@ int32_t pick(const Tensor& logits, const GenerateOptions& o, std::mt19937_64& rn
   const float* last = host.data<float>() + (t - 1) * vocab;
   std::vector<std::pair<float, int32_t>> ranked;
   ranked.reserve(static_cast<size_t>(vocab));
-  for (int64_t v = 0; v < vocab; ++v) ranked.emplace_back(last[v], static_cast<int32_t>(v));
+  for (int64_t v = 0; v < vocab; ++v) {
+    EMBER_CHECK(!std::isnan(last[v]),
+                "generate: the model's logit of token {} is nan: nothing to sample from", v);
+    ranked.emplace_back(last[v], static_cast<int32_t>(v));
+  }
   const int64_t k = o.temperature == 0 ? 1 : (o.top_k == 0 ? vocab : std::min(o.top_k, vocab));
   // Ties go to the lower id, so that the pick does not depend on the sort.
   std::partial_sort(ranked.begin(), ranked.begin() + k, ranked.end(),

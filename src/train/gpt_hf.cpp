@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <set>
@@ -83,6 +85,31 @@ std::string strip_prefix(const std::string& key) {
   return key.starts_with(kPrefix) ? key.substr(std::char_traits<char>::length(kPrefix)) : key;
 }
 
+// The file's tensors by transformers' name without the prefix; a name there twice (with and
+// without "transformer.") is an Error: which one is meant is not clear.
+std::map<std::string, const Tensor*> by_name(const Safetensors& file, const std::string& path,
+                                             const char* who) {
+  std::map<std::string, const Tensor*> out;
+  for (const auto& [key, tensor] : file.tensors) {
+    EMBER_CHECK(out.emplace(strip_prefix(key), &tensor).second,
+                "{}: '{}' holds '{}' both with and without the prefix '{}'", who, path,
+                strip_prefix(key), kPrefix);
+  }
+  return out;
+}
+
+// The bits of a float tensor as f32 (nan == nan here, unlike the values).
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  const std::vector<float> x = a.to(DType::f32).to_vector<float>();
+  const std::vector<float> y = b.to(DType::f32).to_vector<float>();
+  return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+bool is_float(const Tensor& t) {
+  return t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16;
+}
+
 bool is_mask_buffer(const std::string& name) {
   return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
@@ -99,22 +126,45 @@ std::string list(const std::vector<std::string>& problems) {
 
 }  // namespace
 
-void save_gpt_hf(const std::string& path, nn::Module& gpt) {
+void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& config) {
   const StateDict state = gpt.state_dict();
+  const auto names = names_of(state, "save_gpt_hf");
+  const Shape table = state.at("embed.wte").shape(), positions = state.at("embed.wpe").shape();
+  const auto layers = std::count_if(names.begin(), names.end(), [](const auto& e) {
+    return e.second.name.ends_with("ln_1.weight");
+  });
+  EMBER_CHECK(table == (Shape{config.vocab, config.dim}) && positions[0] == config.context &&
+                  layers == config.layers && config.heads >= 1 && config.dim % config.heads == 0,
+              "save_gpt_hf: the model (vocab {}, context {}, width {}, {} layers) is not the "
+              "configuration's (vocab {}, context {}, width {}, {} layers, {} heads)",
+              table[0], positions[0], table[1], layers, config.vocab, config.context, config.dim,
+              config.layers, config.heads);
   StateDict out;
-  for (const auto& [key, hf] : names_of(state, "save_gpt_hf")) {
+  for (const auto& [key, hf] : names) {
     const Tensor host = state.at(key).to(Device::cpu()).to(DType::f32);
     out.insert(kPrefix + hf.name, hf.transposed ? transposed(host) : host);
   }
   write_safetensors(path, out, {{"format", "pt"}});
+  const nlohmann::json j = {{"model_type", "gpt2"},       {"architectures", {"GPT2LMHeadModel"}},
+                            {"vocab_size", config.vocab}, {"n_positions", config.context},
+                            {"n_embd", config.dim},       {"n_layer", config.layers},
+                            {"n_head", config.heads},     {"activation_function", "gelu_new"},
+                            {"layer_norm_epsilon", 1e-5}, {"resid_pdrop", config.dropout},
+                            {"embd_pdrop", 0.0},          {"attn_pdrop", 0.0},
+                            {"tie_word_embeddings", true}};
+  const std::filesystem::path file = std::filesystem::path(path).parent_path() / "config.json";
+  std::ofstream out_file(file);
+  out_file << j.dump(2) << "\n";
+  out_file.close();
+  EMBER_CHECK(out_file.good(), "save_gpt_hf: cannot write '{}'", file.string());
 }
 
 void load_gpt_hf(const std::string& path, nn::Module& gpt) {
   const StateDict state = gpt.state_dict();
   const auto names = names_of(state, "load_gpt_hf");
   const Safetensors file = read_safetensors(path);
-  std::map<std::string, const Tensor*> given;  // by transformers' name without the prefix
-  for (const auto& [key, tensor] : file.tensors) given[strip_prefix(key)] = &tensor;
+  // By transformers' name without the prefix.
+  const std::map<std::string, const Tensor*> given = by_name(file, path, "load_gpt_hf");
 
   if (!given.contains("wte.weight")) {
     std::vector<std::string> names_in_file;
@@ -151,8 +201,12 @@ void load_gpt_hf(const std::string& path, nn::Module& gpt) {
   const auto head = given.find("lm_head.weight");
   if (problems.empty() && head != given.end()) {
     const Tensor& h = *head->second;
-    if (h.shape() != wte->second->shape() ||
-        h.to(DType::f32).to_vector<float>() != wte->second->to(DType::f32).to_vector<float>()) {
+    if (!is_float(h) || h.shape() != wte->second->shape()) {
+      const Tensor& w = *wte->second;
+      problems.push_back(fmt::format("'lm_head.weight' is {} {}, not the token table's {} {}",
+                                     dtype_name(h.dtype()), h.shape().to_string(),
+                                     dtype_name(w.dtype()), w.shape().to_string()));
+    } else if (!same_values(h, *wte->second)) {
       problems.push_back(
           "'lm_head.weight' differs from 'wte.weight': an untied output head, which the tied "
           "GPT-2 of make_gpt cannot hold");
@@ -184,8 +238,7 @@ void load_gpt_hf(const std::string& path, nn::Module& gpt) {
 
 GptConfig gpt_config_of_hf(const std::string& path) {
   const Safetensors file = read_safetensors(path);
-  std::map<std::string, const Tensor*> given;
-  for (const auto& [key, tensor] : file.tensors) given[strip_prefix(key)] = &tensor;
+  const std::map<std::string, const Tensor*> given = by_name(file, path, "gpt_config_of_hf");
   const auto shape_of = [&](const char* name) -> Shape {
     const auto it = given.find(name);
     EMBER_CHECK(it != given.end() && it->second->rank() == 2,
@@ -208,13 +261,34 @@ GptConfig gpt_config_of_hf(const std::string& path) {
   c.heads = std::max<int64_t>(1, c.dim / 64);
   const std::filesystem::path config = std::filesystem::path(path).parent_path() / "config.json";
   if (std::filesystem::is_regular_file(config)) {
+    nlohmann::json j;
     try {
-      const nlohmann::json j = nlohmann::json::parse(read_whole_file(config.string(), 1 << 20));
-      if (j.contains("n_head")) c.heads = j.at("n_head").get<int64_t>();
+      j = nlohmann::json::parse(read_whole_file(config.string(), 1 << 20));
     } catch (const nlohmann::json::exception& e) {
       EMBER_THROW("gpt_config_of_hf: '{}' is not a valid config.json: {}", config.string(),
                   e.what());
     }
+    EMBER_CHECK(j.is_object(), "gpt_config_of_hf: '{}' is not a valid config.json: not an object",
+                config.string());
+    // Each setting it has: an integer that agrees with the tensors (n_head: the heads).
+    auto setting = [&](const char* key) -> std::optional<int64_t> {
+      if (!j.contains(key)) return std::nullopt;
+      const nlohmann::json& v = j.at(key);
+      EMBER_CHECK(v.is_number_integer(),
+                  "gpt_config_of_hf: '{}': \"{}\" must be an integer, not {}", config.string(), key,
+                  v.dump());
+      return v.get<int64_t>();
+    };
+    for (const auto& [key, have] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab},
+                                    {"n_positions", c.context},
+                                    {"n_embd", c.dim},
+                                    {"n_layer", layers}}) {
+      const std::optional<int64_t> said = setting(key);
+      EMBER_CHECK(!said || *said == have,
+                  "gpt_config_of_hf: '{}' says \"{}\": {}, but the tensors of '{}' have {}",
+                  config.string(), key, *said, path, have);
+    }
+    if (const std::optional<int64_t> heads = setting("n_head")) c.heads = *heads;
   }
   EMBER_CHECK(layers >= 1, "gpt_config_of_hf: '{}' has no transformer block ('h.0.ln_1.weight')",
               path);

@@ -118,6 +118,33 @@ TEST_P(GenerateTest, BadOptionsAndACacheInTrainingAreErrors) {
   expect_error([&] { (void)gpt->forward(training, ids); }, "a key/value cache is for inference");
   gpt->drop_saved();
   expect_error([] { nn::KvCache bad(0); }, "KvCache: the capacity must be at least 1 position");
+  // A nan logit anywhere: nothing to sample from.
+  {
+    auto broken = model();
+    for (auto& [name, p] : broken->named_parameters()) {
+      if (name == "ln_f.bias") p->value.copy_(on(Tensor::full({32}, std::nan(""))));
+    }
+    expect_error([&] { (void)train::generate(*broken, {1}, {.context = 24, .top_k = 5}, s); },
+                 "generate: the model's logit of token 0 is nan");
+  }
+  // A cache used wrongly: a forward without advance(), an advance() without a forward, a cache
+  // another model filled. Each is an Error, not attention over stale or uninitialized rows.
+  nn::KvCache used(24);
+  nn::Context decode{s, /*training=*/false};
+  decode.kv_cache = &used;
+  (void)gpt->forward(decode, ids);
+  expect_error([&] { (void)gpt->forward(decode, ids); },
+               "a layer holds 2 cached positions but the cache is at position 0: advance() once "
+               "after each forward");
+  used.advance(5);
+  expect_error([&] { (void)gpt->forward(decode, ids); },
+               "a layer holds 2 cached positions but the cache is at position 5");
+  used.clear();
+  (void)gpt->forward(decode, ids);
+  used.advance(2);
+  auto other = model();
+  expect_error([&] { (void)other->forward(decode, ids); },
+               "a layer holds 0 cached positions but the cache is at position 2");
   expect_error([&] { cache.advance(25); },
                "KvCache::advance(25): 0 positions cached, the capacity is 24");
 }

@@ -229,6 +229,39 @@ TEST_P(ParamGroupsTest, TrainingStateSavesEveryGroupsLearningRate) {
   into.components().front().load(saved);
   EXPECT_EQ(restored.lr(0), 0.125f);
   EXPECT_EQ(restored.lr(1), 0.25f);
+
+  // A bad learning rate is found by the check that runs before anything loads.
+  StateDict bad;
+  for (const auto& [key, t] : saved) {
+    bad.insert(key, key == "lr"
+                        ? Tensor::from_vector(std::vector<float>{0.5f, std::nanf("")}, Shape{2})
+                        : t);
+  }
+  const std::vector<std::string> problems = into.components().front().check(bad);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("'lr' of parameter group 1 is nan"), std::string::npos) << problems[0];
+  StateDict flat;
+  for (const auto& [key, t] : saved) {
+    flat.insert(key, key == "lr" ? Tensor::zeros({2, 1}) : t);
+  }
+  EXPECT_EQ(into.components().front().check(flat).size(), 1u);
+}
+
+TEST_P(ParamGroupsTest, EmptyOptimizersAndBadIndices) {
+  auto ps = make_parameters();
+  train::AdamW none(
+      std::vector<train::ParamGroup>{{.parameters = {}, .lr = {}, .weight_decay = {}},
+                                     {.parameters = {}, .lr = {}, .weight_decay = {}}});
+  Stream s = stream();
+  none.step(s);
+  train::AdamW again(
+      std::vector<train::ParamGroup>{{.parameters = {}, .lr = {}, .weight_decay = {}},
+                                     {.parameters = {}, .lr = {}, .weight_decay = {}}});
+  again.load_state_dict(none.state_dict());  // its own state loads
+  EXPECT_EQ(again.steps(), 1);
+  train::AdamW opt({{.parameters = pick(ps, {0}), .lr = {}, .weight_decay = {}},
+                    {.parameters = pick(ps, {1}), .lr = {}, .weight_decay = {}}});
+  expect_error([&] { (void)opt.group_of(2); }, "AdamW::group_of: parameter 2 of 2");
 }
 
 INSTANTIATE_EMBER_DEVICES(ParamGroupsTest);

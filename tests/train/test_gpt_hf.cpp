@@ -90,10 +90,23 @@ StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
 
 TEST(GptHf, SaveWritesTransformersNamesAndConv1dOrientation) {
   Dir dir;
-  auto model = train::make_gpt(tiny(3));
-  train::save_gpt_hf(dir.file("model.safetensors"), *model);
+  const train::GptConfig config = tiny(3);
+  auto model = train::make_gpt(config);
+  train::save_gpt_hf(dir.file("model.safetensors"), *model, config);
   const train::Safetensors file = train::read_safetensors(dir.file("model.safetensors"));
   EXPECT_EQ(file.metadata.at("format"), "pt");
+  // config.json beside it, as save_pretrained writes it.
+  std::ifstream json_file(dir.file("config.json"));
+  const std::string json((std::istreambuf_iterator<char>(json_file)),
+                         std::istreambuf_iterator<char>());
+  for (const char* part : {"\"n_head\": 2", "\"n_embd\": 16", "\"n_layer\": 2",
+                           "\"vocab_size\": 40", "\"n_positions\": 16",
+                           "\"activation_function\": \"gelu_new\"", "\"model_type\": \"gpt2\""}) {
+    EXPECT_NE(json.find(part), std::string::npos) << part << " in " << json;
+  }
+  expect_error([&] { train::save_gpt_hf(dir.file("x.safetensors"), *model, tiny(3, 3)); },
+               "save_gpt_hf: the model (vocab 40, context 16, width 16, 2 layers) is not the "
+               "configuration's (vocab 40, context 16, width 16, 3 layers, 2 heads)");
   EXPECT_EQ(file.tensors.size(), 2u + 2u * 12u + 2u);  // no lm_head: tied
   const StateDict s = model->state_dict();
   EXPECT_EQ(file.tensors.at("transformer.wte.weight").to_vector<float>(),
@@ -115,7 +128,7 @@ TEST(GptHf, ARoundTripGivesTheSameLogits) {
   auto trained = train::make_gpt(tiny(3));
   auto other = train::make_gpt(tiny(9));
   ASSERT_NE(logits_of(*trained).to_vector<float>(), logits_of(*other).to_vector<float>());
-  train::save_gpt_hf(dir.file("model.safetensors"), *trained);
+  train::save_gpt_hf(dir.file("model.safetensors"), *trained, tiny(3));
   train::load_gpt_hf(dir.file("model.safetensors"), *other);
   EXPECT_EQ(logits_of(*trained).to_vector<float>(), logits_of(*other).to_vector<float>());
 }
@@ -143,14 +156,27 @@ TEST(GptHf, AFileInTransformersLayoutLoadsExactly) {
 
 TEST(GptHf, TheConfigurationComesFromTheFile) {
   Dir dir;
-  auto model = train::make_gpt(tiny(3, /*layers=*/3, /*dim=*/128));
-  train::save_gpt_hf(dir.file("model.safetensors"), *model);
+  train::GptConfig config = tiny(3, /*layers=*/3, /*dim=*/128);
+  config.heads = 4;
+  auto model = train::make_gpt(config);
+  train::save_gpt_hf(dir.file("model.safetensors"), *model, config);
   train::GptConfig c = train::gpt_config_of_hf(dir.file("model.safetensors"));
   EXPECT_EQ(c.vocab, 40);
   EXPECT_EQ(c.context, 16);
   EXPECT_EQ(c.dim, 128);
   EXPECT_EQ(c.layers, 3);
-  EXPECT_EQ(c.heads, 2);  // 128 / 64: GPT-2's head width
+  EXPECT_EQ(c.heads, 4);  // from the config.json save_gpt_hf wrote
+  fs::remove(dir.file("config.json"));
+  EXPECT_EQ(train::gpt_config_of_hf(dir.file("model.safetensors")).heads, 2);  // 128 / 64
+  std::ofstream(dir.file("config.json")) << R"({"n_head": 2.9})";
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("model.safetensors")); },
+               "\"n_head\" must be an integer, not 2.9");
+  std::ofstream(dir.file("config.json")) << R"({"n_head": 4, "n_embd": 96})";
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("model.safetensors")); },
+               "says \"n_embd\": 96, but the tensors of");
+  std::ofstream(dir.file("config.json")) << R"([1, 2])";
+  expect_error([&] { (void)train::gpt_config_of_hf(dir.file("model.safetensors")); },
+               "is not a valid config.json: not an object");
   std::ofstream(dir.file("config.json")) << R"({"model_type": "gpt2", "n_head": 8})";
   EXPECT_EQ(train::gpt_config_of_hf(dir.file("model.safetensors")).heads, 8);
   std::ofstream(dir.file("config.json")) << R"({"n_head": 3})";
@@ -177,18 +203,19 @@ TEST(GptHf, FilesOfOtherModelsAreErrorsNamingEveryProblem) {
                "it has no 2-D 'wte.weight' (nor 'transformer.wte.weight')");
 
   // A GPT-2 of another shape: fewer layers, another width.
-  train::save_gpt_hf(dir.file("one_layer.safetensors"), *train::make_gpt(tiny(3, 1)));
+  train::save_gpt_hf(dir.file("one_layer.safetensors"), *train::make_gpt(tiny(3, 1)), tiny(3, 1));
   expect_error([&] { train::load_gpt_hf(dir.file("one_layer.safetensors"), *model); },
                "is not a GPT-2 of this model's shape (vocab 40, context 16, width 16, 2 layers) in "
                "transformers' layout: 'h.1.ln_1.weight' [16] is missing");
   auto three = train::make_gpt(tiny(3, 3));
   expect_error([&] { train::load_gpt_hf(dir.file("one_layer.safetensors"), *three); },
                "and 16 more");  // 2 layers of 12 tensors missing, 8 shown
-  train::save_gpt_hf(dir.file("two_layers.safetensors"), *train::make_gpt(tiny(3, 2)));
+  train::save_gpt_hf(dir.file("two_layers.safetensors"), *train::make_gpt(tiny(3, 2)), tiny(3, 2));
   auto one = train::make_gpt(tiny(3, 1));
   expect_error([&] { train::load_gpt_hf(dir.file("two_layers.safetensors"), *one); },
                "unexpected tensor 'h.1.ln_1.weight' [16]");
-  train::save_gpt_hf(dir.file("wide.safetensors"), *train::make_gpt(tiny(3, 2, 32)));
+  train::save_gpt_hf(dir.file("wide.safetensors"), *train::make_gpt(tiny(3, 2, 32)),
+                     tiny(3, 2, 32));
   expect_error([&] { train::load_gpt_hf(dir.file("wide.safetensors"), *model); },
                "'wte.weight' is [40, 32] in the file; this model needs [40, 16]");
 
@@ -208,6 +235,21 @@ TEST(GptHf, FilesOfOtherModelsAreErrorsNamingEveryProblem) {
   train::write_safetensors(dir.file("ints.safetensors"), ints);
   expect_error([&] { train::load_gpt_hf(dir.file("ints.safetensors"), *model); },
                "'ln_f.bias' is i32, not F32, F16 or BF16");
+
+  // The same tensor with and without the prefix; an lm_head of another shape.
+  StateDict twice;
+  for (const auto& [key, t] : untied) twice.insert(key, t);
+  twice.insert("transformer.ln_f.weight", Tensor::full({16}, 42.0));
+  train::write_safetensors(dir.file("twice.safetensors"), twice);
+  expect_error([&] { train::load_gpt_hf(dir.file("twice.safetensors"), *model); },
+               "holds 'ln_f.weight' both with and without the prefix 'transformer.'");
+  StateDict narrow_head;
+  for (const auto& [key, t] : untied) {
+    narrow_head.insert(key, key == "lm_head.weight" ? Tensor::zeros({40, 8}) : t);
+  }
+  train::write_safetensors(dir.file("narrow.safetensors"), narrow_head);
+  expect_error([&] { train::load_gpt_hf(dir.file("narrow.safetensors"), *model); },
+               "'lm_head.weight' is f32 [40, 8], not the token table's f32 [40, 16]");
 
   // None of this changed the model; a missing file is an Error too.
   EXPECT_EQ(logits_of(*model).to_vector<float>(), before);

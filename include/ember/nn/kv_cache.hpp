@@ -30,17 +30,24 @@ class KvCache {
   // After a forward of n new positions. Beyond the capacity: an Error.
   void advance(int64_t n);
   // Forgets the positions (a new sequence); the slots' memory is kept.
-  void clear() { position_ = 0; }
+  void clear();
 
   // A layer's slot, [batch, capacity, 3, heads, head_dim] of `dtype` on `stream`'s device, made
-  // at its first use; a layer whose shape changed (another batch) gets a new one only at
-  // position 0, else an Error.
-  Tensor& slot(const void* layer, const Shape& shape, DType dtype, const Stream& stream);
+  // at its first use, for `count` new positions from position(). Errors: a layer whose shape
+  // changed (another batch) except at position 0; a layer that holds other positions than
+  // position() (a forward without advance(), an advance() without a forward, or a cache filled
+  // by another model); more positions than the capacity. The layer then holds them.
+  Tensor& slot(const void* layer, const Shape& shape, DType dtype, const Stream& stream,
+               int64_t count);
 
  private:
+  struct Slot {
+    Tensor rows;
+    int64_t filled = 0;  // positions written
+  };
   int64_t capacity_;
   int64_t position_ = 0;
-  std::map<const void*, Tensor> slots_;
+  std::map<const void*, Slot> slots_;
 };
 
 }  // namespace ember::nn

@@ -25,8 +25,10 @@
 namespace ember::train {
 
 // Writes a make_gpt model's parameters to `path` in transformers' layout (f32, names with
-// "transformer.", metadata {"format": "pt"}).
-void save_gpt_hf(const std::string& path, nn::Module& gpt);
+// "transformer.", metadata {"format": "pt"}), and config.json beside it (as save_pretrained
+// does: transformers needs it, and it holds the heads, which no tensor shows). `config` is the
+// model's (a shape that disagrees with the model is an Error).
+void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& config);
 
 // Loads `path` into a make_gpt model. Accepted: F32, F16 or BF16 tensors, names with or without
 // "transformer.", the attention's mask buffers ("attn.bias", "attn.masked_bias": skipped), and

@@ -67,7 +67,7 @@ class Optimizer {
   uint64_t id() const { return id_; }
   // Parameter groups: how many, and the group of parameter i.
   size_t param_groups() const { return settings_.size(); }
-  size_t group_of(size_t parameter) const { return group_of_.at(parameter); }
+  size_t group_of(size_t parameter) const;
   // The learning rate of the next steps (checked as the options are: finite, >= 0): of every
   // group, or of one. lr() is group 0's.
   void set_lr(float lr);
