@@ -29,7 +29,7 @@ def main():
             seen.append(line)
             if line.startswith("step ") or time.time() > deadline:
                 break
-        time.sleep(rng.uniform(0.0, 0.4))
+        time.sleep(rng.uniform(0.0, 1.5))
         p.send_signal(signal.SIGTERM)
         rest, _ = p.communicate(timeout=120)
         out = "".join(seen) + rest
