@@ -10,6 +10,12 @@
 //   }                                                   // dist::any_rank(comm, guard.requested())
 //
 // One guard at a time; the previous handlers come back when it is destroyed.
+//
+// Where the signal lands: oneDNN's JIT GEMMs point the stack pointer into heap memory (oneDNN
+// issue 4845), so a signal frame pushed there would corrupt the heap. While the guard lives, the
+// thread that made it takes the signals on an alternate stack and the OpenMP workers block them.
+// Threads of your own that run ember's CPU GEMMs should block SIGTERM and SIGUSR1
+// (pthread_sigmask) for the same reason.
 #pragma once
 
 namespace ember::train {
