@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -68,13 +69,20 @@ inline Setter dropout_option(double& out) {
 
 // "--name value" or "--name=value" for each option; a name in `flags` takes no value (its setter
 // gets ""); -h/--help prints `usage` and exits 0.
+// `positional`, when given, collects the arguments that are not options (not "--..."), in order;
+// without it they are unknown options.
 inline void parse_options(int argc, char** argv, const std::map<std::string_view, Setter>& options,
-                          const char* usage, const std::set<std::string_view>& flags = {}) {
+                          const char* usage, const std::set<std::string_view>& flags = {},
+                          std::vector<std::string>* positional = nullptr) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       std::fputs(usage, stdout);
       std::exit(0);
+    }
+    if (positional != nullptr && !arg.starts_with("--")) {
+      positional->push_back(arg);
+      continue;
     }
     std::string value;
     bool has_value = false;

@@ -55,25 +55,10 @@ std::vector<int32_t> parse_tokens(const std::string& text) {
 Config parse_args(int argc, char** argv) {
   Config c;
   std::vector<std::string> rest;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&](std::string_view flag) -> std::string {
-      if (i + 1 >= argc) throw UsageError{fmt::format("{} needs a value", flag)};
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--device") {
-      c.device = value(a);
-    } else if (a == "--export") {
-      c.exported = value(a);
-    } else if (a.starts_with("--")) {
-      throw UsageError{fmt::format("unknown option '{}'", a)};
-    } else {
-      rest.emplace_back(a);
-    }
-  }
+  example::parse_options(argc, argv,
+                         {{"--device", [&](const std::string& v) { c.device = v; }},
+                          {"--export", [&](const std::string& v) { c.exported = v; }}},
+                         kUsage, {}, &rest);
   if (rest.size() != 3) throw UsageError{"give MODEL.safetensors, TOKEN_IDS and OUT.safetensors"};
   c.model = rest[0];
   c.tokens = parse_tokens(rest[1]);

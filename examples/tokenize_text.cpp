@@ -42,26 +42,18 @@ options:
 Config parse_args(int argc, char** argv) {
   Config c;
   std::vector<std::string> rest;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&](std::string_view flag) -> std::string {
-      if (i + 1 >= argc) throw UsageError{fmt::format("{} needs a value", flag)};
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--val-fraction") {
-      c.val_fraction = example::parse_double("--val-fraction", value(a));
-      if (c.val_fraction >= 1) throw UsageError{"--val-fraction must be below 1"};
-    } else if (a == "--shard-tokens") {
-      c.shard_tokens = example::parse_int("--shard-tokens", value(a), 1);
-    } else if (a.starts_with("--")) {
-      throw UsageError{fmt::format("unknown option '{}'", a)};
-    } else {
-      rest.emplace_back(a);
-    }
-  }
+  example::parse_options(argc, argv,
+                         {{"--val-fraction",
+                           [&](const std::string& v) {
+                             c.val_fraction = example::parse_double("--val-fraction", v);
+                             if (c.val_fraction >= 1)
+                               throw UsageError{"--val-fraction must be below 1"};
+                           }},
+                          {"--shard-tokens",
+                           [&](const std::string& v) {
+                             c.shard_tokens = example::parse_int("--shard-tokens", v, 1);
+                           }}},
+                         kUsage, {}, &rest);
   if (rest.size() < 2) throw UsageError{"give an output directory and at least one text file"};
   c.out = rest[0];
   c.files.assign(rest.begin() + 1, rest.end());
