@@ -30,6 +30,23 @@
 #define EMBER_MAP_OMP_SIMD
 #endif
 
+// ember's own instantiations (EMBER_MAP_CPU_CLONES, defined when the library builds) compile
+// each block's loop for AVX-512, AVX2 and baseline x86-64 and run the best one for the CPU
+// (GCC function multiversioning, as src/core/cpu_clones.hpp): 2-4x faster for maps that
+// compute (GELU's exp). The library builds with -ffp-contract=off, so every version gives the
+// same bits. Other code keeps one baseline version: a user's flags might let GCC contract
+// a * b + c into an FMA in a clone. The inline namespaces keep the two kinds of instantiation
+// apart (they are different functions, and their names differ).
+#if defined(EMBER_MAP_CPU_CLONES) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__x86_64__) && defined(__ELF__)
+#define EMBER_MAP_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define EMBER_MAP_CPU_VARIANT cloned
+#else
+#define EMBER_MAP_CLONES
+#define EMBER_MAP_CPU_VARIANT baseline
+#endif
+
 namespace ember::ops {
 
 // A row vector [N] broadcast across the rows of [..., N]: element (r, j) reads t[j].
@@ -173,6 +190,23 @@ struct CpuBlocks {
   }
 };
 
+inline namespace EMBER_MAP_CPU_VARIANT {
+
+// f over one block: po[o][j] = output o of f at element begin + j. f is taken by value: a copy
+// that the stores cannot alias, so its fields stay in registers instead of being reloaded for
+// every element (2x in cache-resident maps).
+template <size_t kOuts, class F, class... Args, size_t... I>
+EMBER_MAP_CLONES void map_block(const F fn, int64_t begin, int64_t count,
+                                const std::tuple<Args...>& args, float* const* po,
+                                std::index_sequence<I...>) {
+  EMBER_MAP_OMP_SIMD
+  for (int64_t j = 0; j < count; ++j) {
+    const auto r = map_invoke(fn, begin + j, cpu_at(std::get<I>(args), j)...);
+    static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
+    for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
+  }
+}
+
 template <MapKind... K, size_t kOuts, class F, size_t... I>
 void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length, const F& f,
                   const std::array<CpuInput, sizeof...(K)>& in, std::index_sequence<I...>) {
@@ -184,9 +218,6 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   const bool flush_mode = ember::detail::flush_denormals_now();
   EMBER_MAP_OMP_PARALLEL {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
-    // A copy of f per thread: stores to the outputs cannot alias it, so its fields stay in
-    // registers instead of being reloaded for every element (2x in cache-resident maps).
-    const F fn = f;
     EMBER_MAP_OMP_FOR
     for (int64_t item = 0; item < blocks.count_total; ++item) {
       const auto [row, c0, count, begin] = blocks.at(item);
@@ -199,12 +230,7 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
         po[o] = streamed ? out_buffer[o]
                          : map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
       }
-      EMBER_MAP_OMP_SIMD
-      for (int64_t j = 0; j < count; ++j) {
-        const auto r = map_invoke(fn, begin + j, cpu_at(std::get<I>(args), j)...);
-        static_assert(sizeof(r.v) / sizeof(r.v[0]) == kOuts, "f returns one value per output");
-        for (size_t o = 0; o < kOuts; ++o) po[o][j] = r.v[o];
-      }
+      map_block<kOuts, F, CpuArg<K>...>(f, begin, count, args, po, std::index_sequence<I...>{});
       for (size_t o = 0; o < kOuts; ++o) {
         if (streamed && outs[o].dtype == DType::f32) {
           map_stream_f32(outs[o].data, begin, count, po[o]);
@@ -223,6 +249,8 @@ void map_cpu(const std::array<TensorView, kOuts>& outs, int64_t row_length, cons
   map_cpu_impl<K...>(outs, row_length, f, cpu_inputs<K...>(ins...),
                      std::index_sequence_for<In...>{});
 }
+
+}  // namespace EMBER_MAP_CPU_VARIANT
 
 // map_reduce on the CPU: a block's values go to 16 lanes (element j to lane j % 16, so the
 // combine order is fixed by the code, not by the vector width); the lanes, then the blocks in
