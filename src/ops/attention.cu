@@ -40,12 +40,9 @@ struct Dims {
   float scale;
   bool causal;
   int64_t rows() const { return batch * heads * seq; }  // query (or key) rows, [B, H, T]
-  // Where row t of part (0 q, 1 k, 2 v) of head h of entry b starts in qkv, and in out.
+  // Where row t of part (0 q, 1 k, 2 v) of head h of entry b starts in qkv.
   int64_t qkv_row(int64_t b, int64_t t, int part, int64_t h) const {
     return ((b * seq + t) * 3 + part) * heads * dim + h * dim;
-  }
-  int64_t out_row(int64_t b, int64_t t, int64_t h) const {
-    return ((b * seq + t) * heads + h) * dim;
   }
 };
 
@@ -98,8 +95,34 @@ void for_each_head(const Dims& s, F&& f) {
   cpu::parallel_tasks(s.batch * s.heads, [&](int64_t bh) { f(bh / s.heads, bh % s.heads); });
 }
 
-// Writes a [T, D] block of f32 rows into part `part` of head h of entry b of a [B, T, P, H, D]
-// tensor (P = 3 for qkv, 1 for out), rounded to its dtype.
+// The CPU computes a head with GEMMs (the CPU GEMM engine, single-threaded per head), in blocks
+// of kQueryBlock query rows: block [r0, r0 + rows) sees keys [0, r0 + rows) when causal (the
+// keys beyond are masked for all its rows: no work) and all keys otherwise. Per block: the scores
+// S = scale Q K^T, the row softmax P (masked entries 0) with the log-sum-exp, then O = P V.
+// The backward recomputes P from the log-sum-exp, makes dP = dO V^T and dS = P (dP - delta)
+// with delta_i = dO_i . O_i, and dQ = scale dS K per query block; then, per block of keys,
+// dV = P^T dO and dK = scale dS^T Q over the query rows that see those keys. Every output
+// element is one GEMM's dot product, so the results do not depend on the thread count.
+inline constexpr int64_t kQueryBlock = 64;
+
+// The keys that query row i sees, and those that query block [r0, r0 + rows) computes.
+int64_t keys_of_row(const Dims& s, int64_t i) {
+  return s.causal ? i + 1 : s.seq;
+}
+int64_t keys_of_block(const Dims& s, int64_t r0, int64_t rows) {
+  return s.causal ? r0 + rows : s.seq;
+}
+
+// Rows [T, D] of part `part` of head h of entry b of a [B, T, P, H, D] tensor (P = 3 for qkv,
+// 1 for out) as contiguous f32, and the rounding store back.
+void load_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
+               float* rows) {
+  for (int64_t i = 0; i < s.seq; ++i) {
+    const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
+    const float* src = cpu::load_f32(t.data, t.dtype, begin, s.dim, rows + i * s.dim);
+    if (src != rows + i * s.dim) std::copy(src, src + s.dim, rows + i * s.dim);
+  }
+}
 void store_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
                 const float* rows) {
   for (int64_t i = 0; i < s.seq; ++i) {
@@ -108,114 +131,171 @@ void store_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int pa
   }
 }
 
-// The CPU computes a head with GEMMs (the CPU GEMM engine, single-threaded per head): the scores
-// S = scale Q K^T, the masked row softmax P with the log-sum-exp, then O = P V; the backward
-// recomputes P from the log-sum-exp and makes dV = P^T dO, dP = dO V^T, dS = P (dP - delta)
-// with delta_i = dO_i . O_i, dQ = scale dS K and dK = scale dS^T Q. Causal heads compute the
-// whole square and zero what the mask hides.
+// Row loops over explicit lanes (element j in lane j % kLanes, combined in lane order), so that
+// GCC vectorizes them and every CPU version (EMBER_CPU_CLONES) gives the same bits.
+inline constexpr int kLanes = 16;
+
+// A nan anywhere makes the maximum nan.
+EMBER_INLINE float max_keep_nan(float a, float x) {
+  return (x > a || x != x) ? x : a;
+}
+
+// One row of scores in place: p = e^(s - m) / l over its first n entries, 0 in [n, width).
+// Returns the row's log-sum-exp m + log l. A row with a nan comes out nan; a row of -inf
+// scores comes out nan with a log-sum-exp of -inf, as the GPU's.
+EMBER_CPU_CLONES float softmax_row(float* row, int64_t n, int64_t width) {
+  float lane[kLanes];
+  for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) lane[l] = max_keep_nan(lane[l], row[j + l]);
+  }
+  for (int l = 0; j + l < n; ++l) lane[l] = max_keep_nan(lane[l], row[j + l]);
+  float m = lane[0];
+  for (int l = 1; l < kLanes; ++l) m = max_keep_nan(m, lane[l]);
+  for (float& l : lane) l = 0.0f;
+  for (j = 0; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) {
+      row[j + l] = math::probability(row[j + l], m);  // 0 for a score of -inf
+      lane[l] += row[j + l];
+    }
+  }
+  for (int l = 0; j + l < n; ++l) {
+    row[j + l] = math::probability(row[j + l], m);
+    lane[l] += row[j + l];
+  }
+  float sum = lane[0];
+  for (int l = 1; l < kLanes; ++l) sum += lane[l];
+  const float inverse = 1.0f / sum;
+#pragma omp simd
+  for (j = 0; j < n; ++j) row[j] *= inverse;
+  std::fill(row + n, row + width, 0.0f);
+  return math::log_sum_exp(m, sum);
+}
+
+// The backward's probabilities of one row of scores, in place, from its log-sum-exp.
+EMBER_CPU_CLONES void probability_row(float* row, int64_t n, int64_t width, float lse) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) row[j] = math::probability(row[j], lse);
+  std::fill(row + n, row + width, 0.0f);
+}
+
+// dS = P (dP - delta) in place of dP; masked entries 0, even where delta is not finite.
+EMBER_CPU_CLONES void score_grad_row(float* row, const float* p, int64_t n, int64_t width,
+                                     float delta) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) row[j] = p[j] * (row[j] - delta);
+  std::fill(row + n, row + width, 0.0f);
+}
+
+// delta_i = dO_i . O_i over explicit lanes.
+EMBER_CPU_CLONES float dot_row(const float* a, const float* b, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) lane[l] += a[j + l] * b[j + l];
+  }
+  for (int l = 0; j + l < n; ++l) lane[l] += a[j + l] * b[j + l];
+  float sum = lane[0];
+  for (int l = 1; l < kLanes; ++l) sum += lane[l];
+  return sum;
+}
+
+// One thread's buffers: the head's rows as contiguous f32 ([T, D] each) and the scores and
+// their gradients ([T, T]; the forward uses one block of rows).
 struct HeadBuffers {
-  std::vector<float> scores, grads, rows_a, rows_b, rows_c;
-  void size(const Dims& s) {
-    scores.resize(static_cast<size_t>(s.seq * s.seq));
-    grads.resize(static_cast<size_t>(s.seq * s.seq));
-    for (auto* v : {&rows_a, &rows_b, &rows_c}) v->resize(static_cast<size_t>(s.seq * s.dim));
+  std::vector<float> q, k, v, o, g, scores, grads;
+  void size(const Dims& s, bool backward) {
+    const auto rows = static_cast<size_t>(s.seq * s.dim);
+    for (auto* b : {&q, &k, &v, &o}) b->resize(rows);
+    const int64_t score_rows = backward ? s.seq : std::min(kQueryBlock, s.seq);
+    scores.resize(static_cast<size_t>(score_rows * s.seq));
+    if (backward) {
+      g.resize(rows);
+      grads.resize(static_cast<size_t>(s.seq * s.seq));
+    }
   }
 };
 
-// P (in place of S) and the log-sum-exp of each row, from the scores S = scale Q K^T.
-void softmax_rows(const Dims& s, float* p, float* row_lse) {
-  for (int64_t i = 0; i < s.seq; ++i) {
-    float* row = p + i * s.seq;
-    const int64_t keys = s.causal ? i + 1 : s.seq;
-    float m = -std::numeric_limits<float>::infinity();
-    bool nan = false;
-    for (int64_t j = 0; j < keys; ++j) {
-      m = row[j] > m ? row[j] : m;
-      nan = nan || std::isnan(row[j]);
-    }
-    if (nan) m = std::numeric_limits<float>::quiet_NaN();
-    float l = 0.0f;
-    for (int64_t j = 0; j < keys; ++j) {
-      row[j] = math::probability(row[j], m);  // 0 for a score of -inf, as the GPU's
-      l += row[j];
-    }
-    const float inverse = 1.0f / l;
-    for (int64_t j = 0; j < keys; ++j) row[j] *= inverse;
-    std::fill(row + keys, row + s.seq, 0.0f);
-    row_lse[i] = math::log_sum_exp(m, l);
-  }
-}
-
 void forward_cpu(const TensorView& out, const TensorView& lse, const TensorView& qkv,
                  const Dims& s) {
-  std::vector<float> qkv_copy;
-  const float* x = widened(qkv, qkv_copy);
   const CpuGemmEngine engine = cpu_gemm_engine();
-  const int64_t ld = 3 * s.heads * s.dim, t = s.seq, d = s.dim;
+  const int64_t t = s.seq, d = s.dim;
   for_each_head(s, [&](int64_t b, int64_t h) {
     thread_local HeadBuffers buffers;
-    buffers.size(s);
-    const float* q = x + s.qkv_row(b, 0, 0, h);
-    const float* k = x + s.qkv_row(b, 0, 1, h);
-    const float* v = x + s.qkv_row(b, 0, 2, h);
+    buffers.size(s, false);
+    float *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
+    load_rows(qkv, s, b, h, 3, 0, q);
+    load_rows(qkv, s, b, h, 3, 1, k);
+    load_rows(qkv, s, b, h, 3, 2, v);
+    float* row_lse = static_cast<float*>(lse.data) + (b * s.heads + h) * t;
     float* p = buffers.scores.data();
-    cpu::sgemm_tile(engine, false, true, t, t, d, s.scale, q, ld, k, ld, 0.0f, p, t);
-    softmax_rows(s, p, static_cast<float*>(lse.data) + (b * s.heads + h) * t);
-    float* o = buffers.rows_a.data();
-    cpu::sgemm_tile(engine, false, false, t, d, t, 1.0f, p, t, v, ld, 0.0f, o, d);
+    float* o = buffers.o.data();
+    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+      cpu::sgemm_tile(engine, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, 0.0f, p,
+                      keys);
+      for (int64_t i = 0; i < rows; ++i) {
+        row_lse[r0 + i] = softmax_row(p + i * keys, keys_of_row(s, r0 + i), keys);
+      }
+      cpu::sgemm_tile(engine, false, false, rows, d, keys, 1.0f, p, keys, v, d, 0.0f, o + r0 * d,
+                      d);
+    }
     store_rows(out, s, b, h, 1, 0, o);
   });
 }
 
 void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorView& qkv,
                   const TensorView& out, const TensorView& lse, const Dims& s) {
-  std::vector<float> qkv_copy, dout_copy, out_copy;
-  const float* x = widened(qkv, qkv_copy);
-  const float* g = widened(dout, dout_copy);
-  const float* o = widened(out, out_copy);
   const CpuGemmEngine engine = cpu_gemm_engine();
-  const int64_t ld = 3 * s.heads * s.dim, ldo = s.heads * s.dim, t = s.seq, d = s.dim;
+  const int64_t t = s.seq, d = s.dim;
   for_each_head(s, [&](int64_t b, int64_t h) {
     thread_local HeadBuffers buffers;
-    buffers.size(s);
-    const float* q = x + s.qkv_row(b, 0, 0, h);
-    const float* k = x + s.qkv_row(b, 0, 1, h);
-    const float* v = x + s.qkv_row(b, 0, 2, h);
-    const float* go = g + s.out_row(b, 0, h);
-    const float* oo = o + s.out_row(b, 0, h);
+    buffers.size(s, true);
+    float *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
+    float *o = buffers.o.data(), *go = buffers.g.data();
+    load_rows(qkv, s, b, h, 3, 0, q);
+    load_rows(qkv, s, b, h, 3, 1, k);
+    load_rows(qkv, s, b, h, 3, 2, v);
+    load_rows(out, s, b, h, 1, 0, o);
+    load_rows(dout, s, b, h, 1, 0, go);
     const float* row_lse = static_cast<const float*>(lse.data) + (b * s.heads + h) * t;
-    // P from the saved log-sum-exp.
+    // P and dS of each query block (ld t; the keys beyond a causal block are never read), and
+    // dQ = scale dS K. q's rows are read again below, so dQ goes into o's buffer, which is
+    // done with once each block's delta is known.
     float* p = buffers.scores.data();
-    cpu::sgemm_tile(engine, false, true, t, t, d, s.scale, q, ld, k, ld, 0.0f, p, t);
-    for (int64_t i = 0; i < t; ++i) {
-      const int64_t keys = s.causal ? i + 1 : t;
-      float* row = p + i * t;
-      for (int64_t j = 0; j < keys; ++j) row[j] = math::probability(row[j], row_lse[i]);
-      std::fill(row + keys, row + t, 0.0f);
-    }
-    // dV = P^T dO.
-    float* dv = buffers.rows_a.data();
-    cpu::sgemm_tile(engine, true, false, t, d, t, 1.0f, p, t, go, ldo, 0.0f, dv, d);
-    store_rows(dqkv, s, b, h, 3, 2, dv);
-    // dS = P (dO V^T - delta), delta_i = dO_i . O_i.
     float* ds = buffers.grads.data();
-    cpu::sgemm_tile(engine, false, true, t, t, d, 1.0f, go, ldo, v, ld, 0.0f, ds, t);
-    for (int64_t i = 0; i < t; ++i) {
-      float delta = 0.0f;
-      for (int64_t e = 0; e < d; ++e) delta += go[i * ldo + e] * oo[i * ldo + e];
-      float* row = ds + i * t;
-      const float* prow = p + i * t;
-      const int64_t keys = s.causal ? i + 1 : t;
-      for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - delta);
-      std::fill(row + keys, row + t, 0.0f);  // masked: 0 even where delta is not finite
+    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+      float* pb = p + r0 * t;
+      float* db = ds + r0 * t;
+      cpu::sgemm_tile(engine, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, 0.0f, pb,
+                      t);
+      cpu::sgemm_tile(engine, false, true, rows, keys, d, 1.0f, go + r0 * d, d, v, d, 0.0f, db, t);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t n = keys_of_row(s, r0 + i);
+        probability_row(pb + i * t, n, keys, row_lse[r0 + i]);
+        const float delta = dot_row(go + (r0 + i) * d, o + (r0 + i) * d, d);
+        score_grad_row(db + i * t, pb + i * t, n, keys, delta);
+      }
+      cpu::sgemm_tile(engine, false, false, rows, d, keys, s.scale, db, t, k, d, 0.0f, o + r0 * d,
+                      d);
     }
-    // dQ = scale dS K, dK = scale dS^T Q.
-    float* dq = buffers.rows_b.data();
-    cpu::sgemm_tile(engine, false, false, t, d, t, s.scale, ds, t, k, ld, 0.0f, dq, d);
-    store_rows(dqkv, s, b, h, 3, 0, dq);
-    float* dk = buffers.rows_c.data();
-    cpu::sgemm_tile(engine, true, false, t, d, t, s.scale, ds, t, q, ld, 0.0f, dk, d);
-    store_rows(dqkv, s, b, h, 3, 1, dk);
+    store_rows(dqkv, s, b, h, 3, 0, o);
+    // Per block of keys [c0, c0 + cols), which the query rows from `first` on see: dV = P^T dO
+    // and dK = scale dS^T Q. They go into v's and k's buffers: nothing reads those any more.
+    for (int64_t c0 = 0; c0 < t; c0 += kQueryBlock) {
+      const int64_t cols = std::min(kQueryBlock, t - c0), first = s.causal ? c0 : 0;
+      cpu::sgemm_tile(engine, true, false, cols, d, t - first, 1.0f, p + first * t + c0, t,
+                      go + first * d, d, 0.0f, v + c0 * d, d);
+      cpu::sgemm_tile(engine, true, false, cols, d, t - first, s.scale, ds + first * t + c0, t,
+                      q + first * d, d, 0.0f, k + c0 * d, d);
+    }
+    store_rows(dqkv, s, b, h, 3, 1, k);
+    store_rows(dqkv, s, b, h, 3, 2, v);
   });
 }
 
