@@ -24,6 +24,7 @@
 #include "ember/core/launch.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/kernels/attention.cuh"
+#include "ember/kernels/attention_tensor_core.cuh"
 #include "ember/kernels/grid.cuh"
 #include "ops/common/element_type.hpp"
 #include "ops/reduce/reduce_cuda.hpp"
@@ -366,9 +367,50 @@ void launch_rows(const Dims& s, DType dtype, Launch&& launch_one) {
   });
 }
 
+// Whether the tensor-core forward (attention_tensor_core.cuh) takes this case.
+bool tensor_core_applies(const TensorView& qkv, const Dims& s) {
+  return (qkv.dtype == DType::f16 || qkv.dtype == DType::bf16) &&
+         kernels::attention_tc_detail::supported_dim(s.dim) &&
+         reinterpret_cast<uintptr_t>(qkv.data) % 16 == 0;
+}
+
+template <int kD, class T>
+void launch_tensor_core(cudaStream_t handle, const TensorView& out, const TensorView& lse,
+                        const TensorView& qkv, const Dims& s) {
+  const int64_t blocks =
+      s.batch * s.heads * kernels::ceil_div(s.seq, int64_t{kernels::attention_tc_detail::kRows});
+  EMBER_CHECK(blocks <= kernels::kMaxGridX,
+              "ops::attention_forward: {} blocks of 64 query rows exceed a grid's {}", blocks,
+              kernels::kMaxGridX);
+  launch(kernels::attention_forward_tc_kernel<kD, T>, dim3(static_cast<unsigned>(blocks)),
+         dim3(kernels::attention_tc_detail::kThreads), 0, handle, static_cast<const T*>(qkv.data),
+         static_cast<T*>(out.data), static_cast<float*>(lse.data), device_dims(s));
+}
+
+template <class T>
+void forward_tensor_core(cudaStream_t handle, const TensorView& out, const TensorView& lse,
+                         const TensorView& qkv, const Dims& s) {
+  if (s.dim == 32) launch_tensor_core<32, T>(handle, out, lse, qkv, s);
+  if (s.dim == 64) launch_tensor_core<64, T>(handle, out, lse, qkv, s);
+  if (s.dim == 128) launch_tensor_core<128, T>(handle, out, lse, qkv, s);
+}
+
 void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
-                  const TensorView& qkv, const Dims& s) {
+                  const TensorView& qkv, const Dims& s, AttentionKernel kernel) {
   const cudaStream_t handle = cuda::enter(stream);
+  const bool tensor_core = tensor_core_applies(qkv, s);
+  EMBER_CHECK(kernel != AttentionKernel::tensor_core || tensor_core,
+              "ops::attention_forward: the tensor-core kernel takes f16 or bf16 qkv with a head "
+              "dim of 32, 64 or 128, 16-byte aligned; not {} at {}",
+              qkv.describe(), qkv.data);
+  if (tensor_core && kernel != AttentionKernel::simt) {
+    if (qkv.dtype == DType::bf16) {
+      forward_tensor_core<__nv_bfloat16>(handle, out, lse, qkv, s);
+    } else {
+      forward_tensor_core<__half>(handle, out, lse, qkv, s);
+    }
+    return;
+  }
   launch_rows(s, qkv.dtype, [&]<int kChunks, class T>(dim3 grid, dim3 block) {
     launch(kernels::attention_forward_kernel<kChunks, T>, grid, block, 0, handle,
            static_cast<const T*>(qkv.data), static_cast<T*>(out.data),
@@ -426,7 +468,7 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
     return;
   }
 #if EMBER_WITH_CUDA
-  forward_cuda(stream, out, lse, qkv, s);
+  forward_cuda(stream, out, lse, qkv, s, options.kernel);
 #endif
 }
 

@@ -160,6 +160,84 @@ TEST_P(Attention, MatchesTheDoubleReference) {
   }
 }
 
+// The CUDA forward's tensor-core kernel (f16/bf16, head dims 32, 64, 128; 64 query rows and
+// 64 keys per step) against the double reference and against the SIMT kernel: sequences that
+// end inside a block of rows and of keys, one position, causal and full. It rounds the
+// probabilities to the operands' type, so it agrees with the SIMT kernel within that rounding.
+// The CPU ignores the kernel option: it gives the same bits whatever the option says.
+TEST_P(Attention, TheTensorCoreForwardMatchesTheReferenceAndTheSimtKernel) {
+  Stream s = stream();
+  uint32_t seed = 40;
+  for (const Dims& d :
+       {Dims{2, 70, 3, 32}, Dims{1, 130, 2, 64}, Dims{1, 65, 1, 128}, Dims{1, 1, 2, 64}}) {
+    for (bool causal : {true, false}) {
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
+                                                         Device::cpu(), -2.0f, 2.0f);
+        const Tensor dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype,
+                                                          Device::cpu(), -1.0f, 1.0f);
+        const std::string what = fmt::format("B{} T{} H{} D{} {} {}", d.b, d.t, d.h, d.d,
+                                             causal ? "causal" : "full", dtype_name(dtype));
+        const Results tc = run_attention(
+            s, on(qkv), on(dout), {.causal = causal, .kernel = ops::AttentionKernel::tensor_core});
+        const Results simt = run_attention(
+            s, on(qkv), on(dout), {.causal = causal, .kernel = ops::AttentionKernel::simt});
+        const Results automatic = run_attention(s, on(qkv), on(dout), {.causal = causal});
+        const Reference want = reference(d, values(qkv), values(dout), causal,
+                                         1.0 / std::sqrt(static_cast<double>(d.d)));
+        expect_near_all(values(tc.out), want.out, tolerance(dtype), what + " out");
+        expect_near_all(values(tc.lse), want.lse, 1e-5, what + " lse");
+        expect_near_all(values(tc.dqkv), want.dqkv, 2 * tolerance(dtype), what + " dqkv");
+        const std::vector<float> o = values(simt.out), l = values(simt.lse);
+        expect_near_all(values(tc.out), std::vector<double>(o.begin(), o.end()), tolerance(dtype),
+                        what + " out against the SIMT kernel");
+        expect_near_all(values(tc.lse), std::vector<double>(l.begin(), l.end()), 1e-5,
+                        what + " lse against the SIMT kernel");
+        EXPECT_EQ(raw(automatic.out), raw(tc.out)) << what << ": automatic takes tensor cores";
+        EXPECT_EQ(raw(automatic.lse), raw(tc.lse)) << what;
+        if (device().is_cpu()) {
+          EXPECT_EQ(raw(simt.out), raw(tc.out)) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Attention, TheTensorCoreKernelRefusesWhatItCannotRun) {
+  if (device().is_cpu()) GTEST_SKIP() << "the CPU ignores the kernel option";
+  Stream s = stream();
+  const ops::AttentionOptions forced{.kernel = ops::AttentionKernel::tensor_core};
+  Tensor out = on(Tensor::zeros({1, 4, 2, 32}));
+  Tensor lse = on(Tensor::zeros({1, 2, 4}));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, out, lse, on(Tensor::zeros({1, 4, 3, 2, 32})), forced);
+      },
+      {"ops::attention_forward",
+       "the tensor-core kernel takes f16 or bf16 qkv with a head dim of "
+       "32, 64 or 128, 16-byte aligned",
+       "f32[1, 4, 3, 2, 32]"});
+  Tensor out48 = on(Tensor::zeros({1, 4, 2, 48}, DType::bf16));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, out48, lse, on(Tensor::zeros({1, 4, 3, 2, 48}, DType::bf16)),
+                               forced);
+      },
+      {"ops::attention_forward", "bf16[1, 4, 3, 2, 48]"});
+  // qkv 2 bytes past an aligned address.
+  const Tensor storage = on(Tensor::zeros({1 * 4 * 3 * 2 * 32 + 8}, DType::bf16));
+  const TensorView shifted{static_cast<char*>(storage.data()) + 2, DType::bf16,
+                           Shape{1, 4, 3, 2, 32}, storage.device()};
+  Tensor out32 = on(Tensor::zeros({1, 4, 2, 32}, DType::bf16));
+  expect_error([&] { ops::attention_forward(s, out32, lse, shifted, forced); },
+               {"ops::attention_forward", "16-byte aligned"});
+  // Automatic takes the SIMT kernel there, with the same result as forcing it.
+  Tensor simt_out = on(Tensor::zeros({1, 4, 2, 32}, DType::bf16));
+  ops::attention_forward(s, out32, lse, shifted);
+  ops::attention_forward(s, simt_out, lse, shifted, {.kernel = ops::AttentionKernel::simt});
+  EXPECT_EQ(raw(out32), raw(simt_out));
+}
+
 TEST_P(Attention, AGivenScaleIsUsed) {
   Stream s = stream();
   const Dims d{1, 6, 2, 16};

@@ -8,9 +8,18 @@
 
 namespace ember::ops {
 
+// The CUDA forward's kernel. automatic: the tensor-core one (mma.sync, flash-attention 2's
+// schedule: the probabilities are rounded to the operands' type before they multiply the values,
+// as in every fused 16-bit attention) for f16 and bf16 with head dims 32, 64 and 128 and a
+// 16-byte aligned qkv; the SIMT one (f32 arithmetic throughout) otherwise. simt forces the SIMT
+// kernel; tensor_core forces the tensor-core one (an Error where it does not apply). The
+// backward always runs the SIMT kernels, in f32 from the saved log-sum-exp. The CPU ignores it.
+enum class AttentionKernel { automatic, simt, tensor_core };
+
 struct AttentionOptions {
   bool causal = true;  // query t sees keys 0..t (GPT); false: every key
   float scale = 0.0f;  // the scores' factor; 0 means 1 / sqrt(head dim)
+  AttentionKernel kernel = AttentionKernel::automatic;
 };
 
 // qkv [B, T, 3, H, D]: the queries, keys and values of each position side by side, as one fused

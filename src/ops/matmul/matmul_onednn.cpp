@@ -149,7 +149,7 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   const size_t element = dtype_size(a.dtype);
   // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
   // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
-  // once (tile_primitive). Tiles of whole rows for tall products (whole_row_tiles).
+  // once (tile_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
   const OutputTiles tiles = use_whole_rows(m, n) ? whole_row_tiles(m, n) : output_tiles(m, n);
   for_each_output_tile(
       dims.batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
