@@ -1,10 +1,11 @@
 // bench_gpt2: one GPT-2 training step (forward, cross-entropy, backward, AdamW) in f32 and under
-// bf16 autocast, tokens per second, the model's TFLOP/s and (on known GPUs) MFU. On the CPU: the
-// small byte-level model at T = 128 and 256; on cuda:0 when a GPU is usable, also GPT-2 small (d12)
-// at T = 1024. Its PyTorch twin is benchmarks/reference/gpt2_torch.py (compare.py --only gpt2
-// prints the ratios, same rows).
+// bf16 autocast, tokens per second, the model's TFLOP/s and (on known GPUs) MFU: the small
+// byte-level model (its context widened to T where T is longer) and GPT-2 small (d12), at T = 256
+// and 1024 (and the small model at 128), on the CPU and on cuda:0 when a GPU is usable. Its PyTorch
+// twin is benchmarks/reference/gpt2_torch.py (compare.py --only gpt2 prints the ratios, same rows).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct Case {
 void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision precision) {
   Stream stream = current_stream(device);
   train::GptConfig config = train::gpt_config(c.model);
+  config.context = std::max(config.context, c.seq);  // the small model at T = 1024
   config.seed = 1;
   config.device = device;
   auto model = train::make_gpt(config);
@@ -81,10 +83,17 @@ void register_all(Device device, const std::string& prefix, const std::vector<Ca
 }  // namespace
 
 int main(int argc, char** argv) {
-  register_all(Device::cpu(), "cpu_", {{"small", 128, 16}, {"small", 256, 8}});
+  // d12 on the CPU: one sequence per step (seconds each); filter with --benchmark_filter.
+  register_all(Device::cpu(), "cpu_",
+               {{"small", 128, 16},
+                {"small", 256, 8},
+                {"small", 1024, 2},
+                {"d12", 256, 1},
+                {"d12", 1024, 1}});
   std::string why;
   if (default_device(&why).is_cuda()) {
-    register_all(Device::cuda(0), "cuda_", {{"small", 256, 32}, {"d12", 1024, 8}});
+    register_all(Device::cuda(0), "cuda_",
+                 {{"small", 256, 32}, {"small", 1024, 8}, {"d12", 256, 32}, {"d12", 1024, 8}});
   } else {
     std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend.\n",
                 why.empty() ? "no CUDA device" : why.c_str());

@@ -95,6 +95,8 @@ def main():
     parser.add_argument("--compile", action="store_true",
                         help="gpt2: also torch.compile'd (minutes of compiling per row)")
     parser.add_argument("--python", default=sys.executable, help="a Python with torch")
+    parser.add_argument("--gpt2-models", default="small",
+                        help="gpt2: the models, |-separated: small, d12 (seconds per step)")
     args = parser.parse_args()
     only = set(args.only.split(","))
     bench = lambda name: os.path.join(args.build, "benchmarks", name)
@@ -167,8 +169,10 @@ def main():
 
     if "gpt2" in only:
         def measure():
-            ours = gbench(bench("bench_gpt2"), "^cpu_gpt2_", "tokens/s", mt)
+            ours = gbench(bench("bench_gpt2"), f"^cpu_gpt2_.*/({args.gpt2_models})/",
+                          "tokens/s", mt)
             theirs = torch_script(args.python, "gpt2_torch.py", "--min-time", mt,
+                                  "--models", args.gpt2_models,
                                   *(["--compile"] if args.compile else []))
             return {**{("ember", k): v for k, v in ours.items()},
                     **{("torch", k): v for k, v in theirs.items()}}

@@ -13,7 +13,8 @@ from common import emit, seconds_per_call, setup_threads
 
 CONFIGS = {"small": dict(vocab=256, context=256, layers=4, heads=4, dim=256),
            "d12": dict(vocab=50257, context=1024, layers=12, heads=12, dim=768)}
-CASES = [("small", 128, 16), ("small", 256, 8)]
+CASES = [("small", 128, 16), ("small", 256, 8), ("small", 1024, 2), ("d12", 256, 1),
+         ("d12", 1024, 1)]
 
 
 class Block(torch.nn.Module):
@@ -62,10 +63,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--min-time", type=float, default=0.5)
     parser.add_argument("--compile", action="store_true", help="also torch.compile'd")
+    parser.add_argument("--models", default="small|d12", help="|-separated: small, d12")
     args = parser.parse_args()
     setup_threads()
     for model_name, seq, batch in CASES:
-        cfg = CONFIGS[model_name]
+        if model_name not in args.models.split("|"):
+            continue
+        cfg = dict(CONFIGS[model_name])
+        cfg["context"] = max(cfg["context"], seq)  # the small model at T = 1024, as bench_gpt2
         tokens = (torch.arange(batch * (seq + 1)) * 7919) % cfg["vocab"]
         tokens = tokens.view(batch, seq + 1)
         x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1)

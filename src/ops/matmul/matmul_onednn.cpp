@@ -171,7 +171,30 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   return true;
 }
 
+bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, int64_t cols,
+                 int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc) {
+  if (!onednn_available(dtype)) return false;
+  OneDnn& dnn = onednn();
+  const TilePrimitive& tile =
+      tile_primitive({rows, cols, k, lda, ldb, ldc, static_cast<int>(data_type(dtype)), transpose_a,
+                      transpose_b, alpha, beta});
+  memory src(tile.pd.src_desc(), dnn.engine, const_cast<void*>(a));
+  memory weights(tile.pd.weights_desc(), dnn.engine, const_cast<void*>(b));
+  memory dst(tile.pd.dst_desc(), dnn.engine, c);
+  thread_local dnnl::stream stream(dnn.engine);
+  tile.product.execute(stream,
+                       {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+  stream.wait();
+  return true;
+}
+
 #else  // no oneDNN in this build: callers widen to f32
+
+bool gemm16_tile(DType, bool, bool, int64_t, int64_t, int64_t, float, const void*, int64_t,
+                 const void*, int64_t, float, float*, int64_t) {
+  return false;
+}
 
 bool onednn_available(DType) {
   return false;

@@ -15,6 +15,15 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
                    const detail::MatmulDims& dims, bool transpose_a, bool transpose_b, float alpha,
                    float beta);
 
+// One product on the calling thread (ops that run their own tasks, as attention's heads):
+// C[rows, cols] = alpha * op(A) op(B) + beta * C, A and B 16-bit of `dtype` (row-major with
+// leading dimensions lda, ldb; op transposes), C f32 with leading dimension ldc (oneDNN's AMX
+// kernels want ldc == cols). k > 0. Returns false, having done nothing, where matmul_onednn
+// would (onednn_available(dtype) is false).
+bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, int64_t cols,
+                 int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc);
+
 // Whether matmul_onednn runs products of `dtype` here (for benchmarks and messages).
 bool onednn_available(DType dtype);
 
