@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ember/core/denormals.hpp"
@@ -502,21 +503,32 @@ void launch_rows(const Dims& s, DType dtype, Launch&& launch_one) {
   });
 }
 
-// Whether the tensor-core forward (attention_tensor_core.cuh) takes this case.
+// The tensor-core kernels' grid: a block per 64 rows of each head.
+int64_t tensor_core_blocks(const Dims& s) {
+  return s.batch * s.heads * kernels::ceil_div(s.seq, int64_t{kernels::attention_tc_detail::kRows});
+}
+
+// Whether the tensor-core forward (attention_tensor_core.cuh) takes this case (the SIMT kernels
+// stride over any number of rows; the tensor-core grid must fit).
 bool tensor_core_applies(const TensorView& qkv, const Dims& s) {
   return (qkv.dtype == DType::f16 || qkv.dtype == DType::bf16) &&
          kernels::attention_tc_detail::supported_dim(s.dim) &&
-         reinterpret_cast<uintptr_t>(qkv.data) % 16 == 0;
+         reinterpret_cast<uintptr_t>(qkv.data) % 16 == 0 &&
+         tensor_core_blocks(s) <= kernels::kMaxGridX;
+}
+
+// AttentionKernel::tensor_core where the kernel cannot run is an Error (empty tensors too).
+void check_kernel_option(const TensorView& qkv, const Dims& s, AttentionKernel kernel) {
+  EMBER_CHECK(kernel != AttentionKernel::tensor_core || tensor_core_applies(qkv, s),
+              "ops::attention_forward: the tensor-core kernel takes f16 or bf16 qkv with a head "
+              "dim of 32, 64 or 128, 16-byte aligned; not {} at {}",
+              qkv.describe(), qkv.data);
 }
 
 template <int kD, class T>
 void launch_tensor_core(cudaStream_t handle, const TensorView& out, const TensorView& lse,
                         const TensorView& qkv, const Dims& s) {
-  const int64_t blocks =
-      s.batch * s.heads * kernels::ceil_div(s.seq, int64_t{kernels::attention_tc_detail::kRows});
-  EMBER_CHECK(blocks <= kernels::kMaxGridX,
-              "ops::attention_forward: {} blocks of 64 query rows exceed a grid's {}", blocks,
-              kernels::kMaxGridX);
+  const int64_t blocks = tensor_core_blocks(s);
   launch(kernels::attention_forward_tc_kernel<kD, T>, dim3(static_cast<unsigned>(blocks)),
          dim3(kernels::attention_tc_detail::kThreads), 0, handle, static_cast<const T*>(qkv.data),
          static_cast<T*>(out.data), static_cast<float*>(lse.data), device_dims(s));
@@ -533,12 +545,7 @@ void forward_tensor_core(cudaStream_t handle, const TensorView& out, const Tenso
 void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
                   const TensorView& qkv, const Dims& s, AttentionKernel kernel) {
   const cudaStream_t handle = cuda::enter(stream);
-  const bool tensor_core = tensor_core_applies(qkv, s);
-  EMBER_CHECK(kernel != AttentionKernel::tensor_core || tensor_core,
-              "ops::attention_forward: the tensor-core kernel takes f16 or bf16 qkv with a head "
-              "dim of 32, 64 or 128, 16-byte aligned; not {} at {}",
-              qkv.describe(), qkv.data);
-  if (tensor_core && kernel != AttentionKernel::simt) {
+  if (tensor_core_applies(qkv, s) && kernel != AttentionKernel::simt) {
     if (qkv.dtype == DType::bf16) {
       forward_tensor_core<__nv_bfloat16>(handle, out, lse, qkv, s);
     } else {
@@ -565,19 +572,52 @@ void decode_cuda(Stream& stream, const TensorView& out, const TensorView& cache,
   });
 }
 
+// Whether the tensor-core backward takes this case: the forward's conditions, head dims of 32
+// and 64 (registers for k, v and their gradients), and a 16-byte aligned dout.
+bool tensor_core_backward_applies(const TensorView& qkv, const TensorView& dout, const Dims& s) {
+  return tensor_core_applies(qkv, s) && s.dim <= 64 &&
+         reinterpret_cast<uintptr_t>(dout.data) % 16 == 0;
+}
+
+template <int kD, class T>
+void launch_tensor_core_backward(cudaStream_t handle, const TensorView& dqkv,
+                                 const TensorView& dout, const TensorView& qkv, const float* lse,
+                                 const float* delta, const Dims& s) {
+  const int64_t blocks = tensor_core_blocks(s);
+  const auto* x = static_cast<const T*>(qkv.data);
+  const auto* g = static_cast<const T*>(dout.data);
+  auto* dx = static_cast<T*>(dqkv.data);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kernels::attention_tc_detail::kThreads);
+  launch(kernels::attention_dq_tc_kernel<kD, T>, grid, block, 0, handle, x, g, lse, delta, dx,
+         device_dims(s));
+  launch(kernels::attention_dkdv_tc_kernel<kD, T>, grid, block, 0, handle, x, g, lse, delta, dx,
+         device_dims(s));
+}
+
 void backward_cuda(Stream& stream, const TensorView& dqkv, const TensorView& dout,
                    const TensorView& qkv, const TensorView& out, const TensorView& lse,
-                   const Dims& s) {
+                   const Dims& s, AttentionKernel kernel) {
   const cudaStream_t handle = cuda::enter(stream);
   const Scratch delta_scratch(stream, static_cast<size_t>(s.rows()) * sizeof(float));
   auto* delta = static_cast<float*>(delta_scratch.data());
   const auto* row_lse = static_cast<const float*>(lse.data);
+  const bool tensor_core =
+      kernel != AttentionKernel::simt && tensor_core_backward_applies(qkv, dout, s);
   launch_rows(s, qkv.dtype, [&]<int kChunks, class T>(dim3 grid, dim3 block) {
     const auto* x = static_cast<const T*>(qkv.data);
     const auto* g = static_cast<const T*>(dout.data);
     auto* dx = static_cast<T*>(dqkv.data);
     launch(kernels::attention_delta_kernel<kChunks, T>, grid, block, 0, handle, g,
            static_cast<const T*>(out.data), delta, device_dims(s));
+    if constexpr (!std::is_same_v<T, float>) {
+      if (tensor_core) {
+        if (s.dim == 32)
+          launch_tensor_core_backward<32, T>(handle, dqkv, dout, qkv, row_lse, delta, s);
+        if (s.dim == 64)
+          launch_tensor_core_backward<64, T>(handle, dqkv, dout, qkv, row_lse, delta, s);
+        return;
+      }
+    }
     launch(kernels::attention_dq_kernel<kChunks, T>, grid, block, 0, handle, x, g, row_lse,
            static_cast<const float*>(delta), dx, device_dims(s));
     launch(kernels::attention_dkdv_kernel<kChunks, T>, grid, block, 0, handle, x, g, row_lse,
@@ -597,6 +637,9 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
   detail::check_disjoint(kOp, lse, out);
   mark_written(out);
   mark_written(lse);
+#if EMBER_WITH_CUDA
+  if (!stream.device().is_cpu()) check_kernel_option(qkv, s, options.kernel);
+#endif
   if (s.rows() == 0) return;
   if (stream.device().is_cpu()) {
     if (use_16bit_path(qkv, s)) {
@@ -635,7 +678,7 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
     return;
   }
 #if EMBER_WITH_CUDA
-  backward_cuda(stream, dqkv, dout, qkv, out, lse, s);
+  backward_cuda(stream, dqkv, dout, qkv, out, lse, s, options.kernel);
 #endif
 }
 

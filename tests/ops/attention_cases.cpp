@@ -160,12 +160,13 @@ TEST_P(Attention, MatchesTheDoubleReference) {
   }
 }
 
-// The CUDA forward's tensor-core kernel (f16/bf16, head dims 32, 64, 128; 64 query rows and
-// 64 keys per step) against the double reference and against the SIMT kernel: sequences that
-// end inside a block of rows and of keys, one position, causal and full. It rounds the
-// probabilities to the operands' type, so it agrees with the SIMT kernel within that rounding.
+// The CUDA tensor-core kernels (f16/bf16; the forward at head dims 32, 64, 128, the backward at
+// 32 and 64; 64 query rows and 64 keys per step) against the double reference and against the
+// SIMT kernels: sequences that end inside a block of rows and of keys, one position, causal and
+// full. They round the probabilities (and dS) to the operands' type, so they agree with the
+// SIMT kernels within that rounding.
 // The CPU ignores the kernel option: it gives the same bits whatever the option says.
-TEST_P(Attention, TheTensorCoreForwardMatchesTheReferenceAndTheSimtKernel) {
+TEST_P(Attention, TheTensorCoreKernelsMatchTheReferenceAndTheSimtKernels) {
   Stream s = stream();
   uint32_t seed = 40;
   for (const Dims& d :
@@ -193,6 +194,10 @@ TEST_P(Attention, TheTensorCoreForwardMatchesTheReferenceAndTheSimtKernel) {
                         what + " out against the SIMT kernel");
         expect_near_all(values(tc.lse), std::vector<double>(l.begin(), l.end()), 1e-5,
                         what + " lse against the SIMT kernel");
+        const std::vector<float> g = values(simt.dqkv);
+        expect_near_all(values(tc.dqkv), std::vector<double>(g.begin(), g.end()),
+                        2 * tolerance(dtype), what + " dqkv against the SIMT kernels");
+        EXPECT_EQ(raw(automatic.dqkv), raw(tc.dqkv)) << what;
         EXPECT_EQ(raw(automatic.out), raw(tc.out)) << what << ": automatic takes tensor cores";
         EXPECT_EQ(raw(automatic.lse), raw(tc.lse)) << what;
         if (device().is_cpu()) {
@@ -233,6 +238,36 @@ TEST_P(Attention, LongSixteenBitSequencesOnTheCpuMatchTheReference) {
   }
 }
 
+// A nan value at position 66 (the second block of 64): every row that sees it is nan; the rows of
+// the first block never read it, on any kernel (the SIMT kernels also keep rows 64 and 65
+// clean; the CPU's blocks and the tensor cores may not).
+TEST_P(Attention, ANanValueReachesNoEarlierBlock) {
+  Stream s = stream();
+  const Dims d{1, 70, 1, 32};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    std::vector<float> x = ember::testing::random_floats(70 * 3 * 32, 70, -1.0f, 1.0f);
+    x[qkv_at(d, 0, 66, 2, 0, 3)] = kNan;
+    const Tensor qkv = Tensor::from_vector(x, Shape{1, 70, 3, 1, 32}).to(dtype);
+    for (auto kernel : {ops::AttentionKernel::automatic, ops::AttentionKernel::simt}) {
+      const std::vector<float> out =
+          values(run_attention(s, on(qkv), Tensor(), {.kernel = kernel}).out);
+      for (int64_t t = 0; t < 70; ++t) {
+        bool nan = false;
+        for (int64_t e = 0; e < 32; ++e) nan = nan || std::isnan(out[out_at(d, 0, t, 0, e)]);
+        if (t >= 66) {
+          EXPECT_TRUE(nan) << dtype_name(dtype) << " row " << t;
+        }
+        if (t < 64) {
+          EXPECT_FALSE(nan) << dtype_name(dtype) << " row " << t;
+        }
+        if (t < 66 && kernel == ops::AttentionKernel::simt && !device().is_cpu()) {
+          EXPECT_FALSE(nan) << dtype_name(dtype) << " row " << t << ": the SIMT kernel";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Attention, TheTensorCoreKernelRefusesWhatItCannotRun) {
   if (device().is_cpu()) GTEST_SKIP() << "the CPU ignores the kernel option";
   Stream s = stream();
@@ -261,6 +296,15 @@ TEST_P(Attention, TheTensorCoreKernelRefusesWhatItCannotRun) {
   Tensor out32 = on(Tensor::zeros({1, 4, 2, 32}, DType::bf16));
   expect_error([&] { ops::attention_forward(s, out32, lse, shifted, forced); },
                {"ops::attention_forward", "16-byte aligned"});
+  // Empty tensors are no exception.
+  Tensor empty_out = on(Tensor::zeros({1, 0, 2, 32}));
+  Tensor empty_lse = on(Tensor::zeros({1, 2, 0}));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, empty_out, empty_lse, on(Tensor::zeros({1, 0, 3, 2, 32})),
+                               forced);
+      },
+      {"ops::attention_forward", "the tensor-core kernel takes"});
   // Automatic takes the SIMT kernel there, with the same result as forcing it.
   Tensor simt_out = on(Tensor::zeros({1, 4, 2, 32}, DType::bf16));
   ops::attention_forward(s, out32, lse, shifted);

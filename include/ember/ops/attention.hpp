@@ -13,7 +13,9 @@ namespace ember::ops {
 // as in every fused 16-bit attention) for f16 and bf16 with head dims 32, 64 and 128 and a
 // 16-byte aligned qkv; the SIMT one (f32 arithmetic throughout) otherwise. simt forces the SIMT
 // kernel; tensor_core forces the tensor-core one (an Error where it does not apply). The
-// backward always runs the SIMT kernels, in f32 from the saved log-sum-exp. The CPU ignores it.
+// backward follows the option on tensor cores for head dims 32 and 64 (with a 16-byte aligned
+// dout too; dS is rounded like the probabilities), and runs the SIMT kernels otherwise; either
+// recomputes the probabilities in f32 from the saved log-sum-exp. The CPU ignores the option.
 enum class AttentionKernel { automatic, simt, tensor_core };
 
 struct AttentionOptions {
@@ -25,12 +27,17 @@ struct AttentionOptions {
 // qkv [B, T, 3, H, D]: the queries, keys and values of each position side by side, as one fused
 // projection [B, T, 3 * H * D] writes them (f32, f16 or bf16; 1 <= D <= 256). out [B, T, H, D]
 // in qkv's dtype; lse [B, H, T] f32, each query row's log-sum-exp of its scaled scores, which the
-// backward needs. Arithmetic in f32: the CPU with GEMMs per head, a GPU with ember's kernels
-// (an online softmax); the two agree within f32 rounding, and each gives the same bits on every
-// run. A row whose scores are all -inf comes out nan with lse -inf (no key to attend to); rows
-// with nan inputs come out nan. On the CPU a non-finite value can also reach the rows and
-// gradients that the causal mask hides from it (a masked weight 0 times inf or nan is nan in
-// the GEMMs); a GPU never reads masked positions.
+// backward needs. Arithmetic in f32 (the scores, softmax and accumulations): the CPU with GEMMs
+// per head, in blocks of 64 query rows, a GPU with ember's kernels (an online softmax); the two
+// agree within f32 rounding, and each gives the same bits on every run. 16-bit operands on a
+// GPU's tensor cores (AttentionKernel), and on the CPU for T >= 1024 where oneDNN has native
+// 16-bit kernels, multiply with the probabilities rounded to the operands' type, as fused
+// attention does: they agree with the f32 arithmetic within that rounding. A row whose scores
+// are all -inf comes out nan with lse -inf (no key to attend to); rows with nan inputs come out
+// nan. On the CPU and on tensor cores a non-finite key or value can also reach the rows and
+// gradients that the causal mask hides from it within its block of 64 positions (a masked
+// weight 0 times inf or nan is nan in the products); the SIMT kernels never read masked
+// positions.
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options = {});
 
