@@ -86,16 +86,6 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return map_detail::encode(kType, lo) | (map_detail::encode(kType, hi) << 16);
 }
 
-template <bool Bf16>
-__device__ __forceinline__ void mma(float (&acc)[4], const uint32_t (&a)[4],
-                                    const uint32_t (&b)[2]) {
-  if constexpr (Bf16) {
-    mma_m16n8k16_bf16_f32(acc, a, b, acc);
-  } else {
-    mma_m16n8k16_f16_f32(acc, a, b, acc);
-  }
-}
-
 // The maximum (nan ignored, as online_step's) and the sum over the 4 lanes of a quad that hold
 // one row, in a fixed tree.
 __device__ __forceinline__ float quad_max(float x) {
@@ -156,8 +146,8 @@ __device__ __forceinline__ void times_rows_transposed(float (&acc)[kKeys / 8][4]
       ldmatrix_x4<false>(
           regs, &tile[(n * 8 + at.mat_row + 8 * at.half_hi) * kLd<kD> + (2 * ks + at.half_lo) * 8]);
       const uint32_t b0[2] = {regs[0], regs[1]}, b1[2] = {regs[2], regs[3]};
-      mma<Bf16>(acc[n], a[ks], b0);
-      mma<Bf16>(acc[n + 1], a[ks], b1);
+      mma_m16n8k16_accumulate<Bf16>(acc[n], a[ks], b0);
+      mma_m16n8k16_accumulate<Bf16>(acc[n + 1], a[ks], b1);
     }
   }
 }
@@ -181,11 +171,24 @@ __device__ __forceinline__ void accumulate_times(float (&acc)[kD / 8][4],
       ldmatrix_x4<true>(
           regs, &tile[(ks * 16 + at.mat_row + 8 * at.half_lo) * kLd<kD> + (n + at.half_hi) * 8]);
       const uint32_t b0[2] = {regs[0], regs[1]}, b1[2] = {regs[2], regs[3]};
-      mma<Bf16>(acc[n], a, b0);
-      mma<Bf16>(acc[n + 1], a, b1);
+      mma_m16n8k16_accumulate<Bf16>(acc[n], a, b0);
+      mma_m16n8k16_accumulate<Bf16>(acc[n + 1], a, b1);
     }
   }
 }
+
+// Where a block of 64 rows (queries, or keys for dk/dv) sits: blockIdx.x = (b * H + h) * blocks
+// per head + the block's index.
+struct BlockPlace {
+  int64_t bh, b, h, row0;
+  __device__ __forceinline__ explicit BlockPlace(const attention_detail::Dims& s) {
+    const int64_t blocks = (s.seq + kRows - 1) / kRows;
+    bh = blockIdx.x / blocks;
+    b = bh / s.heads;
+    h = bh % s.heads;
+    row0 = (blockIdx.x % blocks) * kRows;
+  }
+};
 
 // Stores the warp's 16 rows of acc * factor (rows past the sequence's end skipped) as rows of T
 // at dst + row_offset(i) for row i.
@@ -222,9 +225,8 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
 
   const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
   const Lane at;
-  const int64_t row_blocks = (s.seq + kRows - 1) / kRows;
-  const int64_t bh = blockIdx.x / row_blocks, b = bh / s.heads, h = bh % s.heads;
-  const int64_t row0 = (blockIdx.x % row_blocks) * kRows;
+  const BlockPlace place(s);
+  const int64_t bh = place.bh, b = place.b, h = place.h, row0 = place.row0;
   const int64_t warp_row0 = row0 + 16 * at.warp;
 
   // The queries' A fragments, through k_tile before the first keys arrive.
@@ -313,9 +315,8 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
   const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
   const auto* dout = reinterpret_cast<const uint16_t*>(dout_typed);
   const Lane at;
-  const int64_t row_blocks = (s.seq + kRows - 1) / kRows;
-  const int64_t bh = blockIdx.x / row_blocks, b = bh / s.heads, h = bh % s.heads;
-  const int64_t row0 = (blockIdx.x % row_blocks) * kRows;
+  const BlockPlace place(s);
+  const int64_t bh = place.bh, b = place.b, h = place.h, row0 = place.row0;
   const int64_t warp_row0 = row0 + 16 * at.warp;
 
   uint32_t q[kD / 16][4], g[kD / 16][4];
@@ -372,9 +373,8 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
   const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
   const auto* dout = reinterpret_cast<const uint16_t*>(dout_typed);
   const Lane at;
-  const int64_t key_blocks = (s.seq + kKeys - 1) / kKeys;
-  const int64_t bh = blockIdx.x / key_blocks, b = bh / s.heads, h = bh % s.heads;
-  const int64_t key0 = (blockIdx.x % key_blocks) * kKeys;
+  const BlockPlace place(s);
+  const int64_t bh = place.bh, b = place.b, h = place.h, key0 = place.row0;
   const int64_t warp_key0 = key0 + 16 * at.warp;
 
   uint32_t k[kD / 16][4], v[kD / 16][4];

@@ -196,6 +196,23 @@ inline void cp_async_wait_all() {
 
 }  // namespace ember
 
+#endif
+
+#if defined(__CUDACC__) || defined(EMBER_SIMT)
+namespace ember {
+
+// acc += a b on tensor cores: bf16 operands when Bf16, else f16.
+template <bool Bf16>
+__device__ __forceinline__ void mma_m16n8k16_accumulate(float (&acc)[4], const uint32_t (&a)[4],
+                                                        const uint32_t (&b)[2]) {
+  if constexpr (Bf16) {
+    mma_m16n8k16_bf16_f32(acc, a, b, acc);
+  } else {
+    mma_m16n8k16_f16_f32(acc, a, b, acc);
+  }
+}
+
+}  // namespace ember
 #else
 #error \
     "ember/kernels/intrinsics.cuh is device code: compile it with nvcc, or with EMBER_SIMT defined"

@@ -171,16 +171,6 @@ struct alignas(8) FloatPair {
   float x, y;
 };
 
-template <bool Bf16>
-__device__ __forceinline__ void mma(float (&acc)[4], const uint32_t (&a)[4],
-                                    const uint32_t (&b)[2]) {
-  if constexpr (Bf16) {
-    mma_m16n8k16_bf16_f32(acc, a, b, acc);
-  } else {
-    mma_m16n8k16_f16_f32(acc, a, b, acc);
-  }
-}
-
 }  // namespace tensor_core_detail
 
 // D = epilogue(op(A) op(B)) for batch entries batch_begin + blockIdx.z; blockIdx.y / .x pick
@@ -277,7 +267,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       EMBER_PRAGMA_UNROLL
       for (int fm = 0; fm < FM; ++fm) {
         EMBER_PRAGMA_UNROLL
-        for (int fn = 0; fn < FN; ++fn) detail::mma<Bf16>(acc[fm][fn], af[fm], bf[fn]);
+        for (int fn = 0; fn < FN; ++fn) mma_m16n8k16_accumulate<Bf16>(acc[fm][fn], af[fm], bf[fn]);
       }
     }
     read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
