@@ -304,11 +304,12 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
 
 // 16-bit operands of long sequences where oneDNN has native kernels for them (AMX or
 // AVX512-BF16/FP16; kSixteenBitMinSeq below): the same blocks, every product on those kernels
-// (gemm16_tile) with f32 accumulation. The scores and their gradients are computed in f32 from the
-// operands' own 16-bit values (exact products), and the probabilities P and dS are rounded to the
-// operands' type before they multiply values, keys, queries or dO: flash attention's arithmetic, as
-// on a GPU's tensor cores. On the CPU with f32 operands, or without such kernels, everything stays
-// f32 (above).
+// (gemm16_tile) with f32 accumulation; oneDNN 2.6 runs S, dP and P V on AMX, and the products
+// with a transposed or strided A (dQ of causal blocks, dK, dV) on its AVX-512 16-bit gemm. The
+// scores and their gradients are computed in f32 from the operands' own 16-bit values (exact
+// products), and the probabilities P and dS are rounded to the operands' type before they multiply
+// values, keys, queries or dO: flash attention's arithmetic, as on a GPU's tensor cores. On the CPU
+// with f32 operands, or without such kernels, everything stays f32 (above).
 struct HeadBuffers16 {
   std::vector<uint16_t> q, k, v, g, p, ds;  // rows [T, D]; P and dS [T, T] (forward: a block)
   std::vector<float> scores, grads, rows, o32, g32;
@@ -521,7 +522,8 @@ bool tensor_core_applies(const TensorView& qkv, const Dims& s) {
 void check_kernel_option(const TensorView& qkv, const Dims& s, AttentionKernel kernel) {
   EMBER_CHECK(kernel != AttentionKernel::tensor_core || tensor_core_applies(qkv, s),
               "ops::attention_forward: the tensor-core kernel takes f16 or bf16 qkv with a head "
-              "dim of 32, 64 or 128, 16-byte aligned; not {} at {}",
+              "dim of 32, 64 or 128, 16-byte aligned, in at most 2^30 blocks of 64 rows; not {} "
+              "at {}",
               qkv.describe(), qkv.data);
 }
 

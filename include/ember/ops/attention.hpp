@@ -14,8 +14,10 @@ namespace ember::ops {
 // 16-byte aligned qkv; the SIMT one (f32 arithmetic throughout) otherwise. simt forces the SIMT
 // kernel; tensor_core forces the tensor-core one (an Error where it does not apply). The
 // backward follows the option on tensor cores for head dims 32 and 64 (with a 16-byte aligned
-// dout too; dS is rounded like the probabilities), and runs the SIMT kernels otherwise; either
-// recomputes the probabilities in f32 from the saved log-sum-exp. The CPU ignores the option.
+// dout too; dS is rounded like the probabilities, so in f16 a |dS| beyond 65504 overflows and
+// one below ~6e-8 flushes, as in other fused attention), and runs the SIMT kernels otherwise,
+// forced or not; either recomputes the probabilities in f32 from the saved log-sum-exp. The CPU
+// ignores the option.
 enum class AttentionKernel { automatic, simt, tensor_core };
 
 struct AttentionOptions {
@@ -34,10 +36,10 @@ struct AttentionOptions {
 // 16-bit kernels, multiply with the probabilities rounded to the operands' type, as fused
 // attention does: they agree with the f32 arithmetic within that rounding. A row whose scores
 // are all -inf comes out nan with lse -inf (no key to attend to); rows with nan inputs come out
-// nan. On the CPU and on tensor cores a non-finite key or value can also reach the rows and
-// gradients that the causal mask hides from it within its block of 64 positions (a masked
-// weight 0 times inf or nan is nan in the products); the SIMT kernels never read masked
-// positions.
+// nan. On the CPU and on tensor cores a non-finite value can also reach what the causal mask
+// hides from it within its block of 64 positions (a masked weight 0 times inf or nan is nan in
+// the products): a key's or value's, the rows before it; a query's or dout's, the gradients of
+// the keys and values after it. The SIMT kernels never read masked positions.
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options = {});
 
