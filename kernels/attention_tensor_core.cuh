@@ -193,16 +193,16 @@ struct BlockPlace {
 // Stores the warp's 16 rows of acc * factor (rows past the sequence's end skipped) as rows of T
 // at dst + row_offset(i) for row i.
 template <int kD, class T, class RowOffset>
-__device__ __forceinline__ void store_rows(T* dst, const float (&acc)[kD / 8][4],
-                                           const float (&factor)[2], int64_t row0, int64_t seq,
-                                           const Lane& at, RowOffset&& row_offset) {
+__device__ __forceinline__ void store_rows(T* dst, const float (&acc)[kD / 8][4], float factor,
+                                           int64_t row0, int64_t seq, const Lane& at,
+                                           RowOffset&& row_offset) {
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row0 + at.group + 8 * r;
     if (i >= seq) continue;
     T* row = dst + row_offset(i);
     for (int n = 0; n < kD / 8; ++n) {
       for (int c = 0; c < 2; ++c) {
-        row[n * 8 + 2 * at.tig + c] = from_f32<T>(rn::mul(acc[n][2 * r + c], factor[r]));
+        row[n * 8 + 2 * at.tig + c] = from_f32<T>(rn::mul(acc[n][2 * r + c], factor));
       }
     }
   }
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
 // dq for blocks of 64 query rows (the forward's grid): per block of visible keys, S = Q K^T,
 // P, dP = dO V^T, dS, then dq += dS K; finally dq *= scale.
 template <int kD, class T>
-__global__ void __launch_bounds__(attention_tc_detail::kThreads)
+__global__ void __launch_bounds__(attention_tc_detail::kThreads, 2)  // sm_80 spilled at 168
     attention_dq_tc_kernel(const T* qkv_typed, const T* dout_typed, const float* lse,
                            const float* delta, T* dqkv, attention_detail::Dims s) {
   using namespace attention_tc_detail;
@@ -325,12 +325,13 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
   __syncthreads();
   row_fragments<kD>(q, tiles.k, at);
   row_fragments<kD>(g, tiles.v, at);
-  float row_lse[2], row_delta[2];
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = warp_row0 + at.group + 8 * r;
-    row_lse[r] = i < s.seq ? lse[bh * s.seq + i] : 0.0f;
-    row_delta[r] = i < s.seq ? delta[bh * s.seq + i] : 0.0f;
-  }
+  // Rows group and group + 8: their log-sum-exp and delta, as scalars (an array indexed in the
+  // loops below went to local memory on sm_80).
+  const int64_t i0 = warp_row0 + at.group, i1 = i0 + 8;
+  const float lse0 = i0 < s.seq ? lse[bh * s.seq + i0] : 0.0f;
+  const float lse1 = i1 < s.seq ? lse[bh * s.seq + i1] : 0.0f;
+  const float delta0 = i0 < s.seq ? delta[bh * s.seq + i0] : 0.0f;
+  const float delta1 = i1 < s.seq ? delta[bh * s.seq + i1] : 0.0f;
 
   float dq[kD / 8][4] = {};
   const int64_t key_end = s.causal ? (row0 + kRows < s.seq ? row0 + kRows : s.seq) : s.seq;
@@ -347,14 +348,14 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
         const int64_t i = warp_row0 + at.group + 8 * (e / 2), j = key0 + n * 8 + 2 * at.tig + e % 2;
         const bool masked = j >= s.seq || (s.causal && j > i);
         const float prob =
-            masked ? 0.0f : attention_math::probability(rn::mul(p[n][e], s.scale), row_lse[e / 2]);
-        dp[n][e] = masked ? 0.0f : rn::mul(prob, rn::sub(dp[n][e], row_delta[e / 2]));
+            masked ? 0.0f
+                   : attention_math::probability(rn::mul(p[n][e], s.scale), e < 2 ? lse0 : lse1);
+        dp[n][e] = masked ? 0.0f : rn::mul(prob, rn::sub(dp[n][e], e < 2 ? delta0 : delta1));
       }
     }
     accumulate_times<kBf16, kD>(dq, dp, tiles.k, at);  // dq += dS K
   }
-  const float scale[2] = {s.scale, s.scale};
-  store_rows<kD>(dqkv, dq, scale, warp_row0, s.seq, at,
+  store_rows<kD>(dqkv, dq, s.scale, warp_row0, s.seq, at,
                  [&](int64_t i) { return attention_detail::qkv_row(s, b, i, 0, h); });
 }
 
@@ -413,10 +414,9 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
     accumulate_times<kBf16, kD>(dv, p, tiles.v, at);   // dv += P^T dO
     accumulate_times<kBf16, kD>(dk, ds, tiles.k, at);  // dk += dS^T Q
   }
-  const float scale[2] = {s.scale, s.scale}, one[2] = {1.0f, 1.0f};
-  store_rows<kD>(dqkv, dk, scale, warp_key0, s.seq, at,
+  store_rows<kD>(dqkv, dk, s.scale, warp_key0, s.seq, at,
                  [&](int64_t j) { return attention_detail::qkv_row(s, b, j, 1, h); });
-  store_rows<kD>(dqkv, dv, one, warp_key0, s.seq, at,
+  store_rows<kD>(dqkv, dv, 1.0f, warp_key0, s.seq, at,
                  [&](int64_t j) { return attention_detail::qkv_row(s, b, j, 2, h); });
 }
 
