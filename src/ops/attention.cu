@@ -79,18 +79,6 @@ Dims check_forward_operands(std::string_view op, const Stream& stream, const Ten
 
 // ---- CPU ---------------------------------------------------------------------------------------
 
-// A float tensor's elements as f32: its own memory, or a converted copy in `copy`.
-const float* widened(const TensorView& t, std::vector<float>& copy) {
-  if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
-  const int64_t n = t.numel();
-  copy.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-  for (int64_t begin = 0; begin < n; begin += cpu::kBlock) {
-    cpu::load_f32(t.data, t.dtype, begin, std::min(cpu::kBlock, n - begin), copy.data() + begin);
-  }
-  return copy.data();
-}
-
 // f(b, h) for every head of every batch entry, as parallel tasks (cpu_tasks.hpp: a head's GEMMs
 // run single-threaded, so results do not depend on the thread count).
 template <class F>
@@ -441,8 +429,23 @@ void backward_cpu16(const TensorView& dqkv, const TensorView& dout, const Tensor
 // row per OpenMP iteration; rows are few: a prompt, then one position per step).
 void decode_cpu(const TensorView& out, const TensorView& cache, const Dims& s, int64_t length,
                 int64_t tq) {
+  // A 16-bit cache: its first `length` positions of each entry as f32 ([B, length, 3, H, D],
+  // addressed through `at`), not the whole capacity.
   std::vector<float> cache_copy;
-  const float* x = widened(cache, cache_copy);
+  const float* x = static_cast<const float*>(cache.data);
+  Dims at = s;
+  if (cache.dtype != DType::f32) {
+    at.seq = length;
+    const int64_t entry = length * 3 * s.heads * s.dim;
+    cache_copy.resize(static_cast<size_t>(s.batch * entry));
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t begin = 0; begin < entry; begin += cpu::kBlock) {
+        cpu::load_f32(cache.data, cache.dtype, s.qkv_row(b, 0, 0, 0) + begin,
+                      std::min(cpu::kBlock, entry - begin), cache_copy.data() + b * entry + begin);
+      }
+    }
+    x = cache_copy.data();
+  }
   const int64_t rows = s.batch * s.heads * tq, d = s.dim;
   const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows * length * d >= cpu::kParallelMin)
@@ -453,13 +456,13 @@ void decode_cpu(const TensorView& out, const TensorView& cache, const Dims& s, i
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t i = row % tq, h = (row / tq) % s.heads, b = row / (tq * s.heads);
       const int64_t t = length - tq + i;
-      const float* q = x + s.qkv_row(b, t, 0, h);
+      const float* q = x + at.qkv_row(b, t, 0, h);
       std::fill(acc.begin(), acc.end(), 0.0f);
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
       const int64_t keys = s.causal ? t + 1 : length;
       for (int64_t j = 0; j < keys; ++j) {
-        const float* k = x + s.qkv_row(b, j, 1, h);
-        const float* v = x + s.qkv_row(b, j, 2, h);
+        const float* k = x + at.qkv_row(b, j, 1, h);
+        const float* v = x + at.qkv_row(b, j, 2, h);
         float dot = 0.0f;
         for (int64_t e = 0; e < d; ++e) dot += q[e] * k[e];
         float rescale, weight;
