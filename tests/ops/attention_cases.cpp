@@ -107,6 +107,19 @@ Reference reference(const Dims& s, const std::vector<float>& x, const std::vecto
   return r;
 }
 
+// Random qkv in [-range, range] and dout in [-1, 1], on the CPU, for shape d; two seeds used.
+struct Operands {
+  Tensor qkv, dout;
+};
+Operands random_operands(const Dims& d, uint32_t& seed, DType dtype, float range) {
+  Operands o;
+  o.qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype, Device::cpu(),
+                                        -range, range);
+  o.dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype, Device::cpu(), -1.0f,
+                                         1.0f);
+  return o;
+}
+
 const std::vector<Dims> kShapes = {{1, 1, 1, 1},   {2, 7, 3, 8},   {1, 33, 2, 33},
                                    {2, 16, 1, 64}, {1, 5, 2, 100}, {1, 3, 1, 256}};
 
@@ -142,10 +155,7 @@ TEST_P(Attention, MatchesTheDoubleReference) {
   for (const Dims& d : kShapes) {
     for (bool causal : {true, false}) {
       for (DType dtype : kFloatTypes) {
-        const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
-                                                         Device::cpu(), -1.0f, 1.0f);
-        const Tensor dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype,
-                                                          Device::cpu(), -1.0f, 1.0f);
+        const auto [qkv, dout] = random_operands(d, seed, dtype, 1.0f);
         const ops::AttentionOptions options{.causal = causal};
         const Results r = run_attention(s, on(qkv), on(dout), options);
         const Reference want = reference(d, values(qkv), values(dout), causal,
@@ -173,10 +183,7 @@ TEST_P(Attention, TheTensorCoreKernelsMatchTheReferenceAndTheSimtKernels) {
        {Dims{2, 70, 3, 32}, Dims{1, 130, 2, 64}, Dims{1, 65, 1, 128}, Dims{1, 1, 2, 64}}) {
     for (bool causal : {true, false}) {
       for (DType dtype : {DType::bf16, DType::f16}) {
-        const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
-                                                         Device::cpu(), -2.0f, 2.0f);
-        const Tensor dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype,
-                                                          Device::cpu(), -1.0f, 1.0f);
+        const auto [qkv, dout] = random_operands(d, seed, dtype, 2.0f);
         const std::string what = fmt::format("B{} T{} H{} D{} {} {}", d.b, d.t, d.h, d.d,
                                              causal ? "causal" : "full", dtype_name(dtype));
         const Results tc = run_attention(
@@ -226,10 +233,7 @@ TEST_P(Attention, LongSixteenBitSequencesOnTheCpuMatchTheReference) {
   const Dims d{2, 1030, 2, 16};
   for (bool causal : {true, false}) {
     for (DType dtype : {DType::bf16, DType::f16}) {
-      const Tensor qkv = ember::testing::random_tensor({d.b, d.t, 3, d.h, d.d}, seed++, dtype,
-                                                       Device::cpu(), -2.0f, 2.0f);
-      const Tensor dout = ember::testing::random_tensor({d.b, d.t, d.h, d.d}, seed++, dtype,
-                                                        Device::cpu(), -1.0f, 1.0f);
+      const auto [qkv, dout] = random_operands(d, seed, dtype, 2.0f);
       const Results r = run_attention(s, qkv, dout, {.causal = causal});
       const Reference want = reference(d, values(qkv), values(dout), causal, 0.25);
       const std::string what =

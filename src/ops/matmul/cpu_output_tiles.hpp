@@ -40,9 +40,7 @@ inline OutputTiles output_tiles(int64_t m, int64_t n) {
 // (2 cores; GFLOP/s, whole rows vs square tiles, two interleaved rounds): 256^3 260 vs 180,
 // 2048^3 760-930 vs 520-570, 4096x1024x256 690-730 vs 330-410, GPT small's linear layers
 // 73-81 vs 89-96 ms per step; 512^3 and 1024x768x3072 even; 1024^3 630-650 vs 710-970.
-inline bool use_whole_rows(int64_t, int64_t n) {
-  return n <= 4096;
-}
+inline constexpr int64_t kWholeRowsMax = 4096;  // columns
 inline OutputTiles whole_row_tiles(int64_t m, int64_t n) {
   OutputTiles t;
   const int64_t sixteenth = (m + 15) / 16;

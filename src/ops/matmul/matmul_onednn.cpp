@@ -138,39 +138,6 @@ const TilePrimitive& tile_primitive(const TileKey& key) {
 
 }  // namespace
 
-bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
-                   const detail::MatmulDims& dims, bool transpose_a, bool transpose_b, float alpha,
-                   float beta) {
-  if (a.dtype != b.dtype || !onednn_available(a.dtype)) return false;
-  const int64_t m = dims.m, n = dims.n, k = dims.k;
-  const memory::data_type type = data_type(a.dtype);
-  const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
-  OneDnn& dnn = onednn();
-  const size_t element = dtype_size(a.dtype);
-  // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
-  // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
-  // once (tile_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
-  const OutputTiles tiles = use_whole_rows(m, n) ? whole_row_tiles(m, n) : output_tiles(m, n);
-  for_each_output_tile(
-      dims.batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-        const TilePrimitive& tile =
-            tile_primitive({rows, cols, k, lda, ldb, n, static_cast<int>(type), transpose_a,
-                            transpose_b, alpha, beta});
-        const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
-        const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
-        memory src(tile.pd.src_desc(), dnn.engine, static_cast<char*>(a.data) + a_offset * element);
-        memory weights(tile.pd.weights_desc(), dnn.engine,
-                       static_cast<char*>(b.data) + b_offset * element);
-        memory dst(tile.pd.dst_desc(), dnn.engine, c32 + e * m * n + i0 * n + j0);
-        // One stream per thread: a stream is not shared between threads.
-        thread_local dnnl::stream stream(dnn.engine);
-        tile.product.execute(
-            stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-        stream.wait();
-      });
-  return true;
-}
-
 bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, int64_t cols,
                  int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
                  float beta, float* c, int64_t ldc) {
@@ -182,10 +149,34 @@ bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, 
   memory src(tile.pd.src_desc(), dnn.engine, const_cast<void*>(a));
   memory weights(tile.pd.weights_desc(), dnn.engine, const_cast<void*>(b));
   memory dst(tile.pd.dst_desc(), dnn.engine, c);
+  // One stream per thread: a stream is not shared between threads.
   thread_local dnnl::stream stream(dnn.engine);
   tile.product.execute(stream,
                        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
   stream.wait();
+  return true;
+}
+
+bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
+                   const detail::MatmulDims& dims, bool transpose_a, bool transpose_b, float alpha,
+                   float beta) {
+  if (a.dtype != b.dtype || !onednn_available(a.dtype)) return false;
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
+  const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
+  const size_t element = dtype_size(a.dtype);
+  // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
+  // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
+  // once (tile_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
+  const OutputTiles tiles = n <= kWholeRowsMax ? whole_row_tiles(m, n) : output_tiles(m, n);
+  for_each_output_tile(
+      dims.batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+        const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
+        const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
+        gemm16_tile(a.dtype, transpose_a, transpose_b, rows, cols, k, alpha,
+                    static_cast<const char*>(a.data) + a_offset * element, lda,
+                    static_cast<const char*>(b.data) + b_offset * element, ldb, beta,
+                    c32 + e * m * n + i0 * n + j0, n);
+      });
   return true;
 }
 
