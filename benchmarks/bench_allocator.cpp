@@ -3,7 +3,10 @@
 //   bench_allocator --trace FILE [--capacity BYTES] [--conf key:value,...]
 //                   [--no-compare-pytorch] [--no-smallest] [--repetitions N]
 //                   [--physical map-call|page]
-//   bench_allocator --all [DIR]          the three traces in ../shared/traces (or DIR)
+//   bench_allocator --all [DIR]          every trace of both categories, or of DIR: "shared"
+//                                        (../shared/traces) and "checkpointed variable shape"
+//                                        (benchmarks/traces/checkpointed_varlen, recorded by
+//                                        benchmarks/traces/record_gpt2_varlen.sh)
 //   bench_allocator --micro [--benchmark_...]   Google Benchmark microbenchmarks
 //
 // Trace mode replays an allocation trace (shared/traces/FORMAT.md) over
@@ -141,8 +144,13 @@ int run_microbenchmarks(int argc, char** argv) {
 
 // ---- trace mode -----------------------------------------------------------------
 
+struct TraceFile {
+  std::string path;
+  std::string category;  // "" for --trace
+};
+
 struct Options {
-  std::vector<std::string> traces;
+  std::vector<TraceFile> traces;
   size_t capacity = 0;
   AllocatorConfig config;
   std::string conf_text = "(defaults)";
@@ -182,7 +190,15 @@ std::string fmt_double(double value, const char* format = "%.3f") {
   return out;
 }
 
-int run_trace(const std::string& path, const Options& options) {
+// One trace's figures for the summary at the end.
+struct Summary {
+  std::string trace, category;
+  double reserved[3] = {0, 0, 0};  // ember, pytorch, pytorch+expand.: reserved / requested
+  double smallest[3] = {0, 0, 0};  // smallest capacity / peak requested
+  bool complete = false;
+};
+
+int run_trace(const std::string& path, const Options& options, Summary& summary) {
   const auto events = read_trace(path);
   size_t allocations = 0;
   for (const TraceEvent& e : events) allocations += e.kind == TraceEvent::allocate;
@@ -313,6 +329,13 @@ int run_trace(const std::string& path, const Options& options) {
         static_cast<double>(columns[0].unlimited.upstream_acquisitions()) /
             std::max<int64_t>(1, columns[2].unlimited.upstream_acquisitions()));
   }
+  summary.trace = std::filesystem::path(path).filename().string();
+  summary.complete = all_completed && columns.size() == 3 && options.smallest;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const double requested = static_cast<double>(columns[i].unlimited.peak_requested);
+    summary.reserved[i] = columns[i].unlimited.ratio;
+    summary.smallest[i] = requested > 0 ? static_cast<double>(columns[i].smallest) / requested : 0;
+  }
   if (options.capacity != 0 && !columns[0].limited.completed) {
     std::printf("  ember ran out of memory within %s: %s\n", mib(options.capacity).c_str(),
                 columns[0].limited.failure.c_str());
@@ -343,7 +366,9 @@ void usage(std::FILE* out) {
       "EMBER_ALLOC_CONF or the defaults), PyTorch's default policy and PyTorch's policy with\n"
       "expandable segments.\n"
       "  --trace FILE          a trace (repeatable)\n"
-      "  --all [DIR]           every *.trace and *.trace.gz in DIR (default: the shared traces)\n"
+      "  --all [DIR]           every *.trace and *.trace.gz in DIR (default: both categories, the\n"
+      "                        shared traces and benchmarks/traces/checkpointed_varlen), then a\n"
+      "                        summary\n"
       "  --capacity BYTES      also replay within this many bytes (suffixes K, M, G, KiB, MiB, "
       "GiB)\n"
       "  --conf TEXT           ember's config, as EMBER_ALLOC_CONF (e.g. max_split_size_mb:64)\n"
@@ -395,6 +420,52 @@ std::string default_trace_dir(const char* argv0) {
   return std::string(EMBER_SOURCE_DIR) + "/../shared/traces";
 }
 
+// Every *.trace and *.trace.gz in `dir`, as `category`; `required`: a missing or empty directory
+// is a usage error (else it is skipped).
+void add_directory(Options& options, const std::string& dir, const std::string& category,
+                   bool required) {
+  if (!std::filesystem::is_directory(dir)) {
+    if (required)
+      bad_arguments("--all: '" + dir + "' is not a directory; pass the traces' directory");
+    return;
+  }
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().string();
+    if (name.ends_with(".trace") || name.ends_with(".trace.gz")) found.push_back(name);
+  }
+  if (found.empty() && required)
+    bad_arguments("--all: no *.trace or *.trace.gz files in '" + dir + "'");
+  std::sort(found.begin(), found.end());
+  for (const std::string& path : found) options.traces.push_back({path, category});
+}
+
+// One line per trace, by category. The checkpointed variable-shape traces have goals (the
+// allocator issue): reserved <= 1.03 and smallest capacity <= 1.02 x peak requested, each at least
+// 0.02 below PyTorch's policy with expandable segments.
+void print_summary(const std::vector<Summary>& summaries) {
+  std::printf("\nsummary (reserved / requested; smallest capacity / peak requested)\n");
+  std::printf("  %-42s %8s %8s %8s   %8s %8s %8s  %s\n", "trace", "ember", "pytorch", "pt+exp.",
+              "ember", "pytorch", "pt+exp.", "goals");
+  std::string category = "-";
+  for (const Summary& s : summaries) {
+    if (s.category != category) {
+      category = s.category;
+      std::printf("  [%s]\n", category.empty() ? "traces" : category.c_str());
+    }
+    std::string goals = "-";
+    if (s.category == "checkpointed variable shape" && s.complete) {
+      const bool met = s.reserved[0] <= 1.03 && s.smallest[0] <= 1.02 &&
+                       s.reserved[0] <= s.reserved[2] - 0.02 &&
+                       s.smallest[0] <= s.smallest[2] - 0.02;
+      goals = met ? "met" : "not met";
+    }
+    std::printf("  %-42s %8.3f %8.3f %8.3f   %8.3f %8.3f %8.3f  %s\n", s.trace.c_str(),
+                s.reserved[0], s.reserved[1], s.reserved[2], s.smallest[0], s.smallest[1],
+                s.smallest[2], goals.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -433,21 +504,21 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     } else if (arg == "--trace") {
-      options.traces.push_back(value());
+      options.traces.push_back({value(), ""});
     } else if (arg == "--all") {
-      std::string dir = (i + 1 < args.size() && !args[i + 1].starts_with("--"))
-                            ? std::string(args[++i])
-                            : default_trace_dir(argv[0]);
-      if (!std::filesystem::is_directory(dir))
-        bad_arguments("--all: '" + dir + "' is not a directory; pass the traces' directory");
-      std::vector<std::string> found;
-      for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-        const std::string name = entry.path().string();
-        if (name.ends_with(".trace") || name.ends_with(".trace.gz")) found.push_back(name);
+      if (i + 1 < args.size() && !args[i + 1].starts_with("--")) {
+        const std::string dir(args[++i]);
+        add_directory(options, dir, std::filesystem::path(dir).filename().string(), true);
+      } else {
+        add_directory(options, default_trace_dir(argv[0]), "shared", false);
+        add_directory(options,
+                      std::string(EMBER_SOURCE_DIR) + "/benchmarks/traces/checkpointed_varlen",
+                      "checkpointed variable shape", false);
+        if (options.traces.empty())
+          bad_arguments(
+              "--all: no traces found in ../shared/traces or "
+              "benchmarks/traces/checkpointed_varlen; pass the traces' directory");
       }
-      if (found.empty()) bad_arguments("--all: no *.trace or *.trace.gz files in '" + dir + "'");
-      std::sort(found.begin(), found.end());
-      options.traces.insert(options.traces.end(), found.begin(), found.end());
     } else if (arg == "--capacity") {
       options.capacity = parse_bytes(value());
     } else if (arg == "--conf") {
@@ -485,13 +556,18 @@ int main(int argc, char** argv) {
   if (options.traces.empty()) bad_arguments("expected --trace FILE, --all [DIR] or --micro");
 
   int status = 0;
-  for (const std::string& path : options.traces) {
+  std::vector<Summary> summaries;
+  for (const TraceFile& trace : options.traces) {
+    Summary summary;
+    summary.category = trace.category;
     try {
-      status = std::max(status, run_trace(path, options));
+      status = std::max(status, run_trace(trace.path, options, summary));
+      summaries.push_back(summary);
     } catch (const ember::Error& e) {  // this trace fails; the others still run
       std::fprintf(stderr, "bench_allocator: %s\n", e.message().c_str());
       status = 1;
     }
   }
+  if (summaries.size() > 1) print_summary(summaries);
   return status;
 }

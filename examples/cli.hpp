@@ -11,9 +11,9 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ember/core/device.hpp"
 #include "ember/core/error.hpp"
@@ -57,6 +57,29 @@ inline Setter amp_option(std::string& out) {
     }
     out = v;
   };
+}
+
+// --checkpoint: none, full, selective or auto:<MiB> (a budget for nn::plan_checkpoints), into
+// `out`.
+inline Setter checkpoint_option(std::string& out) {
+  return [&out](const std::string& v) {
+    if (v.starts_with("auto:")) {
+      const int64_t budget = parse_int("--checkpoint auto:<MiB>", v.substr(5), 1);
+      if (budget > (int64_t{1} << 40)) {  // 1 EiB; and bytes must fit in 64 bits
+        throw UsageError{
+            fmt::format("--checkpoint auto:<MiB> is at most 2^40, not {}", v.substr(5))};
+      }
+    } else if (v != "none" && v != "full" && v != "selective") {
+      throw UsageError{
+          fmt::format("--checkpoint must be none, full, selective or auto:<MiB>, not '{}'", v)};
+    }
+    out = v;
+  };
+}
+
+// The budget of "auto:<MiB>" in bytes (checkpoint_option checked it).
+inline int64_t checkpoint_budget_bytes(const std::string& checkpoint) {
+  return parse_int("--checkpoint", checkpoint.substr(5), 1) << 20;
 }
 
 // --dropout: a probability in [0, 1], into `out`.

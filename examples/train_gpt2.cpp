@@ -6,6 +6,7 @@
 // byte (vocab 256), so the default run on a CPU learns English-like text in a few minutes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 
 #include <fmt/ranges.h>
 
+#include "allocation_trace.hpp"
 #include "cli.hpp"
 #include "ember/ember.hpp"
 #include "resume.hpp"
@@ -39,6 +41,7 @@ struct Config {
   std::vector<std::string> text;
   std::string shards, val_shards;
   int64_t seq = 128;
+  std::vector<int64_t> seq_lengths;  // empty: every step --seq
   int64_t batch = 16;
   int64_t accumulate = 1;
   int64_t steps = 1500;
@@ -58,6 +61,8 @@ struct Config {
   double temperature = 0.8;
   int64_t top_k = 40;
   example::SaveConfig save;
+  std::string record_allocations;
+  std::string command_line;  // for the allocation trace's header
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -74,13 +79,19 @@ data (default: the fortunes corpus in /usr/share/games/fortunes, as bytes; 10% f
 model and training:
   --model M          small (bytes: 4 layers, 4 heads, 256 wide; default) or d12 (GPT-2 124M)
   --seq T            tokens per sequence (default 128; at most the model's context)
+  --seq-lengths L,.. variable-length training: each step's sequences have one of these lengths
+                     (each at most --seq), drawn per step from --seed (the first L tokens of
+                     --seq windows); validation keeps --seq
   --batch B          sequences per optimizer step (default 16)
   --accumulate K     micro-batches per step (B / K sequences each; default 1)
   --steps N          optimizer steps (default 1500)
   --lr X             peak learning rate (default 0.002)
   --weight-decay X   AdamW's decay of 2-D weights (default 0.1)
   --amp P            f32 (default), bf16, or f16 (with the GradScaler)
-  --checkpoint C     none (default) or full: recompute every block's activations in backward
+  --checkpoint C     none (default); full: every block keeps only its input and recomputes in
+                     backward; selective: every block keeps its matmul outputs and remakes its
+                     LayerNorms and GELU; auto:<MiB>: the blocks that fit a step's peak into that
+                     budget (nn::plan_checkpoints, measured at --seq)
   --init-from FILE   start from a GPT-2 in Hugging Face transformers' safetensors layout (its
                      shape replaces --model's; heads from config.json beside it, else width/64)
   --export-hf FILE   at the end, write the model in that layout (transformers loads it)
@@ -99,6 +110,9 @@ model and training:
                      SIGUSR1 then saves at the end of the current step and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --record-allocations FILE  write every allocation on the device to FILE (an allocation
+                     trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
+                     FILE with .rankN before its .trace)
   -h, --help         show this help
 )";
 
@@ -124,12 +138,20 @@ Config parse_args(int argc, char** argv) {
       {"--weight-decay",
        [&](const std::string& v) { c.weight_decay = parse_double("--weight-decay", v); }},
       {"--amp", example::amp_option(c.amp)},
-      {"--checkpoint",
+      {"--checkpoint", example::checkpoint_option(c.checkpoint)},
+      {"--seq-lengths",
        [&](const std::string& v) {
-         if (v != "none" && v != "full") {
-           throw UsageError{fmt::format("--checkpoint must be none or full, not '{}'", v)};
+         c.seq_lengths.clear();
+         std::stringstream list(v);
+         for (std::string item; std::getline(list, item, ',');) {
+           c.seq_lengths.push_back(parse_int("--seq-lengths", item, 1));
          }
-         c.checkpoint = v;
+         if (c.seq_lengths.empty()) throw UsageError{"--seq-lengths needs lengths, not ''"};
+       }},
+      {"--record-allocations",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
+         c.record_allocations = v;
        }},
       {"--init-from", [&](const std::string& v) { c.init_from = v; }},
       {"--export-hf", [&](const std::string& v) { c.export_hf = v; }},
@@ -162,11 +184,18 @@ Config parse_args(int argc, char** argv) {
       {"--top-k", [&](const std::string& v) { c.top_k = parse_int("--top-k", v, 0); }},
   };
   example::add_save_options(options, c.save);
+  c.command_line = example::command_line(argc, argv);
   example::parse_options(argc, argv, options, kUsage, {"--resume"});
   example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
         fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
+  }
+  for (const int64_t length : c.seq_lengths) {
+    if (length > c.seq) {
+      throw UsageError{fmt::format(
+          "--seq-lengths: {} is longer than --seq ({}), the windows' length", length, c.seq)};
+    }
   }
   if (!c.shards.empty() && !c.text.empty()) throw UsageError{"give --text or --shards, not both"};
   if (c.shards.empty() != c.val_shards.empty()) {
@@ -226,6 +255,32 @@ std::string printable(const std::string& text) {
   return out;
 }
 
+// The sequence length of `step`: --seq, or one of --seq-lengths drawn by a hash of the seed and
+// the step (splitmix64), so that a resumed run draws the same lengths.
+int64_t step_seq(const Config& c, int64_t step) {
+  if (c.seq_lengths.empty()) return c.seq;
+  uint64_t x = c.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return c.seq_lengths[x % c.seq_lengths.size()];
+}
+
+// The first `length` tokens of each window of a batch ([rows, seq] i32 on the host).
+ember::data::TokenShards::Batch first_tokens(const ember::data::TokenShards::Batch& batch,
+                                             int64_t length) {
+  const int64_t rows = batch.inputs.shape()[0], seq = batch.inputs.shape()[1];
+  if (length == seq) return batch;
+  auto cut = [&](const ember::Tensor& t) {
+    ember::Tensor out = ember::Tensor::empty({rows, length}, ember::DType::i32);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(t.data<int32_t>() + r * seq, length, out.data<int32_t>() + r * length);
+    }
+    return out;
+  };
+  return {cut(batch.inputs), cut(batch.targets)};
+}
+
 int run(const Config& c) {
   using namespace ember;
   using Clock = std::chrono::steady_clock;
@@ -236,6 +291,9 @@ int run(const Config& c) {
   Device device = example::choose_device(c.device);
   if (device.is_cuda() && ranks > 1) device = dist::rank_device(comm->launch());
   Stream stream = current_stream(device);
+  // Before the model: the trace holds the parameters too, and outlives every tensor of the run.
+  const example::AllocationRecording recording(c.record_allocations, device, rank, ranks,
+                                               c.command_line);
   auto say = [&](const std::string& text) {
     if (rank != 0) return;
     std::fputs(text.c_str(), stdout);
@@ -310,13 +368,27 @@ int run(const Config& c) {
   config.device = device;
   auto model = train::make_gpt(config);
   if (!c.init_from.empty()) train::load_gpt_hf(c.init_from, *model);
-  if (c.checkpoint == "full") {
-    auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
+  auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
+  if (c.checkpoint == "full" || c.checkpoint == "selective") {
+    const nn::CheckpointPolicy policy =
+        c.checkpoint == "full" ? nn::CheckpointPolicy::full : nn::CheckpointPolicy::selective;
     for (size_t i = 0; i < blocks.size(); ++i) {
-      blocks.wrap_child(i, [](std::shared_ptr<nn::Module> m) {
-        return std::make_shared<nn::Checkpoint>(std::move(m));
+      blocks.wrap_child(i, [policy](std::shared_ptr<nn::Module> m) {
+        return std::make_shared<nn::Checkpoint>(std::move(m), policy);
       });
     }
+  } else if (c.checkpoint.starts_with("auto:")) {
+    // Planned on the blocks with a --seq micro-batch's hidden state (values from the seed).
+    std::mt19937_64 values_rng(c.seed);
+    std::normal_distribution<float> normal;
+    std::vector<float> values(static_cast<size_t>(micro * c.seq * config.dim));
+    for (float& v : values) v = normal(values_rng);
+    const Tensor sample = Tensor::from_vector(values, {micro, c.seq, config.dim}, stream);
+    nn::Context planning{stream, /*training=*/true, nn::parse_precision(c.amp)};
+    const nn::CheckpointPlan plan = nn::plan_checkpoints(
+        blocks, sample, example::checkpoint_budget_bytes(c.checkpoint), planning);
+    nn::apply_checkpoint_plan(blocks, plan);
+    say(plan.describe() + "\n");
   }
   // The network trained: the model, or its data-parallel replica (gradients averaged over the
   // ranks in buckets as backward runs). Validation and sampling use the model itself.
@@ -405,6 +477,7 @@ int run(const Config& c) {
        {"batch", std::to_string(c.batch)},
        {"accumulate", std::to_string(c.accumulate)},
        {"seq", std::to_string(c.seq)},
+       {"seq_lengths", fmt::format("{}", fmt::join(c.seq_lengths, ","))},
        {"lr", fmt::format("{}", c.lr)},
        {"weight_decay", fmt::format("{}", c.weight_decay)},
        {"seed", std::to_string(c.seed)},
@@ -431,14 +504,14 @@ int run(const Config& c) {
   }
 
   // MFU: the model's FLOPs per step on this rank over the device's peak.
-  const double step_flops =
-      train::gpt_flops_per_token(config, c.seq) * static_cast<double>(c.batch * c.seq);
   const std::optional<double> peak = c.peak_tflops > 0 ? std::optional<double>(c.peak_tflops * 1e12)
                                                        : train::peak_flops(device, precision);
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
+  double interval_flops = 0, interval_tokens = 0;
   int64_t interval_steps = 0;
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    const int64_t seq = step_seq(c, step);
     schedule.apply(optimizer);
     optimizer.zero_grad();
     Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
@@ -446,10 +519,10 @@ int run(const Config& c) {
         ctx,
         [&](const train::MicroBatch& mb) {
           if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
-          const Tensor loss = loss_of(*net, ctx, train_data->next());
+          const Tensor loss = loss_of(*net, ctx, first_tokens(train_data->next(), seq));
           ops::add(stream, loss_sum, loss_sum, loss);
           const Tensor dlogits = criterion.backward(ctx, mb.dloss);
-          net->backward(ctx, dlogits.reshape({micro, c.seq, config.vocab}));
+          net->backward(ctx, dlogits.reshape({micro, seq, config.vocab}));
         },
         scaler.scale());
     scaler.step(stream, optimizer);
@@ -463,10 +536,12 @@ int run(const Config& c) {
     interval_seconds += seconds;
     total_seconds += seconds;
     ++interval_steps;
+    interval_tokens += static_cast<double>(c.batch * seq);
+    interval_flops += train::gpt_flops_per_token(config, seq) * static_cast<double>(c.batch * seq);
     if (rank == 0 && (step % c.eval_every == 0 || step == c.steps)) val_loss = validation_loss();
     if (step % c.log_every == 0 || step == c.steps) {
       const double ms = 1000 * interval_seconds / static_cast<double>(interval_steps);
-      const double flops = step_flops / (ms / 1000);
+      const double flops = interval_flops / interval_seconds;
       say(fmt::format(
           "step {:5d} | loss {:.4f}{} | val {} | {:8.0f} tokens/s | {:7.1f} ms/step | "
           "{:.3g} TFLOP/s, MFU {}\n",
@@ -477,10 +552,12 @@ int run(const Config& c) {
               : fmt::format(
                     "{:.4f}{}", val_loss,
                     bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""),
-          static_cast<double>(ranks * c.batch * c.seq) / (ms / 1000), ms, flops / 1e12,
+          ranks * interval_tokens / interval_seconds, ms, flops / 1e12,
           peak ? fmt::format("{:.1f}%", 100 * flops / *peak) : std::string("-")));
       interval_seconds = 0;
       interval_steps = 0;
+      interval_tokens = 0;
+      interval_flops = 0;
     }
     if (rank == 0 && c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) {
       print_sample(step);

@@ -2,7 +2,8 @@
 // checkpointing, gradient accumulation and mixed precision, and reports the allocator's peak
 // memory next to the step time.
 //
-//   train_resmlp [--checkpoint none|full|auto:<MiB>] [--accumulate K] [--amp f16|bf16] ...
+//   train_resmlp [--checkpoint none|full|selective|auto:<MiB>] [--accumulate K] [--amp f16|bf16]
+//   ...
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "allocation_trace.hpp"
 #include "cli.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
@@ -36,9 +38,11 @@ struct Config {
   int64_t points = 2000;
   uint64_t seed = 1;
   int64_t log_every = 100;
-  std::string checkpoint = "none";  // none, full, auto:<MiB>
+  std::string checkpoint = "none";  // none, full, selective, auto:<MiB>
   std::string amp = "f32";
   std::string device = "auto";
+  std::string record_allocations;
+  std::string command_line;  // for the allocation trace's header
 };
 
 constexpr const char* kUsage = R"(usage: train_resmlp [options]
@@ -65,6 +69,8 @@ options:
   --device D         auto, cpu, cuda or cuda:N (default auto)
   --seed N           seed for data, initialization, dropout and shuffling (default 1)
   --log-every N      steps between progress lines (default 100)
+  --record-allocations FILE  write every allocation on the device to FILE (an allocation
+                     trace for bench_allocator; .gz compresses)
   -h, --help         show this help
 )";
 
@@ -85,27 +91,20 @@ Config parse_args(int argc, char** argv) {
       {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
       {"--seed",
        [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
-      {"--checkpoint",
-       [&](const std::string& v) {
-         if (v.starts_with("auto:")) {
-           const int64_t budget = parse_int("--checkpoint auto:<MiB>", v.substr(5), 1);
-           if (budget > (int64_t{1} << 40)) {  // 1 EiB; and bytes must fit in 64 bits
-             throw UsageError{
-                 fmt::format("--checkpoint auto:<MiB> is at most 2^40, not {}", v.substr(5))};
-           }
-         } else if (v != "none" && v != "full" && v != "selective") {
-           throw UsageError{fmt::format(
-               "--checkpoint must be none, full, selective or auto:<MiB>, not '{}'", v)};
-         }
-         c.checkpoint = v;
-       }},
+      {"--checkpoint", example::checkpoint_option(c.checkpoint)},
       {"--amp", example::amp_option(c.amp)},
+      {"--record-allocations",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
+         c.record_allocations = v;
+       }},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto") ember::Device::parse(v);
          c.device = v;
        }},
   };
+  c.command_line = example::command_line(argc, argv);
   example::parse_options(argc, argv, options, kUsage);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
@@ -123,6 +122,8 @@ int run(const Config& c) {
   using Clock = std::chrono::steady_clock;
   const Device device = example::choose_device(c.device);
   Stream stream = current_stream(device);
+  // Before the model: the trace holds the parameters too, and outlives every tensor of the run.
+  const example::AllocationRecording recording(c.record_allocations, device, 0, 1, c.command_line);
 
   auto [train_set, validation] = data::split(
       data::make_spirals({.classes = c.classes, .points_per_class = c.points, .seed = c.seed}), 0.2,
@@ -160,7 +161,7 @@ int run(const Config& c) {
   Tensor y_host = Tensor::empty({batch}, DType::i32);
   std::vector<int64_t> order = data::permutation(train_set.size(), c.seed, 0);
   if (c.checkpoint.starts_with("auto:")) {
-    const int64_t budget = parse_int("--checkpoint", c.checkpoint.substr(5), 1) << 20;
+    const int64_t budget = example::checkpoint_budget_bytes(c.checkpoint);
     data::gather(train_set, std::span<const int64_t>(order).subspan(0, static_cast<size_t>(micro)),
                  x_host.slice(0, micro), y_host.slice(0, micro));
     const nn::CheckpointPlan plan =

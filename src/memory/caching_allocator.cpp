@@ -591,9 +591,11 @@ void CachingAllocator::Impl::record_stream(void* ptr, StreamId stream) {
     b->stream_uses.push_back(stream);
 }
 
-void CachingAllocator::empty_cache() {
+size_t CachingAllocator::release_unused() {
   std::lock_guard lock(impl_->mutex);
+  const int64_t before = impl_->stats.reserved.current;
   impl_->release_cached(SIZE_MAX);
+  return static_cast<size_t>(before - impl_->stats.reserved.current);
 }
 
 void CachingAllocator::set_memory_fraction(double fraction) {

@@ -36,6 +36,10 @@ void empty_cache(Device device) {
   caching_allocator(device).empty_cache();
 }
 
+size_t release_unused(Device device) {
+  return caching_allocator(device).release_unused();
+}
+
 void reset_peak_stats(Device device) {
   caching_allocator(device).reset_peak_stats();
 }

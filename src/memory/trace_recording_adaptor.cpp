@@ -65,10 +65,11 @@ void TraceRecordingAllocator::record_stream(void* ptr, StreamId stream) {
   recorder_.stream_recorded(ptr, stream);
 }
 
-std::shared_ptr<TraceRecordingAllocator> record_allocations(Device device,
-                                                            const std::string& path) {
-  auto writer = std::make_shared<TraceWriter>(
-      path, "recorded by ember::memory::record_allocations on " + device.to_string());
+std::shared_ptr<TraceRecordingAllocator> record_allocations(Device device, const std::string& path,
+                                                            const std::string& description) {
+  std::string comment = "recorded by ember::memory::record_allocations on " + device.to_string();
+  if (!description.empty()) comment += ": " + description;
+  auto writer = std::make_shared<TraceWriter>(path, comment);
   auto recorder = std::make_shared<TraceRecordingAllocator>(allocator_for(device), writer);
   set_allocator(device, recorder);
   return recorder;

@@ -34,6 +34,19 @@ TEST(DeviceMemory, StatsSummaryAndSnapshotOfTheCpuAllocator) {
   EXPECT_EQ(&memory::caching_allocator(cpu), &memory::caching_allocator(cpu));
 }
 
+TEST(DeviceMemory, ReleaseUnusedReturnsFreePagesAndKeepsLiveTensors) {
+  const Device cpu = Device::cpu();
+  memory::release_unused(cpu);
+  const Tensor kept = Tensor::full({1 << 18}, 3.0);             // 1 MiB, live throughout
+  { const Tensor phase = Tensor::zeros({int64_t{12} << 20}); }  // 48 MiB, freed at once
+  const int64_t reserved = memory::stats(cpu).reserved.current;
+  const size_t returned = memory::release_unused(cpu);
+  EXPECT_GE(returned, size_t{32} << 20);
+  EXPECT_EQ(memory::stats(cpu).reserved.current, reserved - static_cast<int64_t>(returned));
+  EXPECT_EQ(memory::release_unused(cpu), 0u);  // nothing more to give
+  EXPECT_EQ(kept.to_vector<float>()[(1 << 18) - 1], 3.0f);
+}
+
 TEST(DeviceMemory, LooksThroughARecorderAndRefusesOtherAllocators) {
   const Device cpu = Device::cpu();
   const auto previous = ember::allocator_for(cpu);

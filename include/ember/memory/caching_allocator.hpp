@@ -40,8 +40,11 @@ class CachingAllocator final : public ember::Allocator {
   // is reused only after the event completes.
   void record_stream(void* ptr, StreamId stream) override;
 
-  // Returns every cached, unused segment (and free mapped pages) to the upstream.
-  void empty_cache();
+  // Returns every cached, unused segment, and the free pages of expandable segments (whole map
+  // calls inside free ranges, as the driver frees them), to the upstream, after waiting for the
+  // device; live blocks stay where they are. Returns the bytes given back.
+  size_t release_unused();
+  void empty_cache() { release_unused(); }
   // Per-process budget: at most fraction * upstream info().total bytes reserved.
   void set_memory_fraction(double fraction);
   void set_max_reserved(size_t bytes);  // 0: no limit

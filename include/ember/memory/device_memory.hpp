@@ -4,6 +4,7 @@
 // (a trace recorder over one is looked through).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "ember/core/device.hpp"
@@ -18,6 +19,10 @@ AllocatorStats stats(Device device);
 std::string memory_summary(Device device);
 std::string snapshot(Device device);
 void empty_cache(Device device);  // returns cached free memory to the device
+// The same, for a process that ends a phase (evaluation, a checkpoint save) and shares the device
+// with other jobs: every unused segment and the free pages of expandable segments go back;
+// returns the bytes given back (CachingAllocator::release_unused).
+size_t release_unused(Device device);
 void reset_peak_stats(Device device);
 
 }  // namespace ember::memory

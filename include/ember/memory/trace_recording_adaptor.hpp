@@ -67,7 +67,8 @@ class TraceRecordingAllocator final : public ember::Allocator {
 // installs it with set_allocator. To stop, call
 // set_allocator(device, recorder->inner()); the file is complete once the
 // recorder and every storage allocated through it are destroyed (or after
-// recorder->writer()->flush()).
-std::shared_ptr<TraceRecordingAllocator> record_allocations(Device device, const std::string& path);
+// recorder->writer()->flush()). `description` (what run this is) goes into the header comment.
+std::shared_ptr<TraceRecordingAllocator> record_allocations(Device device, const std::string& path,
+                                                            const std::string& description = {});
 
 }  // namespace ember::memory
