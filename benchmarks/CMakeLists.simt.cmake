@@ -4,3 +4,13 @@ add_executable(bench_simt ${CMAKE_CURRENT_LIST_DIR}/bench_simt.cpp)
 target_link_libraries(bench_simt PRIVATE ember_emulated benchmark::benchmark)
 set_target_properties(bench_simt PROPERTIES ENABLE_EXPORTS ON)
 ember_set_warnings(bench_simt)
+
+# bench_allocator on the emulator's CUDA runtime and driver (cudaMalloc, and the virtual memory
+# API over host memory): `--device cuda:0` replays a trace through the real upstreams' code
+# without a GPU (tests: emulated.bench_allocator_device_replay).
+add_executable(bench_allocator_emulated ${CMAKE_CURRENT_LIST_DIR}/bench_allocator.cpp
+                                        ${CMAKE_CURRENT_LIST_DIR}/allocator_device_replay.cpp)
+target_link_libraries(bench_allocator_emulated PRIVATE ember_emulated benchmark::benchmark)
+target_compile_definitions(bench_allocator_emulated PRIVATE EMBER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+set_target_properties(bench_allocator_emulated PROPERTIES ENABLE_EXPORTS ON)
+ember_set_warnings(bench_allocator_emulated)

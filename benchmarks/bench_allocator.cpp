@@ -2,7 +2,7 @@
 //
 //   bench_allocator --trace FILE [--capacity BYTES] [--conf key:value,...]
 //                   [--no-compare-pytorch] [--no-smallest] [--repetitions N]
-//                   [--physical map-call|page]
+//                   [--physical map-call|page] [--device cuda:N]
 //   bench_allocator --all [DIR]          every trace of both categories, or of DIR: "shared"
 //                                        (../shared/traces) and "checkpointed variable shape"
 //                                        (benchmarks/traces/checkpointed_varlen, recorded by
@@ -45,6 +45,8 @@
 #include <string_view>
 #include <vector>
 
+#include "allocator_device_replay.hpp"
+#include "ember/core/device.hpp"
 #include "ember/core/error.hpp"
 #include "ember/memory/caching_allocator.hpp"
 #include "ember/memory/config.hpp"
@@ -158,6 +160,7 @@ struct Options {
   bool smallest = true;
   int repetitions = 5;
   PhysicalGranularity physical = PhysicalGranularity::map_call;
+  int device = -1;  // --device cuda:N: replay through the real upstreams
 };
 
 struct Column {
@@ -378,6 +381,9 @@ void usage(std::FILE* out) {
       "                        freed only whole, as the CUDA driver does) or page (optimistic:\n"
       "                        every unmapped page is freed at once; for comparison only)\n"
       "  --repetitions N       replays timed for ns per malloc+free (median; default 5)\n"
+      "  --device cuda:N       replay on that GPU through the real upstreams (cudaMalloc;\n"
+      "                        cuMemCreate/cuMemMap), timing each kind of upstream call; the\n"
+      "                        smallest capacity is searched as a budget (max_reserved)\n"
       "  --micro               microbenchmarks: cached malloc+free pair, ember vs malloc\n");
 }
 
@@ -540,6 +546,15 @@ int main(int argc, char** argv) {
         options.physical = PhysicalGranularity::page;
       else
         bad_arguments("--physical needs 'map-call' or 'page', not '" + model + "'");
+    } else if (arg == "--device") {
+      const std::string text = value();
+      try {
+        const ember::Device device = ember::Device::parse(text);
+        if (!device.is_cuda()) bad_arguments("--device needs cuda or cuda:N, not '" + text + "'");
+        options.device = device.index();
+      } catch (const ember::Error& e) {
+        bad_arguments("--device: " + e.message());
+      }
     } else if (arg == "--no-smallest") {
       options.smallest = false;
     } else if (arg == "--repetitions") {
@@ -561,6 +576,14 @@ int main(int argc, char** argv) {
     Summary summary;
     summary.category = trace.category;
     try {
+      if (options.device >= 0) {
+        const bench::DeviceReplayOptions device{.device = options.device,
+                                                .smallest = options.smallest,
+                                                .compare_pytorch = options.compare_pytorch};
+        status = std::max(status, bench::replay_on_device(trace.path, read_trace(trace.path),
+                                                          options.config, device));
+        continue;
+      }
       status = std::max(status, run_trace(trace.path, options, summary));
       summaries.push_back(summary);
     } catch (const ember::Error& e) {  // this trace fails; the others still run

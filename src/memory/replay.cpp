@@ -124,13 +124,9 @@ double fragmentation(uint64_t free_bytes, uint64_t largest) {
 
 }  // namespace
 
-ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
-                    size_t capacity, PhysicalGranularity granularity,
-                    std::vector<MemoryPoint>* timeline) {
+ReplayResult replay_through(const std::vector<TraceEvent>& events, CachingAllocator& allocator,
+                            std::vector<MemoryPoint>* timeline) {
   ReplayResult result;
-  result.capacity = capacity;
-  Setup setup(config, capacity, granularity);
-  CachingAllocator& allocator = *setup.allocator;
 
   struct Live {
     void* ptr;
@@ -219,13 +215,22 @@ ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig
   result.page_maps = stats.page_maps;
   result.page_unmaps = stats.page_unmaps;
   result.retries = stats.retries;
+  // Live allocations at the end (parameters, optimizer state) go back with the
+  // allocator; free them first so its destructor sees a clean state.
+  for (const auto& [id, entry] : live) allocator.free(entry.ptr);
+  return result;
+}
+
+ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
+                    size_t capacity, PhysicalGranularity granularity,
+                    std::vector<MemoryPoint>* timeline) {
+  Setup setup(config, capacity, granularity);
+  ReplayResult result = replay_through(events, *setup.allocator, timeline);
+  result.capacity = capacity;
   result.pages_mapped = setup.budget.pages_mapped;
   const SimulatedVirtualUpstream::Counters physical = setup.virt->inner().counters();
   result.physical_allocations = static_cast<int64_t>(physical.physical_allocations);
   result.peak_backed = physical.peak_backed_bytes;
-  // Live allocations at the end (parameters, optimizer state) go back with the
-  // allocator; free them first so its destructor sees a clean state.
-  for (const auto& [id, entry] : live) allocator.free(entry.ptr);
   return result;
 }
 
@@ -303,16 +308,22 @@ double replay_ns_per_pair(const std::vector<TraceEvent>& events, const Allocator
 
 size_t smallest_capacity(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
                          CapacitySearch* search, PhysicalGranularity granularity) {
+  return smallest_capacity_of(
+      [&](size_t capacity) { return replay(events, config, capacity, granularity); }, search);
+}
+
+size_t smallest_capacity_of(const std::function<ReplayResult(size_t capacity)>& run,
+                            CapacitySearch* search) {
   CapacitySearch local;
   CapacitySearch& info = search != nullptr ? *search : local;
   info = {};
   constexpr size_t page = kReplayPageSize;
   auto completes = [&](size_t capacity) {
     ++info.replays;
-    return replay(events, config, capacity, granularity).completed;
+    return run(capacity).completed;
   };
 
-  const ReplayResult unlimited = replay(events, config, 0, granularity);
+  const ReplayResult unlimited = run(0);
   ++info.replays;
   EMBER_CHECK(unlimited.completed, "replay without a capacity limit failed: {}", unlimited.failure);
   if (unlimited.peak_requested == 0) return 0;

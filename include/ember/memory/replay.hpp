@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,13 @@ ReplayResult replay(const std::vector<TraceEvent>& events, const AllocatorConfig
                     PhysicalGranularity granularity = PhysicalGranularity::map_call,
                     std::vector<MemoryPoint>* timeline = nullptr);
 
+// The same through any CachingAllocator (real upstreams: bench_allocator --device): the figures
+// its statistics give (not pages_mapped, physical_allocations, peak_backed, capacity, which
+// depend on the upstream). Live allocations at the end are freed.
+class CachingAllocator;
+ReplayResult replay_through(const std::vector<TraceEvent>& events, CachingAllocator& allocator,
+                            std::vector<MemoryPoint>* timeline = nullptr);
+
 // Median nanoseconds per allocate+free pair over `repetitions` replays with no
 // bookkeeping (unlimited capacity; the simulated upstream's calls included).
 double replay_ns_per_pair(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
@@ -105,5 +113,8 @@ struct CapacitySearch {
 size_t smallest_capacity(const std::vector<TraceEvent>& events, const AllocatorConfig& config,
                          CapacitySearch* search = nullptr,
                          PhysicalGranularity granularity = PhysicalGranularity::map_call);
+// The same search over any replay: `run(capacity)` replays within `capacity` bytes (0: no limit).
+size_t smallest_capacity_of(const std::function<ReplayResult(size_t capacity)>& run,
+                            CapacitySearch* search = nullptr);
 
 }  // namespace ember::memory
