@@ -60,7 +60,8 @@ build_dir="$(cd "$build_dir" && pwd)"
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 
-binaries=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise)
+binaries=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise
+          bench_allocator)
 
 # ---- build ------------------------------------------------------------------------------
 if [ "$no_build" -eq 0 ]; then
@@ -119,6 +120,10 @@ shopt -u nullglob
 [ ${#libember[@]} -gt 0 ] || die "no libember.so* in $build_dir/lib"
 cp -P "${libember[@]}" "$stage/lib/"
 cp "$here/run.sh" "$stage/run.sh"
+# The allocation traces bench_allocator replays on the GPU, and PyTorch's replay of them.
+mkdir -p "$stage/traces" "$stage/reference"
+cp "$root"/benchmarks/traces/checkpointed_varlen/*.trace.gz "$stage/traces/" 2>/dev/null || true
+cp "$root/benchmarks/reference/replay_trace_torch.py" "$stage/reference/"
 chmod +x "$stage/run.sh"
 
 # glibc's core: the target's own must be used. The CUDA driver and toolkit: the target's own

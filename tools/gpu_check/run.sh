@@ -71,7 +71,7 @@ steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_bf16 train_mlp_f16
        train_resmlp_none train_resmlp_full train_resmlp_selective
        train_ddp
-       bench_matmul bench_train_step bench_elementwise
+       bench_matmul bench_train_step bench_elementwise bench_allocator
        memcheck racecheck synccheck initcheck)
 describe() {
   case "$1" in
@@ -84,6 +84,7 @@ describe() {
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
     bench_elementwise) echo "bench_elementwise's GPU rows (fused chain against separate ops)" ;;
+    bench_allocator) echo "the allocation traces on the GPU: ember (bench_allocator --device) and PyTorch's allocator" ;;
     memcheck) echo "compute-sanitizer memcheck over the device cases (debug_guard allocator)" ;;
     racecheck) echo "compute-sanitizer racecheck over the kernel cases" ;;
     synccheck) echo "compute-sanitizer synccheck over the kernel cases" ;;
@@ -117,7 +118,8 @@ if [ -n "$only" ]; then
 fi
 
 # ---- the binaries and their libraries ---------------------------------------------------
-names=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise)
+names=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise
+       bench_allocator)
 declare -A bin=()
 if [ -n "$build_dir" ]; then
   [ -d "$build_dir" ] || die "--build-dir $build_dir is not a directory"
@@ -515,6 +517,56 @@ step_bench_elementwise() {
   bench_step bench_elementwise '^chain_gpu/' 'chain_gpu/ember/268435456'
 }
 
+# The checkpointed variable-shape traces replayed on the GPU: ember's allocator through the real
+# upstreams (bench_allocator --device cuda:0), then PyTorch's own caching allocator with
+# expandable segments off and on, next to ember's figures from the same run.
+step_bench_allocator() {
+  local log="$logs/bench_allocator.log" rc traces=() smallest=()
+  local trace_dir="$here/traces" script="$here/reference/replay_trace_torch.py"
+  [ -n "$build_dir" ] && trace_dir="$here/../../benchmarks/traces/checkpointed_varlen" &&
+    script="$here/../../benchmarks/reference/replay_trace_torch.py"
+  shopt -s nullglob
+  traces=("$trace_dir"/*.trace.gz)
+  shopt -u nullglob
+  if [ ${#traces[@]} -eq 0 ]; then
+    res=SKIP
+    detail="no traces in $trace_dir"
+    return 0
+  fi
+  [ "$quick" -eq 1 ] && traces=("${traces[@]:0:2}") && smallest=(--no-smallest)
+  run_logged "$log" "$step_limit" "${bin[bench_allocator]}" --device cuda:0 "${smallest[@]}" \
+    $(printf -- '--trace %s ' "${traces[@]}")
+  rc=$?
+  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
+    res=FAIL
+    detail="bench_allocator --device: exit code $rc: $(first_error_line "$log" 'error|Error|does not complete')"
+    return 0
+  fi
+  local ratios
+  ratios="$(awk '/^trace / { name = $2; sub(/.*\//, "", name); sub(/\.trace\.gz$/, "", name) }
+                 /reserved \/ requested \(ratio\)/ { printf "%s%s %s", sep, name, $5; sep = ", " }' "$log")"
+  res=PASS
+  detail="ember reserved/requested: $ratios"
+  # PyTorch's allocator on the same GPU (python3 with a CUDA PyTorch; the carried lib/ is not
+  # PyTorch's: run without it).
+  left=$((step_limit - $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%d", b - a }')))
+  if [ "$left" -lt 20 ]; then
+    detail="$detail; PyTorch: no time left"
+    return 0
+  fi
+  run_logged "$log" "$left" env -u LD_LIBRARY_PATH python3 "$script" --bench "${bin[bench_allocator]}" \
+    "${smallest[@]}" "${traces[@]}"
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    res=FAIL
+    detail="$detail; replay_trace_torch.py: exit code $rc"
+  elif grep -q 'nothing to compare' "$log"; then
+    detail="$detail; PyTorch: $(grep -m 1 'nothing to compare' "$log" | cut -c 21-80)"
+  else
+    detail="$detail; PyTorch side by side in the log"
+  fi
+}
+
 # compute-sanitizer TOOL over a command: no errors, and the command itself succeeds.
 sanitizer_step() {
   local step="$1" tool="$2"
@@ -572,6 +624,7 @@ own_timeout() {
     device_cases) full=240 quick_s=180 ;;
     train_*) full=90 quick_s=45 ;;
     bench_matmul) full=150 quick_s=60 ;;
+    bench_allocator) full=180 quick_s=60 ;;
     bench_*) full=90 quick_s=45 ;;
     memcheck) full=240 quick_s=120 ;;
     racecheck) full=180 quick_s=90 ;;
