@@ -264,6 +264,7 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
   b->segment = seg.get();
   seg->first = b;
   stats.reserved.add(static_cast<int64_t>(bytes));
+  reserved_high_water = std::max(reserved_high_water, static_cast<size_t>(stats.reserved.current));
   ++stats.segment_allocs;
   segments.emplace(seg->base, std::move(seg));
   pool_insert(b);
@@ -276,6 +277,29 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
 // block is free and holds `size` bytes. Growth at the end of a large-pool
 // segment maps a multiple of growth_granularity when the budget allows. Each
 // growth maps at most max_map bytes per map call. Null when out of memory.
+// Before growth that would reserve more than ever before: the free map calls go back first
+// (after a device synchronization, as release_cached does), so that growth reuses their memory
+// instead of adding to the peak. Free memory scattered in holes that no request fits then costs
+// upstream calls at a new peak, not device memory; below the high-water mark nothing moves.
+void CachingAllocator::Impl::guard_peak(StreamId stream, bool small, size_t size) {
+  const auto reserved = static_cast<size_t>(stats.reserved.current);
+  const size_t grows = detail::round_up(size, page);
+  if (reserved + grows <= reserved_high_water) return;
+  const size_t free_bytes = reserved - static_cast<size_t>(stats.allocated.current);
+  if (free_bytes < page) return;  // nothing could go back
+  const auto list = expandable_segments.find({stream, small});
+  if (list == expandable_segments.end()) return;
+  // Nothing queued may touch the pages that go back (release_cached).
+  events->synchronize();
+  process_events();
+  size_t freed = 0;
+  const size_t enough = reserved + grows - reserved_high_water;
+  for (Segment* seg : list->second) {
+    if (freed >= enough) break;
+    freed += unmap_free_ranges(seg, enough - freed);
+  }
+}
+
 Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size_t size) {
   auto& list = expandable_segments[{stream, small}];
   Segment* seg = list.empty() ? nullptr : list.back();
@@ -482,6 +506,7 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
       release_cached(static_cast<size_t>(stats.reserved.current) - target);
       b = find_free(stream, small, size);
     }
+    if (b == nullptr && expandable && config.peak_guard) guard_peak(stream, small, size);
     if (b == nullptr) b = grow(stream, small, size);
     if (b == nullptr) {
       ++stats.retries;

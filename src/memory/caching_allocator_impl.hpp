@@ -28,6 +28,7 @@ struct CachingAllocator::Impl {
   void record_stream(void* ptr, StreamId stream);
   detail::Block* owned(void* ptr, const char* what);
   size_t release_cached(size_t enough);
+  void guard_peak(StreamId stream, bool small, size_t size);
   size_t largest_free() const;
   size_t limit() const;
   MemoryInfo device_info() const;
@@ -67,8 +68,9 @@ struct CachingAllocator::Impl {
   std::shared_ptr<StreamEvents> events;
   bool expandable = false;
   size_t page = 0;
-  size_t max_map = 0;  // expandable: the most bytes one map call maps (a multiple of page)
+  size_t max_map = 0;        // expandable: the most bytes one map call maps (a multiple of page)
   std::string grow_failure;  // why the last reservation failed (named by throw_oom)
+  size_t reserved_high_water = 0;  // the most ever reserved (peak_guard; never reset)
   uint64_t next_serial = 0;
   AllocatorStats stats;
   detail::BlockPool small_pool, large_pool;

@@ -22,7 +22,8 @@ constexpr std::string_view kValidKeys =
     "1..64>, garbage_collection_threshold:<0 = off, or 0 < t < 1>, "
     "expandable_segments:<true|false>, max_reserved_mb:<MiB, 0 = no limit>, "
     "memory_fraction:<0 = no limit, or 0 < f <= 1>, max_map_mb:<MiB, 0 = no cap>, "
-    "growth_granularity_mb:<MiB, 0 = the page size>, debug_guard:<true|false>, "
+    "growth_granularity_mb:<MiB, 0 = the page size>, peak_guard:<true|false>, "
+    "debug_guard:<true|false>, "
     "policy:<ember|pytorch>";
 
 std::string_view trim(std::string_view s) {
@@ -77,6 +78,7 @@ AllocatorConfig pytorch_default_policy() {
   c.roundup_power2_divisions = 0;
   c.garbage_collection_threshold = 0.0;
   c.expandable_segments = false;
+  c.peak_guard = false;
   c.min_block_size = 512;
   c.small_size = 1 * kMiB;
   c.small_buffer = 2 * kMiB;
@@ -130,6 +132,8 @@ AllocatorConfig parse_allocator_config(std::string_view text) {
       c.garbage_collection_threshold = t;
     } else if (key == "expandable_segments") {
       c.expandable_segments = parse_bool(key, value);
+    } else if (key == "peak_guard") {
+      c.peak_guard = parse_bool(key, value);
     } else if (key == "debug_guard") {
       c.debug_guard = parse_bool(key, value);
     } else if (key == "max_reserved_mb") {
@@ -159,10 +163,11 @@ std::string to_string(const AllocatorConfig& c) {
   return fmt::format(
       "max_split_size_mb:{},roundup_power2_divisions:{},garbage_collection_threshold:{},"
       "expandable_segments:{},max_reserved_mb:{},memory_fraction:{},max_map_mb:{},"
-      "growth_granularity_mb:{},debug_guard:{}",
+      "growth_granularity_mb:{},peak_guard:{},debug_guard:{}",
       c.max_split_size / kMiB, c.roundup_power2_divisions, c.garbage_collection_threshold,
       c.expandable_segments ? "true" : "false", c.max_reserved / kMiB, c.memory_fraction,
-      c.max_map_size / kMiB, c.growth_granularity / kMiB, c.debug_guard ? "true" : "false");
+      c.max_map_size / kMiB, c.growth_granularity / kMiB, c.peak_guard ? "true" : "false",
+      c.debug_guard ? "true" : "false");
 }
 
 }  // namespace ember::memory

@@ -90,6 +90,7 @@ bool CachingAllocator::Impl::map_range(Segment* seg, uintptr_t address, size_t b
   seg->mapped.insert(at, {address, bytes});
   seg->mapped_bytes += bytes;
   stats.reserved.add(static_cast<int64_t>(bytes));
+  reserved_high_water = std::max(reserved_high_water, static_cast<size_t>(stats.reserved.current));
   return true;
 }
 

@@ -212,6 +212,7 @@ TEST(ExpandableHoles, GrowthGranularityFallsBackToTheNeededBytes) {
   auto vup = std::make_shared<RecordingUpstream>(size_t{1} << 30);
   AllocatorConfig config;
   config.growth_granularity = 16 * kMiB;
+  config.max_map_size = 32 * kMiB;  // one map call for the whole growth
   config.max_reserved = 20 * kMiB;
   CachingAllocator a(nullptr, vup, config);
   std::vector<void*> live;
@@ -225,6 +226,44 @@ TEST(ExpandableHoles, GrowthGranularityFallsBackToTheNeededBytes) {
   EXPECT_EQ(a.stats().reserved.current, static_cast<int64_t>(20 * kMiB));
   detail::verify_invariants(a);
   for (void* p : live) a.free(p);
+}
+
+// peak_guard: growth past the most ever reserved first gives back the free map calls (after
+// waiting for the device), so the peak reserved is what is live plus what cannot go back; below
+// that high-water mark nothing is unmapped.
+TEST(ExpandableHoles, PeakGuardReusesFreeMapCallsBeforeANewPeak) {
+  struct CountingEvents final : StreamEvents {
+    int synchronized = 0;
+    EventId record(StreamId) override { return 1; }
+    bool query(EventId) override { return true; }
+    void destroy(EventId) noexcept override {}
+    void synchronize() override { ++synchronized; }
+  };
+  for (const bool guard : {false, true}) {
+    SCOPED_TRACE(guard ? "peak_guard:true" : "peak_guard:false");
+    auto vup = std::make_shared<SimulatedVirtualUpstream>(2 * kMiB, 256 * kMiB);
+    auto events = std::make_shared<CountingEvents>();
+    AllocatorConfig config = exact_growth();
+    config.peak_guard = guard;
+    CachingAllocator a(nullptr, vup, config, events);
+    void* first = a.allocate(8 * kMiB);  // [0, 8): one map call
+    void* kept = a.allocate(4 * kMiB);   // [8, 12)
+    a.free(first);
+    void* big = a.allocate(12 * kMiB);  // the free 8 MiB do not fit it
+    // With the guard the free [0, 8) went back before the growth: 4 + 12 MiB reserved at most.
+    EXPECT_EQ(a.stats().reserved.peak, static_cast<int64_t>((guard ? 16 : 24) * kMiB));
+    EXPECT_EQ(vup->counters().backed_bytes, (guard ? 16 : 24) * kMiB);
+    EXPECT_EQ(events->synchronized, guard ? 1 : 0);
+    detail::verify_invariants(a);
+    // Below the high-water mark nothing goes back: the hole is mapped again, no unmap.
+    const int64_t unmaps = a.stats().page_unmaps;
+    void* again = a.allocate(8 * kMiB);
+    EXPECT_EQ(a.stats().page_unmaps, unmaps);
+    EXPECT_EQ(a.stats().reserved.current, static_cast<int64_t>(24 * kMiB));
+    EXPECT_EQ(events->synchronized, guard ? 1 : 0);
+    detail::verify_invariants(a);
+    for (void* p : {kept, big, again}) a.free(p);
+  }
 }
 
 // Growth maps the hole that needs the fewest bytes, and only when that is no

@@ -24,14 +24,22 @@ struct AllocatorConfig {
   // (cuMemCreate), and the driver frees an allocation only whole. So no map
   // call maps more than max_map_size bytes (0: no cap), and the allocator
   // gives back only whole map calls, so that a free range in a segment can go
-  // back to the device piece by piece. Key: max_map_mb.
-  size_t max_map_size = size_t{32} << 20;
+  // back to the device piece by piece. Key: max_map_mb. 16 MiB: chosen on the allocation traces
+  // and perturbed copies of them (docs/memory.md): a map call pinned by one live block holds at
+  // most that much.
+  size_t max_map_size = size_t{16} << 20;
   // Expandable segments: growth at the end of a large-pool segment maps a
   // multiple of this many bytes (0: of the page size), so that a run of
   // small allocations does not make one map call each; the extra stays free
   // at the segment's end. Within a budget that refuses it, growth falls back
-  // to the bytes needed. Key: growth_granularity_mb.
-  size_t growth_granularity = size_t{16} << 20;
+  // to the bytes needed. Key: growth_granularity_mb. Default 0: map calls then end where blocks
+  // end, so a freed block's map calls go back whole (the traces' smallest capacities).
+  size_t growth_granularity = 0;
+  // Expandable segments: growth that would reserve more than the allocator ever has first gives
+  // back the free map calls (after synchronizing the device), so that their memory serves the
+  // growth and the peak reserved stays near the peak allocated. Below that high-water mark
+  // nothing moves. Key: peak_guard (true/false).
+  bool peak_guard = true;
   // Per-process budget: at most this many bytes reserved (0: no limit), or
   // this fraction of the device's total memory (0: no limit).
   // Keys: max_reserved_mb, memory_fraction.
