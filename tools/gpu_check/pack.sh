@@ -60,8 +60,8 @@ build_dir="$(cd "$build_dir" && pwd)"
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 
-binaries=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise
-          bench_allocator)
+binaries=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
+          bench_elementwise bench_allocator)
 
 # ---- build ------------------------------------------------------------------------------
 if [ "$no_build" -eq 0 ]; then
@@ -124,6 +124,8 @@ cp "$here/run.sh" "$stage/run.sh"
 mkdir -p "$stage/traces" "$stage/reference"
 cp "$root"/benchmarks/traces/checkpointed_varlen/*.trace.gz "$stage/traces/" 2>/dev/null || true
 cp "$root/benchmarks/reference/replay_trace_torch.py" "$stage/reference/"
+# train_gpt2's text on the GPU machine (which has no fortunes package): ember's own docs.
+cat "$root"/docs/*.md "$root/README.md" >"$stage/corpus.txt"
 chmod +x "$stage/run.sh"
 
 # glibc's core: the target's own must be used. The CUDA driver and toolkit: the target's own

@@ -70,7 +70,7 @@ kernel_filter="${kernel_filter%:}"
 steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_bf16 train_mlp_f16
        train_resmlp_none train_resmlp_full train_resmlp_selective
-       train_ddp
+       train_ddp train_gpt2_d12 train_gpt2_trace
        bench_matmul bench_train_step bench_elementwise bench_allocator
        memcheck racecheck synccheck initcheck)
 describe() {
@@ -81,6 +81,8 @@ describe() {
     train_mlp_*) echo "train_mlp --device cuda --amp ${1#train_mlp_}" ;;
     train_resmlp_*) echo "train_resmlp --device cuda --checkpoint ${1#train_resmlp_}" ;;
     train_ddp) echo "train_ddp --device cuda, one rank without a launcher" ;;
+    train_gpt2_d12) echo "train_gpt2 --model d12 --amp bf16 --seq 1024 on the GPU: tokens/s and MFU" ;;
+    train_gpt2_trace) echo "train_gpt2 d12 with variable lengths and full checkpointing, recording its allocations" ;;
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
     bench_elementwise) echo "bench_elementwise's GPU rows (fused chain against separate ops)" ;;
@@ -118,8 +120,8 @@ if [ -n "$only" ]; then
 fi
 
 # ---- the binaries and their libraries ---------------------------------------------------
-names=(ember_tests train_mlp train_resmlp train_ddp bench_matmul bench_train_step bench_elementwise
-       bench_allocator)
+names=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
+       bench_elementwise bench_allocator)
 declare -A bin=()
 if [ -n "$build_dir" ]; then
   [ -d "$build_dir" ] || die "--build-dir $build_dir is not a directory"
@@ -464,6 +466,48 @@ step_train_resmlp() {
 }
 step_train_ddp() { train_step train_ddp "$ddp_min" "${bin[train_ddp]}" "${ddp_args[@]}"; }
 
+# GPT-2 d12 (124M) on the GPU, on the text the tarball carries (corpus.txt: ember's docs, as
+# bytes): it must finish with a finite loss; the detail is its last progress line.
+gpt2_corpus() {
+  if [ -n "$build_dir" ]; then cat "$here"/../../docs/*.md "$here"/../../README.md; else cat "$here/corpus.txt"; fi
+}
+gpt2_step() {
+  local step="$1"
+  shift
+  local log="$logs/$step.log" rc corpus="$out_dir/corpus.txt"
+  gpt2_corpus >"$corpus"
+  run_logged "$log" "$step_limit" "${bin[train_gpt2]}" --device cuda --model d12 --text "$corpus" \
+    --eval-batches 2 --sample-tokens 0 "$@"
+  rc=$?
+  local last
+  last="$(grep '^step ' "$log" | tail -n 1 | sed -E 's/ +/ /g' | cut -c 1-150)"
+  if [ "$timed_out" -eq 1 ]; then
+    res=FAIL
+    detail="$(timeout_detail); last: $last"
+  elif [ "$rc" -ne 0 ] || ! grep -q '^done: ' "$log"; then
+    res=FAIL
+    detail="exit code $rc: $(first_error_line "$log" 'error|Error|what\(\)|Abort|fault')"
+  else
+    res=PASS
+    detail="$last"
+  fi
+}
+step_train_gpt2_d12() {
+  local steps=30
+  [ "$quick" -eq 1 ] && steps=12
+  gpt2_step train_gpt2_d12 --seq 1024 --batch 8 --amp bf16 --steps "$steps" --log-every 10 \
+    --eval-every 1000
+}
+# The allocation trace of a GPU run (the CUDA backend's workspaces included), replayed by the
+# bench_allocator step with the recorded CPU ones.
+step_train_gpt2_trace() {
+  mkdir -p "$out_dir/traces"
+  gpt2_step train_gpt2_trace --seq 1024 --seq-lengths 256,512,768,1024 --batch 8 --amp bf16 \
+    --checkpoint full --steps 8 --log-every 4 --eval-every 1000 \
+    --record-allocations "$out_dir/traces/gpt2d12_gpu_varlen_full_bf16.trace.gz"
+  [ "$res" = PASS ] || rm -f "$out_dir/traces/gpt2d12_gpu_varlen_full_bf16.trace.gz"
+}
+
 # A benchmark: its GPU rows (FILTER), with the ratio tables; DETAIL_PATTERN picks the ratio
 # lines that go into the detail.
 bench_step() {
@@ -526,7 +570,7 @@ step_bench_allocator() {
   [ -n "$build_dir" ] && trace_dir="$here/../../benchmarks/traces/checkpointed_varlen" &&
     script="$here/../../benchmarks/reference/replay_trace_torch.py"
   shopt -s nullglob
-  traces=("$trace_dir"/*.trace.gz)
+  traces=("$trace_dir"/*.trace.gz "$out_dir"/traces/*.trace.gz)
   shopt -u nullglob
   if [ ${#traces[@]} -eq 0 ]; then
     res=SKIP
@@ -622,6 +666,7 @@ own_timeout() {
   case "$1" in
     binaries_start|gpu) full=90 quick_s=90 ;;
     device_cases) full=240 quick_s=180 ;;
+    train_gpt2_*) full=120 quick_s=90 ;;
     train_*) full=90 quick_s=45 ;;
     bench_matmul) full=150 quick_s=60 ;;
     bench_allocator) full=180 quick_s=60 ;;
@@ -638,6 +683,7 @@ needs_binary() {
     train_mlp_*|initcheck) echo train_mlp ;;
     train_resmlp_*) echo train_resmlp ;;
     train_ddp) echo train_ddp ;;
+    train_gpt2_*) echo train_gpt2 ;;
     bench_*) echo "$1" ;;
   esac
 }
