@@ -88,12 +88,13 @@ struct DeviceRun {
   CallTimes times;              // the cold replay's upstream calls
 };
 
-// One replay on the device within `budget` bytes reserved (0: none), then (when it completed
-// and `warm`) a second through the same allocator.
+// One replay on the device within `budget` bytes reserved (0: the config's own budget, if any),
+// then (when it completed and `warm`) a second through the same allocator. The upstream calls
+// counted are the first replay's: not the second's, nor those of emptying the cache at the end.
 DeviceRun run_on_device(const std::vector<TraceEvent>& events, AllocatorConfig config, int device,
                         size_t budget, bool warm) {
   DeviceRun run;
-  config.max_reserved = budget;
+  if (budget != 0) config.max_reserved = budget;
   std::shared_ptr<VirtualUpstream> virt;
   if (config.expandable_segments) {
     virt = std::make_shared<TimedVirtualUpstream>(std::make_shared<CudaVirtualUpstream>(device),
@@ -104,13 +105,15 @@ DeviceRun run_on_device(const std::vector<TraceEvent>& events, AllocatorConfig c
       config);
   run.cold = replay_through(events, allocator);
   run.cold.capacity = budget;
+  const CallTimes cold_times = run.times;
   if (warm && run.cold.completed && run.cold.allocations > 0) {
-    const CallTimes cold_times = run.times;
     const ReplayResult again = replay_through(events, allocator);
-    run.warm_ns_per_pair = 1e9 * again.seconds / static_cast<double>(again.allocations);
-    run.times = cold_times;
+    if (again.completed) {
+      run.warm_ns_per_pair = 1e9 * again.seconds / static_cast<double>(again.allocations);
+    }
   }
   allocator.empty_cache();
+  run.times = cold_times;
   return run;
 }
 
@@ -195,22 +198,23 @@ int replay_on_device(const std::string& path, const std::vector<TraceEvent>& eve
   });
   row("retries",
       [&](const Column& c) { return text("%.0f", static_cast<double>(c.run.cold.retries)); });
+  // Per pair, the replay's bookkeeping included (peak tracking, its ID map).
   row("ns per malloc+free, first replay", [&](const Column& c) {
-    return text("%.1f",
-                c.run.cold.allocations == 0
-                    ? 0.0
-                    : 1e9 * c.run.cold.seconds / static_cast<double>(c.run.cold.allocations));
+    if (!c.run.cold.completed || c.run.cold.allocations == 0) return std::string("n/a");
+    return text("%.1f", 1e9 * c.run.cold.seconds / static_cast<double>(c.run.cold.allocations));
   });
-  row("ns per malloc+free, cached (again)",
-      [&](const Column& c) { return text("%.1f", c.run.warm_ns_per_pair); });
+  row("ns per malloc+free, cached (again)", [&](const Column& c) {
+    return c.run.warm_ns_per_pair > 0 ? text("%.1f", c.run.warm_ns_per_pair) : std::string("n/a");
+  });
   if (options.smallest) {
-    row("smallest budget (2 MiB steps)",
-        [&](const Column& c) { return text("%.1f MiB", static_cast<double>(c.smallest) / kMiB); });
+    row("smallest budget (2 MiB steps)", [&](const Column& c) {
+      if (!c.run.cold.completed) return std::string("n/a");
+      return text("%.1f MiB", static_cast<double>(c.smallest) / kMiB);
+    });
     row("smallest budget / peak requested", [&](const Column& c) {
-      return text("%.3f", c.run.cold.peak_requested == 0
-                              ? 0.0
-                              : static_cast<double>(c.smallest) /
-                                    static_cast<double>(c.run.cold.peak_requested));
+      if (!c.run.cold.completed || c.run.cold.peak_requested == 0) return std::string("n/a");
+      return text("%.3f",
+                  static_cast<double>(c.smallest) / static_cast<double>(c.run.cold.peak_requested));
     });
   }
   for (const Column& c : columns) {

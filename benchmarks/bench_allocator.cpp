@@ -161,6 +161,7 @@ struct Options {
   int repetitions = 5;
   PhysicalGranularity physical = PhysicalGranularity::map_call;
   int device = -1;  // --device cuda:N: replay through the real upstreams
+  bool repetitions_given = false;
 };
 
 struct Column {
@@ -199,7 +200,8 @@ struct Summary {
   double reserved[3] = {0, 0, 0};  // ember, pytorch, pytorch+expand.: reserved / requested
   double smallest[3] = {0, 0, 0};  // smallest capacity / peak requested
   int64_t calls[3] = {0, 0, 0};    // upstream calls (segment allocations + map calls)
-  bool complete = false;
+  bool complete = false;           // every column and figure below was computed
+  bool pytorch = false, smallest_computed = false;
 };
 
 int run_trace(const std::string& path, const Options& options, Summary& summary) {
@@ -335,6 +337,8 @@ int run_trace(const std::string& path, const Options& options, Summary& summary)
   }
   summary.trace = std::filesystem::path(path).filename().string();
   summary.complete = all_completed && columns.size() == 3 && options.smallest;
+  summary.pytorch = columns.size() == 3;
+  summary.smallest_computed = options.smallest;
   for (size_t i = 0; i < columns.size(); ++i) {
     const double requested = static_cast<double>(columns[i].unlimited.peak_requested);
     summary.reserved[i] = columns[i].unlimited.ratio;
@@ -428,6 +432,14 @@ std::string default_trace_dir(const char* argv0) {
   return std::string(EMBER_SOURCE_DIR) + "/../shared/traces";
 }
 
+// The category of the traces in `dir`: its name, or the checkpointed traces' own.
+std::string category_of(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (!p.has_filename()) p = p.parent_path();  // "traces/"
+  const std::string name = p.filename().string();
+  return name == "checkpointed_varlen" ? "checkpointed variable shape" : name;
+}
+
 // Every *.trace and *.trace.gz in `dir`, as `category`; `required`: a missing or empty directory
 // is a usage error (else it is skipped).
 void add_directory(Options& options, const std::string& dir, const std::string& category,
@@ -454,7 +466,7 @@ void add_directory(Options& options, const std::string& dir, const std::string& 
 void print_summary(const std::vector<Summary>& summaries) {
   std::printf(
       "\nsummary (reserved / requested; smallest capacity / peak requested; upstream calls)\n");
-  std::printf("  %-42s %8s %8s %8s   %8s %8s %8s   %6s %7s  %s\n", "trace", "ember", "pytorch",
+  std::printf("  %-46s %8s %8s %8s   %8s %8s %8s   %6s %7s  %s\n", "trace", "ember", "pytorch",
               "pt+exp.", "ember", "pytorch", "pt+exp.", "ember", "pt+exp.",
               "goals: <= 1.03 and 1.02; 0.02 below pt+exp.");
   std::string category = "-";
@@ -470,10 +482,15 @@ void print_summary(const std::vector<Summary>& summaries) {
           s.reserved[0] <= s.reserved[2] - 0.02 && s.smallest[0] <= s.smallest[2] - 0.02;
       goals = std::string(bounds ? "met" : "NOT MET") + ", " + (below ? "met" : "not met");
     }
-    std::printf("  %-42s %8.3f %8.3f %8.3f   %8.3f %8.3f %8.3f   %6lld %7lld  %s\n",
-                s.trace.c_str(), s.reserved[0], s.reserved[1], s.reserved[2], s.smallest[0],
-                s.smallest[1], s.smallest[2], static_cast<long long>(s.calls[0]),
-                static_cast<long long>(s.calls[2]), goals.c_str());
+    // "-" for what was not computed (--no-smallest, --no-compare-pytorch).
+    auto cell = [](double v, bool present) { return present ? fmt_double(v) : std::string("-"); };
+    const bool pt = s.pytorch, sm = s.smallest_computed;
+    std::printf("  %-46s %8s %8s %8s   %8s %8s %8s   %6lld %7s  %s\n", s.trace.c_str(),
+                cell(s.reserved[0], true).c_str(), cell(s.reserved[1], pt).c_str(),
+                cell(s.reserved[2], pt).c_str(), cell(s.smallest[0], sm).c_str(),
+                cell(s.smallest[1], sm && pt).c_str(), cell(s.smallest[2], sm && pt).c_str(),
+                static_cast<long long>(s.calls[0]), pt ? std::to_string(s.calls[2]).c_str() : "-",
+                goals.c_str());
   }
 }
 
@@ -519,7 +536,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--all") {
       if (i + 1 < args.size() && !args[i + 1].starts_with("--")) {
         const std::string dir(args[++i]);
-        add_directory(options, dir, std::filesystem::path(dir).filename().string(), true);
+        add_directory(options, dir, category_of(dir), true);
       } else {
         add_directory(options, default_trace_dir(argv[0]), "shared", false);
         add_directory(options,
@@ -569,11 +586,19 @@ int main(int argc, char** argv) {
       if (ec != std::errc() || end != text.data() + text.size() || n < 1)
         bad_arguments("--repetitions needs an integer >= 1, not '" + text + "'");
       options.repetitions = n;
+      options.repetitions_given = true;
     } else {
       bad_arguments("unknown option '" + std::string(arg) + "'");
     }
   }
   if (options.traces.empty()) bad_arguments("expected --trace FILE, --all [DIR] or --micro");
+  if (options.device >= 0 &&
+      (options.capacity != 0 || options.physical != PhysicalGranularity::map_call ||
+       options.repetitions_given)) {
+    bad_arguments(
+        "--capacity, --physical and --repetitions are for the simulated replay; with "
+        "--device the device is the capacity (a budget: --conf max_reserved_mb:N)");
+  }
 
   int status = 0;
   std::vector<Summary> summaries;

@@ -33,12 +33,19 @@ inline std::string command_line(int argc, char** argv) {
   return line;
 }
 
-// Rank r > 0 of several records into "<stem>.rank<r>.trace[.gz]" (or "<path>.rank<r>").
+// Rank r > 0 of several records into its own file: ".rank<r>" goes into the file name (not a
+// directory's), before ".trace" when the name has it, else before a final ".gz" (so the file
+// stays compressed), else at the end.
 inline std::string rank_trace_path(const std::string& path, int rank, int ranks) {
   if (ranks <= 1 || rank == 0) return path;
-  const size_t at = path.rfind(".trace");
-  if (at == std::string::npos) return fmt::format("{}.rank{}", path, rank);
-  return fmt::format("{}.rank{}{}", path.substr(0, at), rank, path.substr(at));
+  const std::filesystem::path p(path);
+  std::string name = p.filename().string();
+  const std::string tag = fmt::format(".rank{}", rank);
+  size_t at = name.rfind(".trace");
+  if (at == std::string::npos && name.ends_with(".gz")) at = name.size() - 3;
+  if (at == std::string::npos) at = name.size();
+  name.insert(at, tag);
+  return (p.parent_path() / name).string();
 }
 
 // Declared before the model, so that it outlives every tensor of the run: on destruction the

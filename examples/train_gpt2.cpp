@@ -142,6 +142,8 @@ Config parse_args(int argc, char** argv) {
       {"--seq-lengths",
        [&](const std::string& v) {
          c.seq_lengths.clear();
+         if (v.ends_with(','))
+           throw UsageError{fmt::format("--seq-lengths: an empty length in '{}'", v)};
          std::stringstream list(v);
          for (std::string item; std::getline(list, item, ',');) {
            c.seq_lengths.push_back(parse_int("--seq-lengths", item, 1));
@@ -408,7 +410,9 @@ int run(const Config& c) {
       "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
       "of {} x {} tokens{}{}\n",
       model_name, config.layers, config.heads, config.dim, config.vocab, parameters,
-      device.to_string(), c.steps, c.batch, c.seq,
+      device.to_string(), c.steps, c.batch,
+      c.seq_lengths.empty() ? std::to_string(c.seq)
+                            : fmt::format("{{{}}}", fmt::join(c.seq_lengths, ",")),
       c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
       c.amp == "f32" ? "" : ", autocast " + c.amp));
 

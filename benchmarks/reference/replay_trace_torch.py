@@ -29,24 +29,55 @@ import sys
 PAGE = 2 << 20
 
 
+class TraceError(Exception):
+    pass
+
+
 def read_trace(path):
+    """The events of a trace, checked as bench_allocator checks them (TraceError if bad)."""
     opener = gzip.open if path.endswith(".gz") else open
-    events = []
-    with opener(path, "rt") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split()
-            kind = fields[0]
-            if kind == "a" and len(fields) == 4:
-                events.append(("a", int(fields[1]), int(fields[2]), int(fields[3])))
-            elif kind == "f" and len(fields) == 2:
-                events.append(("f", int(fields[1]), 0, 0))
-            elif kind == "r" and len(fields) == 3:
-                events.append(("r", int(fields[1]), 0, int(fields[2])))
-            else:
-                raise SystemExit(f"{path}:{number}: not a trace event: {line!r}")
+    events, live = [], set()
+    try:
+        with opener(path, "rt") as f:
+            first = f.readline()
+            if not first.startswith("# ember-alloc-trace v1"):
+                raise TraceError(f"{path}: not an allocation trace (no '# ember-alloc-trace v1' "
+                                 "first line)")
+            for number, line in enumerate(f, 2):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                fields = line.split()
+                try:
+                    numbers = [int(x) for x in fields[1:]]
+                except ValueError:
+                    numbers = None
+                kind = fields[0]
+                if numbers is None or any(n < 0 for n in numbers):
+                    pass
+                elif kind == "a" and len(numbers) == 3 and numbers[1] > 0:
+                    if numbers[0] in live:
+                        raise TraceError(f"{path}:{number}: allocation ID {numbers[0]} is live")
+                    live.add(numbers[0])
+                    events.append(("a", numbers[0], numbers[1], numbers[2]))
+                    continue
+                elif kind == "f" and len(numbers) == 1:
+                    if numbers[0] not in live:
+                        raise TraceError(f"{path}:{number}: free of ID {numbers[0]}, not live")
+                    live.remove(numbers[0])
+                    events.append(("f", numbers[0], 0, 0))
+                    continue
+                elif kind == "r" and len(numbers) == 2:
+                    if numbers[0] not in live:
+                        raise TraceError(f"{path}:{number}: record_stream of ID {numbers[0]}, "
+                                         "not live")
+                    events.append(("r", numbers[0], 0, numbers[1]))
+                    continue
+                raise TraceError(f"{path}:{number}: not a trace event: {line!r}")
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # missing, unreadable, a bad .gz
+        raise TraceError(f"{path}: {e}") from e
+    if not events:
+        raise TraceError(f"{path}: no events")
     return events
 
 
@@ -73,7 +104,7 @@ def replay(torch, device, events, streams):
 
 def child(args):
     """Runs in a fresh process: PYTORCH_CUDA_ALLOC_CONF is already set."""
-    import torch
+    import torch  # pylint: disable=import-outside-toplevel
 
     device = torch.device(args.device)
     torch.cuda.set_device(device)
@@ -110,6 +141,10 @@ def child(args):
 
         lo = (peak_requested - 1) // PAGE * PAGE
         hi = max(-(-result["peak_reserved"] // PAGE) * PAGE, lo + PAGE)
+        while not completes(hi):  # the bound must complete (a limit changes the layout)
+            lo, hi = hi, min(2 * hi, total)
+            if lo == hi:
+                break
         while hi - lo > PAGE:
             mid = lo + (hi - lo) // PAGE // 2 * PAGE
             if completes(mid):
@@ -131,7 +166,9 @@ def run_child(trace, device, expandable, no_smallest):
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    raise SystemExit(f"the PyTorch replay of {trace} failed:\n{out.stdout}{out.stderr}")
+    print(f"replay_trace_torch: the PyTorch replay of {trace} failed:\n{out.stdout}{out.stderr}",
+          file=sys.stderr)
+    return None
 
 
 def ember_figures(bench, trace, device, no_smallest):
@@ -139,9 +176,16 @@ def ember_figures(bench, trace, device, no_smallest):
     command = [bench, "--device", device, "--no-compare-pytorch", "--trace", trace]
     if no_smallest:
         command.append("--no-smallest")
-    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    # The caller may run this script without its own library path (a GPU check's carried
+    # libraries are not PyTorch's): EMBER_BENCH_LD_LIBRARY_PATH is bench_allocator's.
+    env = dict(os.environ)
+    if "EMBER_BENCH_LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = env["EMBER_BENCH_LD_LIBRARY_PATH"]
+    out = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{out.stdout}{out.stderr}")
+        print(f"replay_trace_torch: {' '.join(command)} failed:\n{out.stdout}{out.stderr}",
+              file=sys.stderr)
+        return (None, None)
     ratio = re.search(r"reserved / requested \(ratio\) +([0-9.]+)", out.stdout)
     smallest = re.search(r"smallest budget / peak requested +([0-9.]+)", out.stdout)
     return (float(ratio.group(1)) if ratio else None,
@@ -160,8 +204,11 @@ def main():
         args.trace = args.traces[0]
         child(args)
         return
-    for trace in args.traces:
-        read_trace(trace)  # a bad trace is reported before any GPU work
+    try:
+        for trace in args.traces:
+            read_trace(trace)  # a bad trace is reported before any GPU work
+    except TraceError as e:
+        raise SystemExit(f"replay_trace_torch: {e}")
     try:
         import torch
     except ImportError:
@@ -182,7 +229,7 @@ def main():
             ember = ember_figures(args.bench, trace, args.device, args.no_smallest)
 
         def ratio(r, key):
-            if not r.get("completed") or key not in r or r["peak_requested"] == 0:
+            if not r or not r.get("completed") or key not in r or r["peak_requested"] == 0:
                 return "-"
             return f"{r[key] / r['peak_requested']:.3f}"
 

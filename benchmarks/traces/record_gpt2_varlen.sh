@@ -2,7 +2,7 @@
 # Records the "checkpointed variable shape" allocation traces (bench_allocator --all) from
 # train_gpt2: GPT-2 d12 (124M, vocab 50257), batch 4, each step's sequence length drawn from
 # 256/512/768/1024, with each activation-checkpointing mode, bf16 and f16 autocast, gradient
-# accumulation and DDP. Runs on the CPU (about 30 minutes on 2 cores); a GPU run records the
+# accumulation and DDP. Runs on the CPU (about 10 minutes on 2 cores); a GPU run records the
 # same allocations with the CUDA backend's workspaces.
 #
 #   benchmarks/traces/record_gpt2_varlen.sh BUILD_DIR [OUT_DIR] [STEPS]

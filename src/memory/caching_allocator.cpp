@@ -277,27 +277,36 @@ Block* CachingAllocator::Impl::new_segment(StreamId stream, bool small, size_t s
 // block is free and holds `size` bytes. Growth at the end of a large-pool
 // segment maps a multiple of growth_granularity when the budget allows. Each
 // growth maps at most max_map bytes per map call. Null when out of memory.
-// Before growth that would reserve more than ever before: the free map calls go back first
-// (after a device synchronization, as release_cached does), so that growth reuses their memory
-// instead of adding to the peak. Free memory scattered in holes that no request fits then costs
-// upstream calls at a new peak, not device memory; below the high-water mark nothing moves.
-void CachingAllocator::Impl::guard_peak(StreamId stream, bool small, size_t size) {
-  const auto reserved = static_cast<size_t>(stats.reserved.current);
-  const size_t grows = detail::round_up(size, page);
-  if (reserved + grows <= reserved_high_water) return;
-  const size_t free_bytes = reserved - static_cast<size_t>(stats.allocated.current);
-  if (free_bytes < page) return;  // nothing could go back
+// Before growth that would reserve more than ever before: the free map calls of the stream's
+// segments go back first (after a device synchronization, as release_cached does), so that
+// growth reuses their memory instead of adding to the peak. Free memory scattered in holes that
+// no request fits then costs upstream calls at a new peak, not device memory. Below the
+// high-water mark nothing moves, and without a wholly free map call there is no wait. Returns a
+// free block that fits once the wait completed pending frees (nothing is unmapped then), or null.
+Block* CachingAllocator::Impl::guard_peak(StreamId stream, bool small, size_t size) {
   const auto list = expandable_segments.find({stream, small});
-  if (list == expandable_segments.end()) return;
+  if (list == expandable_segments.end() || list->second.empty()) return nullptr;
+  // What growth would map: the request less the free tail it extends (grow_expandable).
+  const Block* tail = list->second.back()->last();
+  const size_t tail_free = tail != nullptr && tail->state == BlockState::free ? tail->size : 0;
+  const size_t grows = detail::round_up(tail_free < size ? size - tail_free : 0, page);
+  const auto reserved = static_cast<size_t>(stats.reserved.current);
+  if (grows == 0 || reserved + grows <= reserved_high_water) return nullptr;
+  if (std::none_of(list->second.begin(), list->second.end(),
+                   [this](const Segment* seg) { return has_free_map_call(seg); })) {
+    return nullptr;
+  }
   // Nothing queued may touch the pages that go back (release_cached).
   events->synchronize();
   process_events();
+  if (Block* b = find_free(stream, small, size)) return b;
   size_t freed = 0;
   const size_t enough = reserved + grows - reserved_high_water;
   for (Segment* seg : list->second) {
     if (freed >= enough) break;
     freed += unmap_free_ranges(seg, enough - freed);
   }
+  return nullptr;
 }
 
 Block* CachingAllocator::Impl::grow_expandable(StreamId stream, bool small, size_t size) {
@@ -506,7 +515,7 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
       release_cached(static_cast<size_t>(stats.reserved.current) - target);
       b = find_free(stream, small, size);
     }
-    if (b == nullptr && expandable && config.peak_guard) guard_peak(stream, small, size);
+    if (b == nullptr && expandable && config.peak_guard) b = guard_peak(stream, small, size);
     if (b == nullptr) b = grow(stream, small, size);
     if (b == nullptr) {
       ++stats.retries;

@@ -28,7 +28,8 @@ struct CachingAllocator::Impl {
   void record_stream(void* ptr, StreamId stream);
   detail::Block* owned(void* ptr, const char* what);
   size_t release_cached(size_t enough);
-  void guard_peak(StreamId stream, bool small, size_t size);
+  detail::Block* guard_peak(StreamId stream, bool small, size_t size);
+  bool has_free_map_call(const detail::Segment* seg) const;
   size_t largest_free() const;
   size_t limit() const;
   MemoryInfo device_info() const;

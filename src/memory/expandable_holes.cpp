@@ -160,6 +160,19 @@ Block* CachingAllocator::Impl::fill_hole(StreamId stream, bool small, size_t siz
   return coalesce_free(mid);
 }
 
+// Whether a map call lies wholly inside a free block of `seg` (unmap_free_ranges would give
+// something back).
+bool CachingAllocator::Impl::has_free_map_call(const Segment* seg) const {
+  for (const Block* b = seg->first; b != nullptr; b = b->next) {
+    if (b->state != BlockState::free || b->size < page) continue;
+    const auto it =
+        std::lower_bound(seg->mapped.begin(), seg->mapped.end(), b->address,
+                         [](const detail::MappedRange& r, uintptr_t a) { return r.address < a; });
+    if (it != seg->mapped.end() && it->address + it->size <= b->end()) return true;
+  }
+  return false;
+}
+
 // Unmaps the map calls that lie wholly inside a free block of `seg` (in address
 // order, until `enough` bytes went back), one unmap call per free block, then
 // drops a hole at the end of the segment. Returns the bytes unmapped.

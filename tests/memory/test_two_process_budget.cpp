@@ -218,7 +218,10 @@ constexpr int kRounds = 3;
         }
       }
       for (size_t i = 0; i < kParameters; ++i) {
-        if (parameters[i] != 0x5a + me) std::_Exit(5);
+        if (parameters[i] != 0x5a + me) {
+          turn->store(-1);
+          std::_Exit(5);
+        }
       }
       turn->store(2 * round + me + 1);
     }
@@ -226,6 +229,7 @@ constexpr int kRounds = 3;
     allocator.release_unused();  // _Exit skips destructors: return the rest by hand
     std::_Exit(0);
   } catch (...) {
+    turn->store(-1);  // the other child stops waiting
     std::_Exit(3);
   }
 }
