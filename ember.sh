@@ -40,6 +40,20 @@ install_cuda_tools() {
     echo "ember: could not install them; ptxas_report will skip its SASS checks" >&2
 }
 
+# cuDNN's fused attention (AttentionKernel::cudnn) is reached through the cuDNN frontend's
+# header-only graph API, which NVIDIA publishes on PyPI (nvidia-cudnn-frontend: its include/).
+# Best effort: without it the CUDA build has no cuDNN attention (ember's own kernels run).
+install_cudnn_frontend() {
+  command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  [ -f .tools/cudnn_frontend/include/cudnn_frontend.h ] && return 0
+  echo "ember: installing the cuDNN frontend headers into .tools/cudnn_frontend (PyPI: nvidia-cudnn-frontend)"
+  # Its headers only: the wheel of one version, whatever this machine's Python is.
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target .tools/cudnn_frontend \
+    --only-binary=:all: --python-version 3.11 --implementation cp \
+    nvidia-cudnn-frontend==1.32.0 2>/dev/null ||
+    echo "ember: could not install them; the CUDA build will not have cuDNN attention" >&2
+}
+
 # OpenMP threads that spin while waiting make every op ~30x slower when other
 # processes share the cores (measured: train_mlp next to a compiler); passive
 # waiting costs ~20% on an idle machine and avoids that cliff.
@@ -47,6 +61,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 build() {
   install_cuda_tools
+  install_cudnn_frontend
   cmake --preset release
   cmake --build --preset release --parallel "$(nproc)"
 }

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -19,6 +21,7 @@
 #include "ops/common/cpu_ops.hpp"
 #include "ops/common/cpu_tasks.hpp"
 #include "ops/matmul/cpu_gemm.hpp"
+#include "ops/attention_cudnn.hpp"
 #include "ops/matmul/matmul_onednn.hpp"
 
 #if EMBER_WITH_CUDA
@@ -530,6 +533,27 @@ void check_kernel_option(const TensorView& qkv, const Dims& s, AttentionKernel k
               qkv.describe(), qkv.data);
 }
 
+cudnn_attention::Case cudnn_case(const TensorView& qkv, const Dims& s) {
+  return {s.batch, s.seq, s.heads, s.dim, qkv.dtype, s.causal, s.scale};
+}
+
+// AttentionKernel::cudnn: every tensor 16-byte aligned, and a case cuDNN takes; else an Error
+// saying which (empty tensors: whether cuDNN is there at all).
+void check_cudnn(std::string_view op, Stream& stream, const Dims& s, bool backward,
+                 std::initializer_list<const TensorView*> tensors, const TensorView& qkv) {
+  const std::string missing = cudnn_attention::unavailable();
+  EMBER_CHECK(missing.empty(), "{}: AttentionKernel::cudnn: {}", op, missing);
+  for (const TensorView* t : tensors) {
+    EMBER_CHECK(reinterpret_cast<uintptr_t>(t->data) % 16 == 0,
+                "{}: AttentionKernel::cudnn needs 16-byte aligned tensors; {} is at {}", op,
+                t->describe(), t->data);
+  }
+  if (s.rows() == 0) return;
+  const std::string why = cudnn_attention::unsupported(stream, cudnn_case(qkv, s), backward);
+  EMBER_CHECK(why.empty(), "{}: AttentionKernel::cudnn cannot run qkv {}: {}", op, qkv.describe(),
+              why);
+}
+
 template <int kD, class T>
 void launch_tensor_core(cudaStream_t handle, const TensorView& out, const TensorView& lse,
                         const TensorView& qkv, const Dims& s) {
@@ -549,6 +573,11 @@ void forward_tensor_core(cudaStream_t handle, const TensorView& out, const Tenso
 
 void forward_cuda(Stream& stream, const TensorView& out, const TensorView& lse,
                   const TensorView& qkv, const Dims& s, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::cudnn) {
+    cudnn_attention::forward(stream, cudnn_case(qkv, s), qkv.data, out.data,
+                             static_cast<float*>(lse.data));
+    return;
+  }
   const cudaStream_t handle = cuda::enter(stream);
   if (tensor_core_applies(qkv, s) && kernel != AttentionKernel::simt) {
     if (qkv.dtype == DType::bf16) {
@@ -602,6 +631,11 @@ void launch_tensor_core_backward(cudaStream_t handle, const TensorView& dqkv,
 void backward_cuda(Stream& stream, const TensorView& dqkv, const TensorView& dout,
                    const TensorView& qkv, const TensorView& out, const TensorView& lse,
                    const Dims& s, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::cudnn) {
+    cudnn_attention::backward(stream, cudnn_case(qkv, s), qkv.data, out.data,
+                              static_cast<const float*>(lse.data), dout.data, dqkv.data);
+    return;
+  }
   const cudaStream_t handle = cuda::enter(stream);
   const Scratch delta_scratch(stream, static_cast<size_t>(s.rows()) * sizeof(float));
   auto* delta = static_cast<float*>(delta_scratch.data());
@@ -629,9 +663,29 @@ void backward_cuda(Stream& stream, const TensorView& dqkv, const TensorView& dou
            static_cast<const float*>(delta), dx, device_dims(s));
   });
 }
+
+// The kernel a call runs: the option, or for automatic EMBER_ATTENTION_KERNEL's when set.
+AttentionKernel chosen_kernel(AttentionKernel requested) {
+  if (requested != AttentionKernel::automatic) return requested;
+  const char* text = std::getenv("EMBER_ATTENTION_KERNEL");
+  if (text == nullptr || *text == '\0' || std::strcmp(text, "automatic") == 0) return requested;
+  if (std::strcmp(text, "simt") == 0) return AttentionKernel::simt;
+  if (std::strcmp(text, "tensor_core") == 0) return AttentionKernel::tensor_core;
+  if (std::strcmp(text, "cudnn") == 0) return AttentionKernel::cudnn;
+  EMBER_THROW("EMBER_ATTENTION_KERNEL must be automatic, simt, tensor_core or cudnn, not '{}'",
+              text);
+}
 #endif
 
 }  // namespace
+
+std::string cudnn_attention_unavailable() {
+#if EMBER_WITH_CUDA
+  return cudnn_attention::unavailable();
+#else
+  return "this build of ember has no CUDA backend";
+#endif
+}
 
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options) {
@@ -643,7 +697,11 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
   mark_written(out);
   mark_written(lse);
 #if EMBER_WITH_CUDA
-  if (!stream.device().is_cpu()) check_kernel_option(qkv, s, options.kernel);
+  const AttentionKernel kernel = chosen_kernel(options.kernel);
+  if (!stream.device().is_cpu()) {
+    check_kernel_option(qkv, s, kernel);
+    if (kernel == AttentionKernel::cudnn) check_cudnn(kOp, stream, s, false, {&qkv, &out, &lse}, qkv);
+  }
 #endif
   if (s.rows() == 0) return;
   if (stream.device().is_cpu()) {
@@ -655,7 +713,7 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
     return;
   }
 #if EMBER_WITH_CUDA
-  forward_cuda(stream, out, lse, qkv, s, options.kernel);
+  forward_cuda(stream, out, lse, qkv, s, kernel);
 #endif
 }
 
@@ -673,6 +731,12 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
               dout.describe());
   for (const TensorView* in : {&dout, &qkv, &out, &lse}) detail::check_disjoint(kOp, dqkv, *in);
   mark_written(dqkv);
+#if EMBER_WITH_CUDA
+  const AttentionKernel kernel = chosen_kernel(options.kernel);
+  if (!stream.device().is_cpu() && kernel == AttentionKernel::cudnn) {
+    check_cudnn(kOp, stream, s, true, {&qkv, &out, &lse, &dout, &dqkv}, qkv);
+  }
+#endif
   if (s.rows() == 0) return;
   if (stream.device().is_cpu()) {
     if (use_16bit_path(qkv, s)) {
@@ -683,7 +747,7 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
     return;
   }
 #if EMBER_WITH_CUDA
-  backward_cuda(stream, dqkv, dout, qkv, out, lse, s, options.kernel);
+  backward_cuda(stream, dqkv, dout, qkv, out, lse, s, kernel);
 #endif
 }
 

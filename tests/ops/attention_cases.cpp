@@ -5,6 +5,7 @@
 // the same bits run to run and at any thread count, the GPU close to the CPU; bad operands.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -322,6 +323,80 @@ TEST_P(Attention, TheTensorCoreKernelRefusesWhatItCannotRun) {
   ops::attention_forward(s, out32, lse, shifted);
   ops::attention_forward(s, simt_out, lse, shifted, {.kernel = ops::AttentionKernel::simt});
   EXPECT_EQ(raw(out32), raw(simt_out));
+}
+
+// AttentionKernel::cudnn: on a GPU with cuDNN, cuDNN's fused attention against the double
+// reference (sequences that end inside cuDNN's tiles, causal and full, both 16-bit types), its
+// backward the same bits on every run (deterministic, so a checkpoint's recomputed backward is
+// plain training's), and an Error for what it does not take. Where cuDNN is unavailable (this
+// machine's emulated build, a GPU without libcudnn) a forced call is an Error saying why.
+TEST_P(Attention, TheCudnnKernelMatchesTheReferenceOrSaysWhyNot) {
+  if (device().is_cpu()) GTEST_SKIP() << "the CPU ignores the kernel option";
+  Stream s = stream();
+  const ops::AttentionOptions forced{.kernel = ops::AttentionKernel::cudnn};
+  const std::string missing = ops::cudnn_attention_unavailable();
+  if (!missing.empty()) {
+    Tensor out = on(Tensor::zeros({1, 4, 2, 64}, DType::bf16));
+    Tensor lse = on(Tensor::zeros({1, 2, 4}));
+    expect_error(
+        [&] {
+          ops::attention_forward(s, out, lse, on(Tensor::zeros({1, 4, 3, 2, 64}, DType::bf16)),
+                                 forced);
+        },
+        {"ops::attention_forward", "AttentionKernel::cudnn", missing});
+    GTEST_SKIP() << "cuDNN attention is unavailable: " << missing;
+  }
+  uint32_t seed = 90;
+  for (const Dims& d : {Dims{2, 100, 3, 64}, Dims{1, 256, 2, 128}, Dims{1, 1, 2, 64}}) {
+    for (bool causal : {true, false}) {
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        const auto [qkv, dout] = random_operands(d, seed, dtype, 2.0f);
+        const std::string what = fmt::format("cudnn B{} T{} H{} D{} {} {}", d.b, d.t, d.h, d.d,
+                                             causal ? "causal" : "full", dtype_name(dtype));
+        const ops::AttentionOptions options{.causal = causal, .kernel = forced.kernel};
+        const Results first = run_attention(s, on(qkv), on(dout), options);
+        const Results again = run_attention(s, on(qkv), on(dout), options);
+        const Reference want = reference(d, values(qkv), values(dout), causal,
+                                         1.0 / std::sqrt(static_cast<double>(d.d)));
+        expect_near_all(values(first.out), want.out, tolerance(dtype), what + " out");
+        expect_near_all(values(first.lse), want.lse, 1e-4, what + " lse");
+        expect_near_all(values(first.dqkv), want.dqkv, 2 * tolerance(dtype), what + " dqkv");
+        EXPECT_EQ(raw(first.out), raw(again.out)) << what;
+        EXPECT_EQ(raw(first.dqkv), raw(again.dqkv)) << what << ": a deterministic backward";
+      }
+    }
+  }
+  Tensor out = on(Tensor::zeros({1, 4, 2, 64}));
+  Tensor lse = on(Tensor::zeros({1, 2, 4}));
+  expect_error(
+      [&] {
+        ops::attention_forward(s, out, lse, on(Tensor::zeros({1, 4, 3, 2, 64})), forced);
+      },
+      {"ops::attention_forward", "AttentionKernel::cudnn", "f16 or bf16, not f32"});
+}
+
+// EMBER_ATTENTION_KERNEL replaces automatic (not a forced kernel); a bad value is an Error.
+TEST_P(Attention, TheEnvironmentChoosesTheAutomaticKernel) {
+  if (device().is_cpu()) GTEST_SKIP() << "the CPU ignores the kernel option";
+  Stream s = stream();
+  uint32_t seed = 120;
+  const auto [qkv, dout] = random_operands(Dims{1, 70, 2, 64}, seed, DType::bf16, 2.0f);
+  const Results simt = run_attention(s, on(qkv), on(dout), {.kernel = ops::AttentionKernel::simt});
+  const Results tc =
+      run_attention(s, on(qkv), on(dout), {.kernel = ops::AttentionKernel::tensor_core});
+  ASSERT_NE(raw(simt.out), raw(tc.out));
+  setenv("EMBER_ATTENTION_KERNEL", "simt", 1);
+  const Results automatic = run_attention(s, on(qkv), on(dout), {});
+  const Results forced =
+      run_attention(s, on(qkv), on(dout), {.kernel = ops::AttentionKernel::tensor_core});
+  setenv("EMBER_ATTENTION_KERNEL", "fastest", 1);
+  expect_error([&] { run_attention(s, on(qkv), on(dout), {}); },
+               {"EMBER_ATTENTION_KERNEL must be automatic, simt, tensor_core or cudnn, not "
+                "'fastest'"});
+  unsetenv("EMBER_ATTENTION_KERNEL");
+  EXPECT_EQ(raw(automatic.out), raw(simt.out));
+  EXPECT_EQ(raw(automatic.dqkv), raw(simt.dqkv));
+  EXPECT_EQ(raw(forced.out), raw(tc.out));
 }
 
 TEST_P(Attention, AGivenScaleIsUsed) {

@@ -175,11 +175,13 @@ done < <(for f in "${found[@]}" "$stage"/lib/libember.so.*.*.*; do
 if [ ${#missing[@]} -gt 0 ]; then
   die "ldd cannot resolve $(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')on this machine"
 fi
-# Opened with dlopen (never in ldd's list): cuBLASLt and NCCL by libember, cuBLAS by bench_matmul.
+# Opened with dlopen (never in ldd's list): cuBLASLt, NCCL and cuDNN by libember (cuDNN's
+# frontend opens the shared CUDA runtime too), cuBLAS by bench_matmul.
 cuda_major="${nvcc_version%%.*}"
-dlopened=("libcublasLt.so.$cuda_major" "libcublas.so.$cuda_major" libnccl.so.2)
+dlopened=("libcublasLt.so.$cuda_major" "libcublas.so.$cuda_major" libnccl.so.2 libcudnn.so.9
+          "libcudart.so.$cuda_major")
 if [ "$with_cuda_libs" -eq 1 ]; then
-  for soname in "${dlopened[@]}" "libcudart.so.$cuda_major"; do
+  for soname in "${dlopened[@]}"; do
     [ -n "${carried[$soname]:-}" ] && continue
     for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
       if [ -f "$dir/$soname" ]; then carried["$soname"]="$dir/$soname"; break; fi

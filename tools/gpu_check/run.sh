@@ -70,7 +70,7 @@ kernel_filter="${kernel_filter%:}"
 steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_bf16 train_mlp_f16
        train_resmlp_none train_resmlp_full train_resmlp_selective
-       train_ddp train_gpt2_d12 train_gpt2_trace
+       train_ddp train_gpt2_d12 train_gpt2_d12_cudnn train_gpt2_trace
        bench_matmul bench_train_step bench_elementwise bench_allocator
        memcheck racecheck synccheck initcheck)
 describe() {
@@ -82,6 +82,7 @@ describe() {
     train_resmlp_*) echo "train_resmlp --device cuda --checkpoint ${1#train_resmlp_}" ;;
     train_ddp) echo "train_ddp --device cuda, one rank without a launcher" ;;
     train_gpt2_d12) echo "train_gpt2 --model d12 --amp bf16 --seq 1024 on the GPU: tokens/s and MFU" ;;
+    train_gpt2_d12_cudnn) echo "the same with cuDNN's fused attention (EMBER_ATTENTION_KERNEL=cudnn)" ;;
     train_gpt2_trace) echo "train_gpt2 d12 with variable lengths and full checkpointing, recording its allocations" ;;
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
@@ -498,6 +499,12 @@ step_train_gpt2_d12() {
   gpt2_step train_gpt2_d12 --seq 1024 --batch 8 --amp bf16 --steps "$steps" --log-every 10 \
     --eval-every 1000
 }
+step_train_gpt2_d12_cudnn() {
+  local steps=30
+  [ "$quick" -eq 1 ] && steps=12
+  EMBER_ATTENTION_KERNEL=cudnn gpt2_step train_gpt2_d12_cudnn --seq 1024 --batch 8 --amp bf16 \
+    --steps "$steps" --log-every 10 --eval-every 1000
+}
 # The allocation trace of a GPU run (the CUDA backend's workspaces included), replayed by the
 # bench_allocator step with the recorded CPU ones.
 step_train_gpt2_trace() {
@@ -598,7 +605,8 @@ step_bench_allocator() {
     detail="$detail; PyTorch: no time left"
     return 0
   fi
-  run_logged "$log" "$left" env -u LD_LIBRARY_PATH python3 "$script" --bench "${bin[bench_allocator]}" \
+  run_logged "$log" "$left" env -u LD_LIBRARY_PATH EMBER_BENCH_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" \
+    python3 "$script" --bench "${bin[bench_allocator]}" \
     "${smallest[@]}" "${traces[@]}"
   rc=$?
   if [ "$rc" -ne 0 ]; then

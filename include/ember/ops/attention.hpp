@@ -3,6 +3,8 @@
 // probabilities from it (flash-attention style), in a fixed order: the same bits on every run.
 #pragma once
 
+#include <string>
+
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 
@@ -16,9 +18,15 @@ namespace ember::ops {
 // backward follows the option on tensor cores for head dims 32 and 64 (with a 16-byte aligned
 // dout too; dS is rounded like the probabilities, so in f16 a |dS| beyond 65504 overflows and
 // one below ~6e-8 flushes, as in other fused attention), and runs the SIMT kernels otherwise,
-// forced or not; either recomputes the probabilities in f32 from the saved log-sum-exp. The CPU
-// ignores the option.
-enum class AttentionKernel { automatic, simt, tensor_core };
+// forced or not; either recomputes the probabilities in f32 from the saved log-sum-exp. cudnn:
+// cuDNN's fused attention (its graph API, libcudnn loaded at run time), forward and
+// deterministic backward, for f16 and bf16 with 16-byte aligned tensors where cuDNN's support
+// check takes the case; an Error naming why where it cannot run (cudnn_attention_unavailable()).
+// cuDNN's log-sum-exp is ember's (natural log, of the scaled scores), but its arithmetic is its
+// own: run the backward with the forward's kernel. automatic does not pick cuDNN yet (it has not
+// run on a GPU; docs/transformer.md). EMBER_ATTENTION_KERNEL=simt|tensor_core|cudnn replaces
+// automatic for a whole run. The CPU ignores the option.
+enum class AttentionKernel { automatic, simt, tensor_core, cudnn };
 
 struct AttentionOptions {
   bool causal = true;  // query t sees keys 0..t (GPT); false: every key
@@ -57,5 +65,10 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
 // rounding.
 void attention_decode(Stream& stream, const TensorView& out, const TensorView& cache,
                       int64_t length, const AttentionOptions& options = {});
+
+// Why AttentionKernel::cudnn cannot run in this process ("" when it can): a build without the
+// cuDNN frontend's headers (a CPU-only or the emulated build), or libcudnn missing or older
+// than 9.5. A case cuDNN does not support is found at the call.
+std::string cudnn_attention_unavailable();
 
 }  // namespace ember::ops
