@@ -26,6 +26,7 @@
 #include "ember/data/dataset.hpp"
 #include "ember/data/distributed_sampler.hpp"
 #include "ember/data/idx.hpp"
+#include "ember/data/loader.hpp"
 #include "ember/data/spirals.hpp"
 #include "ember/data/token_shards.hpp"
 #include "ember/dist/checkpoint_group.hpp"

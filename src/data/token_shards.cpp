@@ -165,6 +165,43 @@ void TokenShards::set_position(Position position) {
   deal();
 }
 
+std::shared_ptr<const std::vector<int64_t>> TokenShards::windows_of_epoch(uint64_t epoch) const {
+  std::lock_guard lock(epochs_mutex_);
+  for (const auto& [e, windows] : epochs_) {
+    if (e == epoch) return windows;
+  }
+  DistributedSampler sampler(windows(), options_.world_size, options_.rank,
+                             {.shuffle = options_.shuffle,
+                              .seed = options_.seed,
+                              .remainder = DistributedSampler::Remainder::drop});
+  sampler.set_epoch(epoch);
+  auto dealt = std::make_shared<const std::vector<int64_t>>(sampler.indices());
+  if (epochs_.size() == 2) epochs_.erase(epochs_.begin());
+  epochs_.emplace_back(epoch, dealt);
+  return dealt;
+}
+
+void TokenShards::fill(int64_t index, const TensorView& inputs, const TensorView& targets) const {
+  const int64_t b = options_.batch, t = options_.seq;
+  for (const TensorView* v : {&inputs, &targets}) {
+    EMBER_CHECK(v->device.is_cpu() && v->dtype == DType::i32 && v->shape == Shape({b, t}),
+                "TokenShards::fill: needs i32 [{}, {}] host views, not {}", b, t, v->describe());
+  }
+  EMBER_CHECK(index >= 0, "TokenShards::fill: batch index {} is negative", index);
+  const Position at = position_at(index);
+  const auto dealt = windows_of_epoch(at.epoch);
+  auto* in = inputs.as<int32_t>();
+  auto* out = targets.as<int32_t>();
+  for (int64_t row = 0; row < b; ++row) {
+    const auto [shard, start] = window_starts_[(*dealt)[at.batch * b + row]];
+    const uint16_t* w = shards_[shard].tokens + start;
+    for (int64_t i = 0; i < t; ++i) {
+      in[row * t + i] = w[i];
+      out[row * t + i] = w[i + 1];
+    }
+  }
+}
+
 TokenShards::Batch TokenShards::next() {
   if (batch_ >= batches_per_epoch()) {
     ++epoch_;

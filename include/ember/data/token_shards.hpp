@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,6 +69,19 @@ class TokenShards {
   Position position() const { return {epoch_, batch_}; }
   void set_position(Position position);  // an Error beyond the epoch's batches
 
+  // Random access for data::Loader's workers: batch `index` counted from the start (epoch
+  // index / batches_per_epoch()), the batch next() returns at that position, written into
+  // [batch, seq] i32 host views. Thread-safe; next() and the position are not touched.
+  void fill(int64_t index, const TensorView& inputs, const TensorView& targets) const;
+  int64_t index_of(Position position) const {
+    return static_cast<int64_t>(position.epoch) * batches_per_epoch() + position.batch;
+  }
+  Position position_at(int64_t index) const {
+    return {static_cast<uint64_t>(index / batches_per_epoch()), index % batches_per_epoch()};
+  }
+
+  int64_t batch() const { return options_.batch; }
+  int64_t seq() const { return options_.seq; }
   int64_t tokens() const { return total_tokens_; }
   int64_t windows() const { return static_cast<int64_t>(window_starts_.size()); }
   int64_t batches_per_epoch() const;            // per rank
@@ -81,6 +96,7 @@ class TokenShards {
     int64_t count = 0;
   };
   void deal();  // this rank's windows of the current epoch
+  std::shared_ptr<const std::vector<int64_t>> windows_of_epoch(uint64_t epoch) const;
 
   Options options_;
   std::vector<Shard> shards_;
@@ -90,6 +106,9 @@ class TokenShards {
   int max_token_ = 0;
   uint64_t epoch_ = 0;
   int64_t batch_ = 0;
+  // fill()'s deals of the epochs it was asked for lately (two: workers straddle an epoch's end).
+  mutable std::mutex epochs_mutex_;
+  mutable std::vector<std::pair<uint64_t, std::shared_ptr<const std::vector<int64_t>>>> epochs_;
 };
 
 }  // namespace ember::data

@@ -1,0 +1,82 @@
+// data::Loader: training batches made ahead of the training loop by worker threads, the same
+// batches in the same order for any number of workers.
+//
+// A producer fills batch `index` (0, 1, 2, ... from the start of training) into host buffers:
+// it must depend on the index alone (its own random numbers seeded from the index), not on the
+// order of calls, since workers fill several batches at once. Up to `prefetch` batches are made
+// ahead of the one next() returns. On a GPU the host buffers are pinned, from a pool made once
+// and reused (pinning runs at 1-2 GB/s, far below a copy), and next(stream) copies a batch to
+// the device on the loader's copy stream, makes `stream` wait for the copy (an event, no host
+// wait) and records the tensors' use on `stream`. On the CPU next() returns host tensors.
+//
+// Faults never hang and never pass silently: a producer's exception comes out of next() for
+// that batch as an Error naming it; a batch not ready within `timeout_seconds` is an Error; the
+// destructor stops the workers (each finishes the batch in hand; one still busy after the
+// timeout is left to finish on its own) and returns the buffers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ember/core/device.hpp"
+#include "ember/core/shape.hpp"
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+
+namespace ember::data {
+
+class TokenShards;
+
+// One tensor of a batch.
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+
+class Loader {
+ public:
+  // Fills batch `index` into `host` (one view per spec, host memory), on a worker thread.
+  using Producer = std::function<void(int64_t index, std::span<const TensorView> host)>;
+
+  struct Options {
+    // Worker threads; -1: the cores OpenMP's compute threads leave free, at least one. 0: no
+    // threads, next() makes each batch itself (nothing ahead).
+    int workers = -1;
+    int prefetch = 2;  // batches made ahead (at least 1 with workers)
+    double timeout_seconds = 600;
+    int64_t first = 0;  // the index of the first batch next() returns (a resumed run's position)
+  };
+
+  // An Error for specs without elements and for bad options. The device is where next()'s
+  // tensors go.
+  Loader(std::vector<TensorSpec> specs, Producer producer, Device device, Options options);
+  Loader(std::vector<TensorSpec> specs, Producer producer, Device device)
+      : Loader(std::move(specs), std::move(producer), device, Options{}) {}
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch, ready for work queued on `stream` (on stream's device).
+  std::vector<Tensor> next(const Stream& stream);
+
+  int64_t position() const;     // the index of the batch next() returns next
+  int workers() const;          // the threads it runs
+  double wait_seconds() const;  // the time next() spent waiting for batches, in total
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// A Loader of a TokenShards reader's batches (inputs, targets: [batch, seq] i32), this rank's,
+// starting at the reader's position: the batches its next() would have returned, in order. The
+// reader must outlive the loader and is not advanced (position() of the loader is in batches;
+// token_shards_position converts it back for a checkpoint).
+std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,
+                                            Loader::Options options = {});
+
+}  // namespace ember::data

@@ -1,0 +1,301 @@
+// data::Loader (ember/data/loader.hpp): worker threads fill slots of host buffers, batch by
+// batch in index order; next() hands out the slot of the batch it needs, copying it to the
+// device on a copy stream where the device is a GPU.
+#include "ember/data/loader.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ember/core/error.hpp"
+#include "ember/data/token_shards.hpp"
+#include "ember/memory/pinned_host_upstream.hpp"
+
+namespace ember::data {
+
+using Clock = std::chrono::steady_clock;
+
+struct Loader::Impl {
+  // One batch's buffers. On a GPU they are pinned host memory, made once; the copy out of them
+  // (`copied`) completes before a worker fills them again. On the CPU the slot's tensors are
+  // handed out by next() and the slot gets new ones (from the caching allocator) for its next
+  // batch.
+  struct Slot {
+    enum class State { free, filling, ready, failed };
+    State state = State::free;
+    int64_t index = -1;
+    std::string error;
+    std::vector<void*> pinned;  // GPU
+    std::vector<Tensor> host;   // CPU
+    std::unique_ptr<Event> copied;
+  };
+
+  std::vector<TensorSpec> specs;
+  Producer producer;
+  Device device;
+  Options options;
+  int worker_count = 0;
+  std::shared_ptr<memory::PinnedHostUpstream> pinned;  // GPU only
+  std::unique_ptr<Stream> copy_stream;                 // GPU only
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Slot> slots;
+  int64_t next_fill = 0;  // the next batch a worker takes
+  int64_t next_out = 0;   // the batch next() returns next
+  bool stopping = false;
+  int running = 0;  // workers in their loop
+  double waited = 0;
+  std::vector<std::thread> threads;
+
+  ~Impl() {
+    for (Slot& slot : slots) {
+      if (slot.copied) slot.copied->synchronize();
+      for (size_t i = 0; i < slot.pinned.size(); ++i) {
+        if (slot.pinned[i] != nullptr) pinned->deallocate(slot.pinned[i], bytes(specs[i]));
+      }
+    }
+  }
+
+  static size_t bytes(const TensorSpec& spec) {
+    return static_cast<size_t>(spec.shape.numel()) * dtype_size(spec.dtype);
+  }
+
+  // Fills `slot` with batch `index` (no lock held). Returns "" or the producer's error.
+  std::string fill(Slot& slot, int64_t index) {
+    try {
+      std::vector<TensorView> views;
+      if (device.is_cuda()) {
+        if (slot.copied) slot.copied->synchronize();  // the last copy out of these buffers
+        for (size_t i = 0; i < specs.size(); ++i) {
+          views.push_back({slot.pinned[i], specs[i].dtype, specs[i].shape, Device::cpu()});
+        }
+      } else {
+        slot.host.clear();
+        for (const TensorSpec& spec : specs) {
+          slot.host.push_back(Tensor::empty(spec.shape, spec.dtype));
+          views.push_back(slot.host.back());
+        }
+      }
+      producer(index, views);
+      for (const TensorView& v : views) mark_written(v);
+      return {};
+    } catch (const Error& e) {
+      return e.message();
+    } catch (const std::exception& e) {
+      return e.what();
+    } catch (...) {
+      return "an exception that is not a std::exception";
+    }
+  }
+
+  Slot* free_slot() {
+    for (Slot& slot : slots) {
+      if (slot.state == Slot::State::free) return &slot;
+    }
+    return nullptr;
+  }
+
+  // A worker: takes the next index while it is within the look-ahead and a slot is free.
+  void work() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      const int64_t ahead = options.prefetch + worker_count;
+      changed.wait(lock, [&] {
+        return stopping || (next_fill < next_out + ahead && free_slot() != nullptr);
+      });
+      if (stopping) break;
+      Slot& slot = *free_slot();
+      const int64_t index = next_fill++;
+      slot.state = Slot::State::filling;
+      slot.index = index;
+      lock.unlock();
+      std::string error = fill(slot, index);
+      lock.lock();
+      slot.error = std::move(error);
+      slot.state = slot.error.empty() ? Slot::State::ready : Slot::State::failed;
+      changed.notify_all();
+    }
+    --running;
+    changed.notify_all();
+  }
+
+  // The slot's batch as the caller's tensors, ready on `stream`; the slot is free again.
+  std::vector<Tensor> deliver(Slot& slot, const Stream& stream) {
+    std::vector<Tensor> out;
+    if (device.is_cuda()) {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        Tensor t = Tensor::empty(specs[i].shape, specs[i].dtype, *copy_stream);
+        t.copy_(TensorView{slot.pinned[i], specs[i].dtype, specs[i].shape, Device::cpu()});
+        out.push_back(std::move(t));
+      }
+      if (!slot.copied) slot.copied = std::make_unique<Event>(device);
+      slot.copied->record(*copy_stream);
+      stream.wait(*slot.copied);
+      for (const Tensor& t : out) t.record_stream(stream);
+    } else {
+      out = std::move(slot.host);
+      slot.host.clear();
+    }
+    slot.state = Slot::State::free;
+    slot.index = -1;
+    return out;
+  }
+};
+
+Loader::Loader(std::vector<TensorSpec> specs, Producer producer, Device device, Options options)
+    : impl_(std::make_shared<Impl>()) {
+  EMBER_CHECK(!specs.empty(), "data::Loader: a batch needs at least one tensor");
+  for (const TensorSpec& spec : specs) {
+    EMBER_CHECK(spec.shape.numel() > 0,
+                "data::Loader: a batch tensor of shape {} holds nothing "
+                "(a batch size of 0?)",
+                spec.shape.to_string());
+  }
+  EMBER_CHECK(producer != nullptr, "data::Loader: no producer");
+  EMBER_CHECK(options.workers >= -1, "data::Loader: workers must be -1 (automatic) or >= 0, not {}",
+              options.workers);
+  EMBER_CHECK(options.prefetch >= 0, "data::Loader: prefetch must be >= 0, not {}",
+              options.prefetch);
+  EMBER_CHECK(options.prefetch >= 1 || options.workers == 0,
+              "data::Loader: a prefetch depth of 0 leaves the {} workers nothing to do ahead; "
+              "use prefetch >= 1, or workers 0",
+              options.workers);
+  EMBER_CHECK(options.timeout_seconds > 0, "data::Loader: timeout_seconds must be positive, not {}",
+              options.timeout_seconds);
+  EMBER_CHECK(options.first >= 0, "data::Loader: the first batch index must be >= 0, not {}",
+              options.first);
+  EMBER_CHECK(device.is_cpu() || device.is_cuda(), "data::Loader: unknown device {}",
+              device.to_string());
+  Impl& m = *impl_;
+  m.specs = std::move(specs);
+  m.producer = std::move(producer);
+  m.device = device;
+  m.options = options;
+  // The cores OpenMP's compute threads leave free, at least one.
+  m.worker_count = options.workers >= 0 ? options.workers
+                                        : std::max(1, omp_get_num_procs() - omp_get_max_threads());
+  m.next_fill = m.next_out = options.first;
+  const int slot_count = m.worker_count == 0 ? 1 : options.prefetch + m.worker_count;
+  m.slots.resize(static_cast<size_t>(slot_count));
+  if (device.is_cuda()) {
+    m.pinned = std::make_shared<memory::PinnedHostUpstream>();
+    m.copy_stream = std::make_unique<Stream>(device);
+    for (Impl::Slot& slot : m.slots) {
+      for (const TensorSpec& spec : m.specs) {
+        void* p = m.pinned->allocate(Impl::bytes(spec));
+        EMBER_CHECK(p != nullptr, "data::Loader: cannot pin {} bytes of host memory for a batch",
+                    Impl::bytes(spec));
+        slot.pinned.push_back(p);
+      }
+    }
+  }
+  m.running = m.worker_count;
+  for (int w = 0; w < m.worker_count; ++w) {
+    m.threads.emplace_back([impl = impl_] { impl->work(); });
+  }
+}
+
+Loader::~Loader() {
+  Impl& m = *impl_;
+  std::unique_lock lock(m.mutex);
+  m.stopping = true;
+  m.changed.notify_all();
+  // Each worker finishes the batch in hand; one that is still busy after the timeout (a hung
+  // producer) is left to finish on its own, holding the loader's state until it does.
+  const bool done =
+      m.changed.wait_for(lock, std::chrono::duration<double>(m.options.timeout_seconds),
+                         [&] { return m.running == 0; });
+  lock.unlock();
+  for (std::thread& t : m.threads) {
+    if (done) {
+      t.join();
+    } else {
+      t.detach();
+    }
+  }
+  if (!done) {
+    std::fprintf(stderr,
+                 "warning: data::Loader: a worker was still making a batch %g s after the loader "
+                 "was destroyed; it finishes on its own\n",
+                 m.options.timeout_seconds);
+  }
+}
+
+std::vector<Tensor> Loader::next(const Stream& stream) {
+  Impl& m = *impl_;
+  EMBER_CHECK(stream.device() == m.device,
+              "data::Loader::next: the loader's batches go to {}, not {}", m.device.to_string(),
+              stream.device().to_string());
+  const auto start = Clock::now();
+  std::unique_lock lock(m.mutex);
+  Impl::Slot* slot = nullptr;
+  if (m.worker_count == 0) {
+    slot = &m.slots[0];
+    if (slot->state != Impl::Slot::State::failed) {
+      slot->index = m.next_out;
+      slot->error = m.fill(*slot, m.next_out);
+      slot->state = slot->error.empty() ? Impl::Slot::State::ready : Impl::Slot::State::failed;
+    }
+  } else {
+    auto find = [&]() -> Impl::Slot* {
+      for (Impl::Slot& s : m.slots) {
+        if (s.index == m.next_out &&
+            (s.state == Impl::Slot::State::ready || s.state == Impl::Slot::State::failed)) {
+          return &s;
+        }
+      }
+      return nullptr;
+    };
+    const bool ready =
+        m.changed.wait_for(lock, std::chrono::duration<double>(m.options.timeout_seconds),
+                           [&] { return (slot = find()) != nullptr; });
+    m.waited += std::chrono::duration<double>(Clock::now() - start).count();
+    EMBER_CHECK(ready,
+                "data::Loader: batch {} was not ready after {} s: a worker is hung, or the "
+                "producer takes longer than the timeout (Options::timeout_seconds)",
+                m.next_out, m.options.timeout_seconds);
+  }
+  // A failed batch stays failed: every later call says so too.
+  EMBER_CHECK(slot->state != Impl::Slot::State::failed, "data::Loader: batch {}: {}", slot->index,
+              slot->error);
+  std::vector<Tensor> out = m.deliver(*slot, stream);
+  ++m.next_out;
+  m.changed.notify_all();
+  return out;
+}
+
+int64_t Loader::position() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->next_out;
+}
+
+int Loader::workers() const {
+  return impl_->worker_count;
+}
+
+double Loader::wait_seconds() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->waited;
+}
+
+std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,
+                                            Loader::Options options) {
+  options.first = shards.index_of(shards.position());
+  const Shape shape{shards.batch(), shards.seq()};
+  return std::make_unique<Loader>(
+      std::vector<TensorSpec>{{shape, DType::i32}, {shape, DType::i32}},
+      [&shards](int64_t index, std::span<const TensorView> host) {
+        shards.fill(index, host[0], host[1]);
+      },
+      device, options);
+}
+
+}  // namespace ember::data
