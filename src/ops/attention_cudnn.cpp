@@ -18,6 +18,8 @@
 #include <cudnn_frontend.h>
 #include <dlfcn.h>
 
+#include <cuda_runtime.h>
+
 #include <cstring>
 #include <map>
 #include <memory>
@@ -60,7 +62,8 @@ namespace {
 
 namespace fe = cudnn_frontend;
 
-// The oldest cuDNN whose fused attention ember asks for: the deterministic backward on Hopper.
+// The oldest cuDNN ember asks for fused attention (9.5: the frontend's SDPA support surface as
+// ember uses it; Blackwell's deterministic backward needs 9.18, which the support check says).
 constexpr int64_t kMinimumVersion = 90500;
 
 // The tensors' ids in a plan's variant pack.
@@ -114,9 +117,11 @@ Handle& handle_for(const Stream& stream) {
   static std::mutex mutex;
   static std::map<int, std::unique_ptr<Handle> > handles;
   std::lock_guard lock(mutex);
-  auto& h = handles[stream.device().index()];
-  if (h == nullptr) {
-    h = std::make_unique<Handle>();
+  const auto it = handles.find(stream.device().index());
+  if (it != handles.end()) return *it->second;
+  // Made whole before it is kept: a failure leaves a handle that says why.
+  auto h = std::make_unique<Handle>();
+  try {
     ember::ops::cuda::enter(stream);  // the handle belongs to the current device
     const cudnnStatus_t status = fe::detail::create_handle(&h->handle);
     if (status != CUDNN_STATUS_SUCCESS) {
@@ -124,8 +129,20 @@ Handle& handle_for(const Stream& stream) {
                              fe::detail::get_error_string(status));
       h->handle = nullptr;
     }
+  } catch (const std::exception& e) {
+    h->error = fmt::format("cudnnCreate failed on {}: {}", stream.device().to_string(), e.what());
+    h->handle = nullptr;
   }
-  return *h;
+  return *handles.emplace(stream.device().index(), std::move(h)).first->second;
+}
+
+// The device's compute capability as the frontend wants it (86, 90, ...), from ember's own CUDA
+// runtime: given to each graph, the frontend needs no CUDA runtime of its own to find it.
+int32_t sm_version(const Stream& stream) {
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, stream.device().index());
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, stream.device().index());
+  return major * 10 + minor;
 }
 
 struct Plan {
@@ -155,9 +172,10 @@ struct Layout {
         stats_stride{c.heads * c.seq, c.seq, 1, 1} {}
 };
 
-std::shared_ptr<fe::graph::Graph> make_graph(const Case& c, bool backward) {
+std::shared_ptr<fe::graph::Graph> make_graph(const Case& c, bool backward, int32_t sm) {
   const Layout l(c);
   auto g = std::make_shared<fe::graph::Graph>();
+  g->set_sm_version(sm);  // before the nodes: each copies the graph's context
   g->set_io_data_type(c.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -208,10 +226,10 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Case& c, bool backward) {
   return g;
 }
 
-Plan build_plan(cudnnHandle_t handle, const Case& c, bool backward) {
+Plan build_plan(cudnnHandle_t handle, const Case& c, bool backward, int32_t sm) {
   Plan plan;
   try {
-    auto g = make_graph(c, backward);
+    auto g = make_graph(c, backward, sm);
     auto run = [&](fe::error_t status, const char* step) {
       if (status.is_bad() && plan.error.empty()) {
         plan.error = fmt::format("{}: {}", step, status.get_message());
@@ -249,7 +267,7 @@ const Plan& plan_for(Stream& stream, Handle& h, const Case& c, bool backward) {
   {
     std::lock_guard handle_lock(h.mutex);
     ember::ops::cuda::enter(stream);
-    plan = build_plan(h.handle, c, backward);
+    plan = build_plan(h.handle, c, backward, sm_version(stream));
   }
   std::lock_guard lock(mutex);
   return plans.try_emplace(key, std::move(plan)).first->second;  // std::map: stable references
@@ -263,8 +281,14 @@ void execute(Stream& stream, Handle& h, const Plan& plan, std::unordered_map<int
   const cudnnStatus_t status = fe::detail::set_stream(h.handle, handle_stream);
   EMBER_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN attention {}: cudnnSetStream: {}", what,
               fe::detail::get_error_string(status));
-  fe::error_t result = plan.graph->execute(h.handle, pack, workspace.data());
-  EMBER_CHECK(result.is_good(), "cuDNN attention {}: {}", what, result.get_message());
+  std::string failure;
+  try {
+    fe::error_t result = plan.graph->execute(h.handle, pack, workspace.data());
+    if (result.is_bad()) failure = result.get_message();
+  } catch (const std::exception& e) {  // the frontend's own (a CUDA runtime it cannot load)
+    failure = e.what();
+  }
+  EMBER_CHECK(failure.empty(), "cuDNN attention {}: {}", what, failure);
 }
 
 char* element(const void* base, int64_t elements, const Case& c) {

@@ -354,6 +354,14 @@ TEST_P(Attention, TheCudnnKernelMatchesTheReferenceOrSaysWhyNot) {
         const std::string what = fmt::format("cudnn B{} T{} H{} D{} {} {}", d.b, d.t, d.h, d.d,
                                              causal ? "causal" : "full", dtype_name(dtype));
         const ops::AttentionOptions options{.causal = causal, .kernel = forced.kernel};
+        if (d.t == 1) {  // cuDNN's own tests never run a one-position backward: it may refuse it
+          try {
+            run_attention(s, on(qkv), on(dout), options);
+          } catch (const ember::Error& e) {
+            if (std::string(e.what()).find("does not run this case") == std::string::npos) throw;
+            continue;
+          }
+        }
         const Results first = run_attention(s, on(qkv), on(dout), options);
         const Results again = run_attention(s, on(qkv), on(dout), options);
         const Reference want = reference(d, values(qkv), values(dout), causal,
