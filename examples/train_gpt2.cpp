@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -63,6 +64,7 @@ struct Config {
   example::SaveConfig save;
   std::string record_allocations;
   std::string command_line;  // for the allocation trace's header
+  int workers = -1;          // data::Loader's threads; -1: its default
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -110,6 +112,8 @@ model and training:
                      SIGUSR1 then saves at the end of the current step and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --workers N        threads that make training batches ahead (data::Loader; default: the
+                     cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
                      FILE with .rankN before its .trace)
@@ -150,6 +154,8 @@ Config parse_args(int argc, char** argv) {
          }
          if (c.seq_lengths.empty()) throw UsageError{"--seq-lengths needs lengths, not ''"};
        }},
+      {"--workers",
+       [&](const std::string& v) { c.workers = static_cast<int>(parse_int("--workers", v, 0)); }},
       {"--record-allocations",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
@@ -268,19 +274,15 @@ int64_t step_seq(const Config& c, int64_t step) {
   return c.seq_lengths[x % c.seq_lengths.size()];
 }
 
-// The first `length` tokens of each window of a batch ([rows, seq] i32 on the host).
-ember::data::TokenShards::Batch first_tokens(const ember::data::TokenShards::Batch& batch,
-                                             int64_t length) {
-  const int64_t rows = batch.inputs.shape()[0], seq = batch.inputs.shape()[1];
-  if (length == seq) return batch;
-  auto cut = [&](const ember::Tensor& t) {
-    ember::Tensor out = ember::Tensor::empty({rows, length}, ember::DType::i32);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(t.data<int32_t>() + r * seq, length, out.data<int32_t>() + r * length);
-    }
-    return out;
-  };
-  return {cut(batch.inputs), cut(batch.targets)};
+// Packs the first `length` tokens of each row of a [rows, seq] i32 host view at its front, as a
+// [rows, length] array. Each row moves towards the front (a forward copy: std::copy allows the
+// overlap), after the rows before it.
+void pack_rows(const ember::TensorView& v, int64_t length) {
+  const int64_t rows = v.shape[0], seq = v.shape[1];
+  auto* p = v.as<int32_t>();
+  for (int64_t r = 1; r < rows && length < seq; ++r) {
+    std::copy(p + r * seq, p + r * seq + length, p + r * length);
+  }
 }
 
 int run(const Config& c) {
@@ -430,11 +432,12 @@ int run(const Config& c) {
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 
-  auto loss_of = [&](nn::Module& m, nn::Context& context, const data::TokenShards::Batch& b) {
-    const Tensor logits = m.forward(context, b.inputs.to(stream));
-    const int64_t rows = b.inputs.numel();
+  auto loss_of = [&](nn::Module& m, nn::Context& context, const Tensor& inputs,
+                     const Tensor& targets) {
+    const Tensor logits = m.forward(context, inputs.to(stream));
+    const int64_t rows = inputs.numel();
     return criterion.forward(context, logits.reshape({rows, config.vocab}),
-                             b.targets.to(stream).reshape({rows}));
+                             targets.to(stream).reshape({rows}));
   };
   auto validation_loss = [&] {
     model->eval();
@@ -442,7 +445,10 @@ int run(const Config& c) {
     val_data->set_position({});
     const int64_t batches = std::min(c.eval_batches, val_data->batches_per_epoch());
     double total = 0;
-    for (int64_t i = 0; i < batches; ++i) total += loss_of(*model, eval, val_data->next()).item();
+    for (int64_t i = 0; i < batches; ++i) {
+      const data::TokenShards::Batch b = val_data->next();
+      total += loss_of(*model, eval, b.inputs, b.targets).item();
+    }
     model->train();
     criterion.drop_saved();
     return total / static_cast<double>(batches);
@@ -507,6 +513,26 @@ int run(const Config& c) {
     return 0;
   }
 
+  // The training batches, made ahead by data::Loader's workers from the shards' position (the
+  // resumed one). A micro-batch of a step of --seq-lengths L holds its windows' first L tokens,
+  // packed at the front of the [micro, seq] buffers (the step follows from the batch's index).
+  const int64_t first_index = train_data->index_of(train_data->position());
+  const data::TokenShards& shards = *train_data;
+  data::Loader loader({{Shape{micro, c.seq}, DType::i32}, {Shape{micro, c.seq}, DType::i32}},
+                      [&, first_index](int64_t index, std::span<const TensorView> host) {
+                        shards.fill(index, host[0], host[1]);
+                        const int64_t length =
+                            step_seq(c, first_step + (index - first_index) / c.accumulate);
+                        for (const TensorView& v : host) pack_rows(v, length);
+                      },
+                      device, {.workers = c.workers, .first = first_index});
+  auto next_batch = [&](int64_t length) {
+    std::vector<Tensor> b = loader.next(stream);
+    for (Tensor& t : b)
+      t = t.reshape({micro * c.seq}).slice(0, micro * length).reshape({micro, length});
+    return b;
+  };
+
   // MFU: the model's FLOPs per step on this rank over the device's peak.
   const std::optional<double> peak = c.peak_tflops > 0 ? std::optional<double>(c.peak_tflops * 1e12)
                                                        : train::peak_flops(device, precision);
@@ -523,7 +549,8 @@ int run(const Config& c) {
         ctx,
         [&](const train::MicroBatch& mb) {
           if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
-          const Tensor loss = loss_of(*net, ctx, first_tokens(train_data->next(), seq));
+          const std::vector<Tensor> batch = next_batch(seq);
+          const Tensor loss = loss_of(*net, ctx, batch[0], batch[1]);
           ops::add(stream, loss_sum, loss_sum, loss);
           const Tensor dlogits = criterion.backward(ctx, mb.dloss);
           net->backward(ctx, dlogits.reshape({micro, seq, config.vocab}));
@@ -566,7 +593,7 @@ int run(const Config& c) {
     if (rank == 0 && c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) {
       print_sample(step);
     }
-    const data::TokenShards::Position at = train_data->position();
+    const data::TokenShards::Position at = train_data->position_at(loader.position());
     if (checkpoints.after_step({.step = step,
                                 .epoch = static_cast<int64_t>(at.epoch),
                                 .data_position = at.batch,
