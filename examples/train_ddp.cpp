@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
 #include "resume.hpp"
@@ -29,6 +30,7 @@ using example::Setter;
 using example::UsageError;
 
 struct Config {
+  int workers = -1;  // data::Loader's threads; -1: its default
   int64_t steps = 300;
   int64_t depth = 4;
   int64_t width = 128;
@@ -75,6 +77,8 @@ options:
                      of the current step on every rank and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest checkpoint that verifies on every rank
+  --workers N        threads that make training batches ahead (data::Loader; default: the
+                     cores OpenMP leaves free, at least 1; 0: none)
   -h, --help         show this help
 )";
 
@@ -110,6 +114,7 @@ Config parse_args(int argc, char** argv) {
          c.checkpoint = v;
        }},
       {"--amp", example::amp_option(c.amp)},
+      {"--workers", example::workers_option(c.workers)},
       {"--device",
        [&](const std::string& v) {
          if (v != "auto" && v != "cpu" && v != "cuda") {
@@ -196,8 +201,7 @@ int run(const Config& c) {
       ranks, c.batch, ranks * c.batch, c.checkpoint == "none" ? "" : ", checkpoint " + c.checkpoint,
       precision == nn::Precision::f32 ? "" : ", autocast " + c.amp));
 
-  Tensor x_host = Tensor::empty({c.batch, train_set.inputs.shape()[1]});
-  Tensor y_host = Tensor::empty({c.batch}, DType::i32);
+  uint64_t epoch = 0;
   int64_t cursor = 0;
   double interval_seconds = 0, total_seconds = 0, exposed = 0, val_acc = 0, loss_value = 0;
   int64_t interval_steps = 0;
@@ -218,7 +222,7 @@ int run(const Config& c) {
   int64_t first_step = 1;
   if (const auto resumed = checkpoints.resume(say)) {
     first_step = resumed->step + 1;
-    sampler.set_epoch(static_cast<uint64_t>(resumed->epoch));
+    epoch = static_cast<uint64_t>(resumed->epoch);
     cursor = resumed->data_position;
     ctx.step = resumed->micro_step;
   }
@@ -226,20 +230,20 @@ int run(const Config& c) {
     say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
     return 0;
   }
-  std::vector<int64_t> rows = sampler.indices();
+  // This rank's share of each epoch's shuffle, the batches made ahead by data::Loader's workers.
+  example::DatasetBatches batches(
+      train_set, c.batch, sampler.rows_per_rank(),
+      [sampler](uint64_t e) mutable {
+        sampler.set_epoch(e);
+        return sampler.indices();
+      },
+      device, c.workers, epoch, cursor);
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
-    if (cursor + c.batch > static_cast<int64_t>(rows.size())) {
-      sampler.set_epoch(sampler.epoch() + 1);
-      rows = sampler.indices();
-      cursor = 0;
-    }
-    data::gather(train_set,
-                 std::span<const int64_t>(rows).subspan(static_cast<size_t>(cursor),
-                                                        static_cast<size_t>(c.batch)),
-                 x_host, y_host);
-    cursor += c.batch;
-    const Tensor x = x_host.to(stream), y = y_host.to(stream);
+    const std::vector<Tensor> xy = batches.next(stream);
+    std::tie(epoch, cursor) = batches.position();
+    const Tensor& x = xy[0];
+    const Tensor& y = xy[1];
     schedule.apply(optimizer);
     optimizer.zero_grad();
     accumulation.run(
@@ -285,7 +289,7 @@ int run(const Config& c) {
     }
     // A signal reaches one rank or all: every rank stops after the same step.
     if (checkpoints.after_step({.step = step,
-                                .epoch = static_cast<int64_t>(sampler.epoch()),
+                                .epoch = static_cast<int64_t>(epoch),
                                 .data_position = cursor,
                                 .micro_step = ctx.step},
                                [&](bool stop) { return dist::any_rank(*comm, stop); })) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
 #include "resume.hpp"
@@ -35,6 +36,7 @@ using example::Setter;
 using example::UsageError;
 
 struct Config {
+  int workers = -1;  // data::Loader's threads; -1: its default
   int64_t steps = 2000;
   int64_t depth = 4;
   int64_t width = 256;
@@ -84,6 +86,8 @@ options:
   --count-subnormals on progress lines, count the subnormal values in the parameters, the
                      gradients, AdamW's moments, and the layers' outputs and input
                      gradients (a debugging aid; docs/cpu.md)
+  --workers N        threads that make training batches ahead (data::Loader; default: the
+                     cores OpenMP leaves free, at least 1; 0: none)
   -h, --help         show this help
 )";
 
@@ -142,6 +146,7 @@ Config parse_args(int argc, char** argv) {
          c.device = v;
        }},
       {"--amp", example::amp_option(c.amp)},
+      {"--workers", example::workers_option(c.workers)},
       {"--activation",
        [&](const std::string& v) {
          if (v != "relu" && v != "gelu") {
@@ -230,8 +235,6 @@ int run(const Config& c) {
     csv = nullptr;
   };
 
-  Tensor x_host = Tensor::empty({batch, features});
-  Tensor y_host = Tensor::empty({batch}, DType::i32);
   uint64_t epoch = 0;
   int64_t cursor = 0;
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, first_loss = 0;
@@ -264,21 +267,18 @@ int run(const Config& c) {
     fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
     return 0;
   }
-  std::vector<int64_t> order = data::permutation(train.size(), c.seed, epoch);
+  // Each epoch a fresh shuffle, the batches made ahead by data::Loader's workers.
+  example::DatasetBatches batches(
+      train, batch, train.size(),
+      [&](uint64_t e) { return data::permutation(train.size(), c.seed, e); }, device, c.workers,
+      epoch, cursor);
 
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
-    if (cursor + batch > train.size()) {  // next epoch: a fresh shuffle
-      order = data::permutation(train.size(), c.seed, ++epoch);
-      cursor = 0;
-    }
-    data::gather(train,
-                 std::span<const int64_t>(order).subspan(static_cast<size_t>(cursor),
-                                                         static_cast<size_t>(batch)),
-                 x_host, y_host);
-    cursor += batch;
-    const Tensor x = x_host.to(stream);
-    const Tensor y = y_host.to(stream);
+    const std::vector<Tensor> xy = batches.next(stream);
+    std::tie(epoch, cursor) = batches.position();
+    const Tensor& x = xy[0];
+    const Tensor& y = xy[1];
 
     schedule.apply(optimizer);  // cosine decay from lr to lr / 10 over the run
 

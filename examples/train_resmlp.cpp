@@ -14,6 +14,7 @@
 
 #include "allocation_trace.hpp"
 #include "cli.hpp"
+#include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
 
@@ -43,6 +44,7 @@ struct Config {
   std::string device = "auto";
   std::string record_allocations;
   std::string command_line;  // for the allocation trace's header
+  int workers = -1;          // data::Loader's threads; -1: its default
 };
 
 constexpr const char* kUsage = R"(usage: train_resmlp [options]
@@ -69,6 +71,8 @@ options:
   --device D         auto, cpu, cuda or cuda:N (default auto)
   --seed N           seed for data, initialization, dropout and shuffling (default 1)
   --log-every N      steps between progress lines (default 100)
+  --workers N        threads that make training batches ahead (data::Loader; default: the
+                     cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses)
   -h, --help         show this help
@@ -93,6 +97,7 @@ Config parse_args(int argc, char** argv) {
        [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
       {"--checkpoint", example::checkpoint_option(c.checkpoint)},
       {"--amp", example::amp_option(c.amp)},
+      {"--workers", example::workers_option(c.workers)},
       {"--record-allocations",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
@@ -157,15 +162,14 @@ int run(const Config& c) {
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 
-  Tensor x_host = Tensor::empty({batch, train_set.inputs.shape()[1]});
-  Tensor y_host = Tensor::empty({batch}, DType::i32);
-  std::vector<int64_t> order = data::permutation(train_set.size(), c.seed, 0);
-  if (c.checkpoint.starts_with("auto:")) {
+  if (c.checkpoint.starts_with("auto:")) {  // planned on the first micro-batch
+    Tensor x_host = Tensor::empty({micro, train_set.inputs.shape()[1]});
+    Tensor y_host = Tensor::empty({micro}, DType::i32);
+    const std::vector<int64_t> order = data::permutation(train_set.size(), c.seed, 0);
     const int64_t budget = example::checkpoint_budget_bytes(c.checkpoint);
     data::gather(train_set, std::span<const int64_t>(order).subspan(0, static_cast<size_t>(micro)),
-                 x_host.slice(0, micro), y_host.slice(0, micro));
-    const nn::CheckpointPlan plan =
-        nn::plan_checkpoints(*model, x_host.slice(0, micro).to(stream), budget, ctx);
+                 x_host, y_host);
+    const nn::CheckpointPlan plan = nn::plan_checkpoints(*model, x_host.to(stream), budget, ctx);
     nn::apply_checkpoint_plan(*model, plan);
     fmt::print("{}\n", plan.describe());
   }
@@ -182,23 +186,19 @@ int run(const Config& c) {
       c.checkpoint == "none" ? "" : ", checkpoint " + c.checkpoint,
       precision == nn::Precision::f32 ? "" : ", autocast " + c.amp);
 
-  uint64_t epoch = 0;
-  int64_t cursor = 0;
+  // Each epoch a fresh shuffle, the batches made ahead by data::Loader's workers.
+  example::DatasetBatches batches(
+      train_set, batch, train_set.size(),
+      [&](uint64_t e) { return data::permutation(train_set.size(), c.seed, e); }, device, c.workers,
+      0, 0);
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, first_loss = 0, val_acc = 0;
   int64_t interval_steps = 0, peak = 0;
   memory::reset_peak_stats(device);
   for (int64_t step = 1; step <= c.steps; ++step) {
     const auto start = Clock::now();
-    if (cursor + batch > train_set.size()) {
-      order = data::permutation(train_set.size(), c.seed, ++epoch);
-      cursor = 0;
-    }
-    data::gather(train_set,
-                 std::span<const int64_t>(order).subspan(static_cast<size_t>(cursor),
-                                                         static_cast<size_t>(batch)),
-                 x_host, y_host);
-    cursor += batch;
-    const Tensor x = x_host.to(stream), y = y_host.to(stream);
+    const std::vector<Tensor> xy = batches.next(stream);
+    const Tensor& x = xy[0];
+    const Tensor& y = xy[1];
     schedule.apply(optimizer);
     optimizer.zero_grad();
     Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
