@@ -61,7 +61,7 @@ mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 
 binaries=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
-          bench_elementwise bench_allocator)
+          bench_elementwise bench_allocator bench_loader)
 
 # ---- build ------------------------------------------------------------------------------
 if [ "$no_build" -eq 0 ]; then

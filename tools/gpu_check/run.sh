@@ -71,7 +71,7 @@ steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_bf16 train_mlp_f16
        train_resmlp_none train_resmlp_full train_resmlp_selective
        train_ddp train_gpt2_d12 train_gpt2_d12_cudnn train_gpt2_trace
-       bench_matmul bench_train_step bench_elementwise bench_allocator
+       bench_matmul bench_train_step bench_elementwise bench_allocator bench_loader
        memcheck racecheck synccheck initcheck)
 describe() {
   case "$1" in
@@ -87,6 +87,7 @@ describe() {
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
     bench_elementwise) echo "bench_elementwise's GPU rows (fused chain against separate ops)" ;;
+    bench_loader) echo "bench_loader --device cuda: data wait with 0-4 workers, the loader's copies against a plain pinned copy" ;;
     bench_allocator) echo "the allocation traces on the GPU: ember (bench_allocator --device) and PyTorch's allocator" ;;
     memcheck) echo "compute-sanitizer memcheck over the device cases (debug_guard allocator)" ;;
     racecheck) echo "compute-sanitizer racecheck over the kernel cases" ;;
@@ -122,7 +123,7 @@ fi
 
 # ---- the binaries and their libraries ---------------------------------------------------
 names=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
-       bench_elementwise bench_allocator)
+       bench_elementwise bench_allocator bench_loader)
 declare -A bin=()
 if [ -n "$build_dir" ]; then
   [ -d "$build_dir" ] || die "--build-dir $build_dir is not a directory"
@@ -281,7 +282,7 @@ step_binaries_start() {
     fi
     case "$name" in
       ember_tests) run_logged "$log" 60 "${bin[$name]}" --gtest_list_tests ;;
-      train_*) run_logged "$log" 30 "${bin[$name]}" --help ;;
+      train_*|bench_loader) run_logged "$log" 30 "${bin[$name]}" --help ;;
       bench_*) run_logged "$log" 60 "${bin[$name]}" --benchmark_list_tests=true ;;
     esac
     rc=$?
@@ -616,6 +617,19 @@ step_bench_allocator() {
     detail="$detail; PyTorch: $(grep -m 1 'nothing to compare' "$log" | cut -c 21-80)"
   else
     detail="$detail; PyTorch side by side in the log"
+  fi
+}
+
+step_bench_loader() {
+  local log="$logs/bench_loader.log" rc
+  run_logged "$log" "$step_limit" "${bin[bench_loader]}" --device cuda:0 --steps 100
+  rc=$?
+  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
+    res=FAIL
+    detail="exit code $rc: $(first_error_line "$log" 'error|Error')"
+  else
+    res=PASS
+    detail="$(grep -E '^  [0-9] ' "$log" | awk '{ printf "%s%s workers %s", sep, $1, $4; sep = ", " }'); $(grep -o 'ratio [0-9.]*' "$log")"
   fi
 }
 
