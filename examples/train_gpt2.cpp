@@ -539,8 +539,11 @@ int run(const Config& c) {
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
   double interval_flops = 0, interval_tokens = 0;
   int64_t interval_steps = 0;
+  // Where each step's time goes, printed with the progress lines.
+  train::StepProfiler profiler(stream);
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    profiler.begin_step();
     const int64_t seq = step_seq(c, step);
     schedule.apply(optimizer);
     optimizer.zero_grad();
@@ -549,18 +552,25 @@ int run(const Config& c) {
         ctx,
         [&](const train::MicroBatch& mb) {
           if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
+          profiler.phase(train::StepPhase::data);
           const std::vector<Tensor> batch = next_batch(seq);
+          profiler.phase(train::StepPhase::forward);
           const Tensor loss = loss_of(*net, ctx, batch[0], batch[1]);
           ops::add(stream, loss_sum, loss_sum, loss);
+          profiler.phase(train::StepPhase::backward);
           const Tensor dlogits = criterion.backward(ctx, mb.dloss);
           net->backward(ctx, dlogits.reshape({micro, seq, config.vocab}));
         },
         scaler.scale());
+    profiler.phase(train::StepPhase::optimizer);
     scaler.step(stream, optimizer);
     scaler.update(stream);
     // The loss of the whole step (every rank's sequences): one small all-reduce.
+    profiler.phase(train::StepPhase::communication);
     if (ranks > 1) comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
+    profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
+    profiler.end_step();
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
                 step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -585,6 +595,7 @@ int run(const Config& c) {
                     bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""),
           ranks * interval_tokens / interval_seconds, ms, flops / 1e12,
           peak ? fmt::format("{:.1f}%", 100 * flops / *peak) : std::string("-")));
+      say(fmt::format("      {}\n", profiler.take().describe()));
       interval_seconds = 0;
       interval_steps = 0;
       interval_tokens = 0;
