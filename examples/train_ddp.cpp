@@ -238,8 +238,11 @@ int run(const Config& c) {
         return sampler.indices();
       },
       device, c.workers, epoch, cursor);
+  train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    profiler.begin_step();
+    profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
     std::tie(epoch, cursor) = batches.position();
     const Tensor& x = xy[0];
@@ -250,17 +253,22 @@ int run(const Config& c) {
         ctx,
         [&](const train::MicroBatch& mb) {
           ddp->set_sync(mb.last);  // only the last micro-batch communicates
+          profiler.phase(train::StepPhase::forward);
           const Tensor loss = criterion.forward(
               ctx, ddp->forward(ctx, x.slice(mb.index * micro, (mb.index + 1) * micro)),
               y.slice(mb.index * micro, (mb.index + 1) * micro));
           ops::add(stream, loss_sum, loss_sum, loss);
+          profiler.phase(train::StepPhase::backward);  // its gradient all-reduces overlap it
           ddp->backward(ctx, criterion.backward(ctx, mb.dloss));
         },
         scaler.scale());
     ddp->set_sync(true);
+    profiler.phase(train::StepPhase::optimizer);
     scaler.step(stream, optimizer);
     scaler.update(stream);
+    profiler.phase(train::StepPhase::other);
     stream.synchronize();
+    profiler.end_step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
     total_seconds += seconds;
@@ -284,6 +292,7 @@ int run(const Config& c) {
                       scaler.enabled() ? fmt::format(" | scale {:g} | skipped {}",
                                                      scaler.get_scale(), scaler.skipped_steps())
                                        : ""));
+      say(fmt::format("      {}\n", profiler.take().describe()));
       interval_seconds = 0;
       interval_steps = 0;
     }

@@ -273,8 +273,11 @@ int run(const Config& c) {
       [&](uint64_t e) { return data::permutation(train.size(), c.seed, e); }, device, c.workers,
       epoch, cursor);
 
+  train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    profiler.begin_step();
+    profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
     std::tie(epoch, cursor) = batches.position();
     const Tensor& x = xy[0];
@@ -283,12 +286,17 @@ int run(const Config& c) {
     schedule.apply(optimizer);  // cosine decay from lr to lr / 10 over the run
 
     optimizer.zero_grad();
+    profiler.phase(train::StepPhase::forward);
     const Tensor logits = model->forward(ctx, x);
     const Tensor loss = criterion.forward(ctx, logits, y);
+    profiler.phase(train::StepPhase::backward);
     model->backward(ctx, criterion.backward(ctx, scaler.scale()));  // d(loss * scale)
+    profiler.phase(train::StepPhase::optimizer);
     scaler.step(stream, optimizer);  // unscales; skips the step on inf/nan gradients
     scaler.update(stream);
+    profiler.phase(train::StepPhase::other);
     last_loss = loss.item();  // synchronizes with the device
+    profiler.end_step();
     if (step == first_step) first_loss = last_loss;
     EMBER_CHECK(std::isfinite(last_loss),
                 "the loss is {} at step {}: training diverged. Lower --lr (now {:g}) or "
@@ -320,6 +328,7 @@ int run(const Config& c) {
       fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s{}\n", step, last_loss,
                  percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds,
                  scaling_state);
+      fmt::print("       {}\n", profiler.take().describe());
       if (c.count_subnormals) print_subnormals(model->parameters(), optimizer);
       std::fflush(stdout);
       interval_seconds = 0;

@@ -194,8 +194,11 @@ int run(const Config& c) {
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, first_loss = 0, val_acc = 0;
   int64_t interval_steps = 0, peak = 0;
   memory::reset_peak_stats(device);
+  train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   for (int64_t step = 1; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    profiler.begin_step();
+    profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
     const Tensor& x = xy[0];
     const Tensor& y = xy[1];
@@ -207,14 +210,19 @@ int run(const Config& c) {
         [&](const train::MicroBatch& mb) {
           const Tensor xb = x.slice(mb.index * micro, (mb.index + 1) * micro);
           const Tensor yb = y.slice(mb.index * micro, (mb.index + 1) * micro);
+          profiler.phase(train::StepPhase::forward);
           const Tensor loss = criterion.forward(ctx, model->forward(ctx, xb), yb);
           ops::add(stream, loss_sum, loss_sum, loss);
+          profiler.phase(train::StepPhase::backward);
           model->backward(ctx, criterion.backward(ctx, mb.dloss));
         },
         scaler.scale());
+    profiler.phase(train::StepPhase::optimizer);
     scaler.step(stream, optimizer);
     scaler.update(stream);
+    profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);  // waits for the step
+    profiler.end_step();
     if (step == 1) first_loss = last_loss;
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
                 step);
@@ -235,6 +243,7 @@ int run(const Config& c) {
                                                 scaler.skipped_steps())
                                   : "");
       std::fflush(stdout);
+      fmt::print("      {}\n", profiler.take().describe());
       interval_seconds = 0;
       interval_steps = 0;
       memory::reset_peak_stats(device);
