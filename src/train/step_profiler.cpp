@@ -8,7 +8,34 @@
 
 #include "ember/core/error.hpp"
 
+// NVTX ranges for Nsight Systems (the step, and each phase inside it): NVTX 3 is header-only and
+// costs a branch when no tool is attached. Where the CUDA toolkit's headers are not seen (a
+// CPU-only build, the emulated one), no ranges.
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define EMBER_NVTX 1
+#else
+#define EMBER_NVTX 0
+#endif
+
 namespace ember::train {
+namespace {
+
+void range_push(const char* name) {
+#if EMBER_NVTX
+  nvtxRangePushA(name);
+#else
+  (void)name;
+#endif
+}
+
+void range_pop() {
+#if EMBER_NVTX
+  nvtxRangePop();
+#endif
+}
+
+}  // namespace
 
 const char* step_phase_name(StepPhase phase) {
   switch (phase) {
@@ -51,6 +78,7 @@ using Clock = std::chrono::steady_clock;
 struct StepProfiler::Impl {
   Stream stream;
   bool in_step = false;
+  bool phase_range = false;  // an NVTX range of a phase is open
   StepPhase current = StepPhase::other;
   StepBreakdown done;  // read, not yet taken
 
@@ -104,6 +132,8 @@ void StepProfiler::begin_step() {
   EMBER_CHECK(!m.in_step, "StepProfiler::begin_step: the previous step did not end (end_step)");
   m.in_step = true;
   m.current = StepPhase::other;
+  range_push("step");
+  m.phase_range = false;
   if (m.gpu()) {
     m.read_completed();
     m.open = {};
@@ -119,12 +149,18 @@ void StepProfiler::phase(StepPhase phase) {
               step_phase_name(phase));
   m.mark(phase);  // the interval that ends here keeps the phase it began with
   m.current = phase;
+  if (m.phase_range) range_pop();
+  range_push(step_phase_name(phase));
+  m.phase_range = true;
 }
 
 void StepProfiler::end_step() {
   Impl& m = *impl_;
   EMBER_CHECK(m.in_step, "StepProfiler::end_step: no step began (begin_step)");
   m.in_step = false;
+  if (m.phase_range) range_pop();
+  m.phase_range = false;
+  range_pop();  // the step
   if (m.gpu()) {
     m.mark(StepPhase::other);
     m.pending.push_back(std::move(m.open));

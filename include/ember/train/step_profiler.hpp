@@ -13,7 +13,8 @@
 // have completed (the next step's begin_step or take() queries them; nothing waits): the phases
 // are device time, a starved GPU's idle time falling to the phase the host was in (the data
 // wait). take() returns the steps read so far; on a GPU the last one or two may come with the
-// next interval's.
+// next interval's. In CUDA builds each step and each phase is also an NVTX range ("step",
+// "data", "forward", ...), which Nsight Systems shows on the timeline.
 #pragma once
 
 #include <array>
