@@ -482,7 +482,8 @@ size_t CachingAllocator::Impl::largest_free() const {
                   "unallocated; its largest free block is {}. {}",
                   human(bytes), stream, where, info.total ? human(info.total) : "unknown",
                   info.total ? human(info.free) : "unknown", human(n.allocated),
-                  human(n.reserved_unallocated), human(n.largest_free_block), advice),
+                  human(n.reserved_unallocated), human(n.largest_free_block), advice) +
+          write_oom_snapshot(),
       n);
 }
 

@@ -28,6 +28,9 @@ struct CachingAllocator::Impl {
   void record_stream(void* ptr, StreamId stream);
   detail::Block* owned(void* ptr, const char* what);
   size_t release_cached(size_t enough);
+  std::string snapshot_json() const;  // the caller holds mutex
+  // EMBER_OOM_SNAPSHOT=DIR: writes snapshot_json() there; the sentence for the OOM message.
+  std::string write_oom_snapshot() const;
   detail::Block* guard_peak(StreamId stream, bool small, size_t size);
   bool has_free_map_call(const detail::Segment* seg) const;
   size_t largest_free() const;

@@ -3,6 +3,12 @@
 
 #include "caching_allocator_impl.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
 namespace ember::memory {
 
 namespace {
@@ -23,9 +29,13 @@ const char* state_name(detail::BlockState s) {
 
 std::string CachingAllocator::snapshot() const {
   std::lock_guard lock(impl_->mutex);
+  return impl_->snapshot_json();
+}
+
+std::string CachingAllocator::Impl::snapshot_json() const {
   std::string out = "{\"segments\":[";
   bool first_segment = true;
-  for (const auto& [base, seg] : impl_->segments) {
+  for (const auto& [base, seg] : segments) {
     if (!first_segment) out += ',';
     first_segment = false;
     out += fmt::format(
@@ -42,6 +52,22 @@ std::string CachingAllocator::snapshot() const {
   }
   out += "]}";
   return out;
+}
+
+std::string CachingAllocator::Impl::write_oom_snapshot() const {
+  const char* dir = std::getenv("EMBER_OOM_SNAPSHOT");
+  if (dir == nullptr || *dir == '\0') return {};
+  static std::atomic<int> count{0};
+  const std::string path =
+      fmt::format("{}/ember_oom_{}_{}.json", dir, static_cast<long>(::getpid()), count++);
+  std::ofstream out(path);
+  out << snapshot_json();
+  out.close();
+  if (!out) return fmt::format(" (EMBER_OOM_SNAPSHOT: could not write {})", path);
+  return fmt::format(
+      " The allocator's snapshot at this moment is in {} (memory_snapshot_svg "
+      "draws it).",
+      path);
 }
 
 }  // namespace ember::memory

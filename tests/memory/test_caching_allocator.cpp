@@ -3,6 +3,10 @@
 #include "ember/memory/caching_allocator.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <cstring>
 #include <map>
@@ -269,6 +273,43 @@ TEST(CachingAllocatorOom, MessageStatesNumbersAndSetting) {
   }
   EXPECT_EQ(a.stats().ooms, 1);
   a.free(p);
+}
+
+// EMBER_OOM_SNAPSHOT=DIR: the allocator's snapshot at the error goes to a file the message
+// names (PyTorch's "dump on OOM", built in); a directory that cannot be written is said too.
+TEST(CachingAllocatorOom, TheSnapshotIsWrittenWhereEmberOomSnapshotSays) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ember_oom_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto up = std::make_shared<SimulatedUpstream>(64 * kMiB);
+  CachingAllocator a(up, nullptr, fixed());
+  void* p = a.allocate(40 * kMiB);
+  auto message = [&] {
+    try {
+      a.allocate(40 * kMiB);
+    } catch (const OutOfMemory& e) {
+      return e.message();
+    }
+    return std::string("no OutOfMemory");
+  };
+  setenv("EMBER_OOM_SNAPSHOT", dir.c_str(), 1);
+  const std::string m = message();
+  const std::string prefix = (dir / "ember_oom_").string();
+  const size_t at = m.find(prefix);
+  ASSERT_NE(at, std::string::npos) << m;
+  const std::string path = m.substr(at, m.find(' ', at) - at);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"segments\""), std::string::npos) << path;
+  EXPECT_NE(json.find("\"state\":\"allocated\""), std::string::npos);
+  EXPECT_NE(m.find("memory_snapshot_svg draws it"), std::string::npos) << m;
+  setenv("EMBER_OOM_SNAPSHOT", "/nonexistent/ember", 1);
+  EXPECT_NE(message().find("EMBER_OOM_SNAPSHOT: could not write /nonexistent/ember/"),
+            std::string::npos);
+  unsetenv("EMBER_OOM_SNAPSHOT");
+  EXPECT_EQ(message().find("EMBER_OOM_SNAPSHOT"), std::string::npos);
+  a.free(p);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CachingAllocatorBudget, MaxReservedAndFraction) {
