@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 # Debian packages ember builds with. The CUDA toolkit is optional (EMBER_CUDA=AUTO).
 packages=(cmake ninja-build g++ ccache pkg-config libfmt-dev zlib1g-dev libgtest-dev libgmock-dev
           libbenchmark-dev libboost-context-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin python3
-          libdnnl-dev libpng-dev nlohmann-json3-dev libxxhash-dev
+          libdnnl-dev libpng-dev nlohmann-json3-dev libxxhash-dev libcpp-httplib-dev
           fortunes)  # fortunes: train_gpt2's default corpus, for the example only
 
 install_missing() {

@@ -65,6 +65,8 @@ struct Config {
   std::string record_allocations;
   std::string command_line;  // for the allocation trace's header
   int workers = -1;          // data::Loader's threads; -1: its default
+  int metrics_port = -1;     // -1: no server
+  std::string metrics_file;
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -114,6 +116,9 @@ model and training:
   --resume           continue from the newest valid checkpoint in --save-dir, if any
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
+                     free port, printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
                      FILE with .rankN before its .trace)
@@ -156,6 +161,17 @@ Config parse_args(int argc, char** argv) {
        }},
       {"--workers",
        [&](const std::string& v) { c.workers = static_cast<int>(parse_int("--workers", v, 0)); }},
+      {"--metrics-port",
+       [&](const std::string& v) {
+         const int64_t port = parse_int("--metrics-port", v, 0);
+         if (port > 65535) throw UsageError{fmt::format("--metrics-port {} is not a port", v)};
+         c.metrics_port = static_cast<int>(port);
+       }},
+      {"--metrics-file",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--metrics-file needs a file, not ''"};
+         c.metrics_file = v;
+       }},
       {"--record-allocations",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
@@ -539,8 +555,12 @@ int run(const Config& c) {
   double interval_seconds = 0, total_seconds = 0, last_loss = 0, val_loss = NAN;
   double interval_flops = 0, interval_tokens = 0;
   int64_t interval_steps = 0;
-  // Where each step's time goes, printed with the progress lines.
+  // Where each step's time goes, printed with the progress lines; the metrics (rank 0's).
   train::StepProfiler profiler(stream);
+  train::Metrics metrics("train_gpt2", device, "tokens");
+  if (rank == 0 && c.metrics_port >= 0) {
+    say(fmt::format("metrics: http://0.0.0.0:{}/metrics\n", metrics.serve(c.metrics_port)));
+  }
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     profiler.begin_step();
@@ -578,6 +598,13 @@ int run(const Config& c) {
     total_seconds += seconds;
     ++interval_steps;
     interval_tokens += static_cast<double>(c.batch * seq);
+    {
+      const double step_flops =
+          train::gpt_flops_per_token(config, seq) * static_cast<double>(c.batch * seq);
+      metrics.record_step(
+          seconds, static_cast<double>(ranks * c.batch * seq), last_loss,
+          peak ? std::optional<double>(step_flops / seconds / *peak) : std::nullopt);
+    }
     interval_flops += train::gpt_flops_per_token(config, seq) * static_cast<double>(c.batch * seq);
     if (rank == 0 && (step % c.eval_every == 0 || step == c.steps)) val_loss = validation_loss();
     if (step % c.log_every == 0 || step == c.steps) {
@@ -595,7 +622,10 @@ int run(const Config& c) {
                     bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""),
           ranks * interval_tokens / interval_seconds, ms, flops / 1e12,
           peak ? fmt::format("{:.1f}%", 100 * flops / *peak) : std::string("-")));
-      say(fmt::format("      {}\n", profiler.take().describe()));
+      const train::StepBreakdown breakdown = profiler.take();
+      say(fmt::format("      {}\n", breakdown.describe()));
+      metrics.record_breakdown(breakdown);
+      if (rank == 0 && !c.metrics_file.empty()) metrics.write_file(c.metrics_file);
       interval_seconds = 0;
       interval_steps = 0;
       interval_tokens = 0;

@@ -105,5 +105,6 @@
 #include "ember/train/safetensors.hpp"
 #include "ember/train/sgd.hpp"
 #include "ember/train/step_op.hpp"
+#include "ember/train/metrics.hpp"
 #include "ember/train/step_profiler.hpp"
 #include "ember/train/update_rules.hpp"
