@@ -67,6 +67,8 @@ struct Config {
   int workers = -1;          // data::Loader's threads; -1: its default
   int metrics_port = -1;     // -1: no server
   std::string metrics_file;
+  std::string trace;                        // --trace FILE
+  int64_t trace_first = 2, trace_last = 3;  // --trace-steps A:B
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -119,6 +121,8 @@ model and training:
   --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
                      free port, printed)
   --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
+  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
                      FILE with .rankN before its .trace)
@@ -166,6 +170,20 @@ Config parse_args(int argc, char** argv) {
          const int64_t port = parse_int("--metrics-port", v, 0);
          if (port > 65535) throw UsageError{fmt::format("--metrics-port {} is not a port", v)};
          c.metrics_port = static_cast<int>(port);
+       }},
+      {"--trace",
+       [&](const std::string& v) {
+         if (v.empty()) throw UsageError{"--trace needs a file, not ''"};
+         c.trace = v;
+       }},
+      {"--trace-steps",
+       [&](const std::string& v) {
+         const size_t colon = v.find(':');
+         if (colon == std::string::npos) {
+           throw UsageError{fmt::format("--trace-steps needs A:B (steps A to B), not '{}'", v)};
+         }
+         c.trace_first = parse_int("--trace-steps A", v.substr(0, colon), 1);
+         c.trace_last = parse_int("--trace-steps B", v.substr(colon + 1), c.trace_first);
        }},
       {"--metrics-file",
        [&](const std::string& v) {
@@ -561,8 +579,16 @@ int run(const Config& c) {
   if (rank == 0 && c.metrics_port >= 0) {
     say(fmt::format("metrics: http://0.0.0.0:{}/metrics\n", metrics.serve(c.metrics_port)));
   }
+  profile::Trace trace;
+  auto write_trace = [&] {
+    trace.stop();
+    trace.write(c.trace);
+    say(fmt::format("trace: {} events of steps {}:{} in {}\n", trace.events().size(), c.trace_first,
+                    c.trace_last, c.trace));
+  };
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    if (!c.trace.empty() && rank == 0 && step == c.trace_first) trace.start();
     profiler.begin_step();
     const int64_t seq = step_seq(c, step);
     schedule.apply(optimizer);
@@ -591,6 +617,7 @@ int run(const Config& c) {
     profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
     profiler.end_step();
+    if (trace.recording() && (step == c.trace_last || step == c.steps)) write_trace();
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
                 step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -17,6 +17,7 @@
 #include "ember/core/launch.hpp"
 #include "ember/core/macros.hpp"
 #include "ember/core/philox.hpp"
+#include "ember/core/profile.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/core/shape.hpp"
 #include "ember/core/state_dict.hpp"

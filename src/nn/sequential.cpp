@@ -1,5 +1,9 @@
 #include "ember/nn/sequential.hpp"
 
+#include <optional>
+
+#include "ember/core/profile.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -105,6 +109,8 @@ Tensor Sequential::forward(Context& ctx, const Tensor& x) {
   try {
     const bool census = subnormal_census();
     for (; done < modules_.size(); ++done) {
+      std::optional<profile::Range> range;  // a trace's module range, when one records
+      if (profile::active() != nullptr) range.emplace(names_[done] + " forward", "module");
       h = modules_[done]->forward(ctx, h);
       if (census) detail::census_add(census_label(*modules_[done], "output"), h);
     }
@@ -125,7 +131,11 @@ Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
       released_[i] = false;
       modules_[i]->restore_input(modules_[i - 1]->recompute_output(ctx));
     }
-    g = modules_[i]->backward(ctx, g);
+    {
+      std::optional<profile::Range> range;
+      if (profile::active() != nullptr) range.emplace(names_[i] + " backward", "module");
+      g = modules_[i]->backward(ctx, g);
+    }
     if (g.defined() && subnormal_census()) {
       detail::census_add(census_label(*modules_[i], "input gradient"), g);
     }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ember/core/error.hpp"
+#include "ember/core/profile.hpp"
 
 // NVTX ranges for Nsight Systems (the step, and each phase inside it): NVTX 3 is header-only and
 // costs a branch when no tool is attached. Where the CUDA toolkit's headers are not seen (a
@@ -19,6 +20,9 @@
 #endif
 
 namespace ember::train {
+
+using Clock = std::chrono::steady_clock;
+
 namespace {
 
 void range_push(const char* name) {
@@ -27,6 +31,13 @@ void range_push(const char* name) {
 #else
   (void)name;
 #endif
+}
+
+// A profile::Trace event of [start, now) on this thread, when a trace records.
+void trace_event(const char* name, const char* category, Clock::time_point start) {
+  profile::Trace* trace = profile::active();
+  if (trace == nullptr) return;
+  profile::Range::record(trace, name, category, start);
 }
 
 void range_pop() {
@@ -73,12 +84,11 @@ std::string StepBreakdown::describe() const {
   return out;
 }
 
-using Clock = std::chrono::steady_clock;
-
 struct StepProfiler::Impl {
   Stream stream;
   bool in_step = false;
-  bool phase_range = false;  // an NVTX range of a phase is open
+  bool phase_range = false;                                 // an NVTX range of a phase is open
+  Clock::time_point host_step_start{}, host_phase_start{};  // for profile::Trace (host time)
   StepPhase current = StepPhase::other;
   StepBreakdown done;  // read, not yet taken
 
@@ -134,6 +144,7 @@ void StepProfiler::begin_step() {
   m.current = StepPhase::other;
   range_push("step");
   m.phase_range = false;
+  m.host_step_start = m.host_phase_start = Clock::now();
   if (m.gpu()) {
     m.read_completed();
     m.open = {};
@@ -148,6 +159,8 @@ void StepProfiler::phase(StepPhase phase) {
   EMBER_CHECK(m.in_step, "StepProfiler::phase({}): not inside a step (begin_step)",
               step_phase_name(phase));
   m.mark(phase);  // the interval that ends here keeps the phase it began with
+  trace_event(step_phase_name(m.current), "phase", m.host_phase_start);
+  m.host_phase_start = Clock::now();
   m.current = phase;
   if (m.phase_range) range_pop();
   range_push(step_phase_name(phase));
@@ -161,6 +174,8 @@ void StepProfiler::end_step() {
   if (m.phase_range) range_pop();
   m.phase_range = false;
   range_pop();  // the step
+  trace_event(step_phase_name(m.current), "phase", m.host_phase_start);
+  trace_event("step", "step", m.host_step_start);
   if (m.gpu()) {
     m.mark(StepPhase::other);
     m.pending.push_back(std::move(m.open));
