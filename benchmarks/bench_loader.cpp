@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -70,7 +71,8 @@ Options parse(int argc, char** argv) {
     const std::string value = argv[++i];
     char* end = nullptr;
     const double number = std::strtod(value.c_str(), &end);
-    const bool numeric = !value.empty() && *end == '\0' && number > 0;
+    const bool numeric = !value.empty() && *end == '\0' && std::isfinite(number) && number >= 0;
+    const bool whole = numeric && number == std::floor(number) && number <= 1e7;
     if (arg == "--device") {
       try {
         o.device = ember::Device::parse(value);
@@ -81,9 +83,9 @@ Options parse(int argc, char** argv) {
       o.decode_ms = number;
     } else if (arg == "--step-ms" && numeric) {
       o.step_ms = number;
-    } else if (arg == "--steps" && numeric && number >= 1) {
+    } else if (arg == "--steps" && whole && number >= 1) {
       o.steps = static_cast<int>(number);
-    } else if (arg == "--batch-mib" && numeric) {
+    } else if (arg == "--batch-mib" && numeric && number > 0) {
       o.batch_mib = number;
     } else {
       usage_error(fmt::format("bad option or value: {} {}", arg, value));
@@ -128,7 +130,7 @@ Run run(const Options& o, int workers) {
 // Host-to-device bytes per second: the loader's copies (producers that do nothing) against
 // cudaMemcpyAsync-equivalent copies from one pinned buffer, in the same run.
 void copy_rates(const Options& o) {
-  const int64_t floats = static_cast<int64_t>(o.batch_mib * (1 << 20) / 4);
+  const int64_t floats = std::max<int64_t>(1, static_cast<int64_t>(o.batch_mib * (1 << 20) / 4));
   const size_t bytes = static_cast<size_t>(floats) * 4;
   ember::Stream stream(o.device);
   const int n = 50;

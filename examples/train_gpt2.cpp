@@ -25,6 +25,7 @@
 
 #include "allocation_trace.hpp"
 #include "cli.hpp"
+#include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "resume.hpp"
 
@@ -163,8 +164,7 @@ Config parse_args(int argc, char** argv) {
          }
          if (c.seq_lengths.empty()) throw UsageError{"--seq-lengths needs lengths, not ''"};
        }},
-      {"--workers",
-       [&](const std::string& v) { c.workers = static_cast<int>(parse_int("--workers", v, 0)); }},
+      {"--workers", example::workers_option(c.workers)},
       {"--metrics-port",
        [&](const std::string& v) {
          const int64_t port = parse_int("--metrics-port", v, 0);

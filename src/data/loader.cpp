@@ -12,6 +12,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "ember/core/error.hpp"
@@ -21,6 +22,10 @@
 namespace ember::data {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxWorkers = 1024;
+constexpr int kMaxPrefetch = 1 << 16;
+constexpr int64_t kMaxFirst = int64_t{1} << 62;
 
 struct Loader::Impl {
   // One batch's buffers. On a GPU they are pinned host memory, made once; the copy out of them
@@ -88,12 +93,22 @@ struct Loader::Impl {
       for (const TensorView& v : views) mark_written(v);
       return {};
     } catch (const Error& e) {
-      return e.message();
+      return described(e.message());
     } catch (const std::exception& e) {
-      return e.what();
+      return described(e.what());
     } catch (...) {
       return "an exception that is not a std::exception";
     }
+  }
+
+  // An exception's message, never empty ("" is a batch made well).
+  static std::string described(std::string message) {
+    return message.empty() ? "an exception with an empty message" : message;
+  }
+
+  // The timeout as a wait's duration (an infinite or huge one waits for ever, in effect).
+  std::chrono::duration<double> timeout() const {
+    return std::chrono::duration<double>(std::min(options.timeout_seconds, 1e7));
   }
 
   Slot* free_slot() {
@@ -105,6 +120,7 @@ struct Loader::Impl {
 
   // A worker: takes the next index while it is within the look-ahead and a slot is free.
   void work() {
+    omp_set_num_threads(1);  // a producer's OpenMP loops stay on this worker's core
     std::unique_lock lock(mutex);
     for (;;) {
       const int64_t ahead = options.prefetch + worker_count;
@@ -160,18 +176,19 @@ Loader::Loader(std::vector<TensorSpec> specs, Producer producer, Device device, 
                 spec.shape.to_string());
   }
   EMBER_CHECK(producer != nullptr, "data::Loader: no producer");
-  EMBER_CHECK(options.workers >= -1, "data::Loader: workers must be -1 (automatic) or >= 0, not {}",
+  EMBER_CHECK(options.workers >= -1 && options.workers <= kMaxWorkers,
+              "data::Loader: workers must be -1 (automatic) or in 0..{}, not {}", kMaxWorkers,
               options.workers);
-  EMBER_CHECK(options.prefetch >= 0, "data::Loader: prefetch must be >= 0, not {}",
-              options.prefetch);
+  EMBER_CHECK(options.prefetch >= 0 && options.prefetch <= kMaxPrefetch,
+              "data::Loader: prefetch must be in 0..{}, not {}", kMaxPrefetch, options.prefetch);
   EMBER_CHECK(options.prefetch >= 1 || options.workers == 0,
               "data::Loader: a prefetch depth of 0 leaves the {} workers nothing to do ahead; "
               "use prefetch >= 1, or workers 0",
               options.workers);
   EMBER_CHECK(options.timeout_seconds > 0, "data::Loader: timeout_seconds must be positive, not {}",
               options.timeout_seconds);
-  EMBER_CHECK(options.first >= 0, "data::Loader: the first batch index must be >= 0, not {}",
-              options.first);
+  EMBER_CHECK(options.first >= 0 && options.first <= kMaxFirst,
+              "data::Loader: the first batch index must be in 0..2^62, not {}", options.first);
   EMBER_CHECK(device.is_cpu() || device.is_cuda(), "data::Loader: unknown device {}",
               device.to_string());
   Impl& m = *impl_;
@@ -198,8 +215,20 @@ Loader::Loader(std::vector<TensorSpec> specs, Producer producer, Device device, 
     }
   }
   m.running = m.worker_count;
-  for (int w = 0; w < m.worker_count; ++w) {
-    m.threads.emplace_back([impl = impl_] { impl->work(); });
+  try {
+    for (int w = 0; w < m.worker_count; ++w) {
+      m.threads.emplace_back([impl = impl_] { impl->work(); });
+    }
+  } catch (const std::system_error& e) {
+    {
+      std::lock_guard lock(m.mutex);
+      m.stopping = true;
+      m.running -= m.worker_count - static_cast<int>(m.threads.size());
+    }
+    m.changed.notify_all();
+    for (std::thread& t : m.threads) t.join();
+    EMBER_THROW("data::Loader: cannot start worker {} of {}: {}", m.threads.size() + 1,
+                m.worker_count, e.what());
   }
 }
 
@@ -210,9 +239,7 @@ Loader::~Loader() {
   m.changed.notify_all();
   // Each worker finishes the batch in hand; one that is still busy after the timeout (a hung
   // producer) is left to finish on its own, holding the loader's state until it does.
-  const bool done =
-      m.changed.wait_for(lock, std::chrono::duration<double>(m.options.timeout_seconds),
-                         [&] { return m.running == 0; });
+  const bool done = m.changed.wait_for(lock, m.timeout(), [&] { return m.running == 0; });
   lock.unlock();
   for (std::thread& t : m.threads) {
     if (done) {
@@ -230,7 +257,8 @@ Loader::~Loader() {
 }
 
 std::vector<Tensor> Loader::next(const Stream& stream) {
-  Impl& m = *impl_;
+  const std::shared_ptr<Impl> keep = impl_;  // the state outlives a destructor running meanwhile
+  Impl& m = *keep;
   EMBER_CHECK(stream.device() == m.device,
               "data::Loader::next: the loader's batches go to {}, not {}", m.device.to_string(),
               stream.device().to_string());
@@ -244,6 +272,7 @@ std::vector<Tensor> Loader::next(const Stream& stream) {
       slot->error = m.fill(*slot, m.next_out);
       slot->state = slot->error.empty() ? Impl::Slot::State::ready : Impl::Slot::State::failed;
     }
+    m.waited += std::chrono::duration<double>(Clock::now() - start).count();  // made here
   } else {
     auto find = [&]() -> Impl::Slot* {
       for (Impl::Slot& s : m.slots) {
@@ -254,10 +283,10 @@ std::vector<Tensor> Loader::next(const Stream& stream) {
       }
       return nullptr;
     };
-    const bool ready =
-        m.changed.wait_for(lock, std::chrono::duration<double>(m.options.timeout_seconds),
-                           [&] { return (slot = find()) != nullptr; });
+    const bool ready = m.changed.wait_for(lock, m.timeout(),
+                                          [&] { return m.stopping || (slot = find()) != nullptr; });
     m.waited += std::chrono::duration<double>(Clock::now() - start).count();
+    EMBER_CHECK(!m.stopping, "data::Loader::next: the loader was destroyed while it waited");
     EMBER_CHECK(ready,
                 "data::Loader: batch {} was not ready after {} s: a worker is hung, or the "
                 "producer takes longer than the timeout (Options::timeout_seconds)",

@@ -187,6 +187,8 @@ void TokenShards::fill(int64_t index, const TensorView& inputs, const TensorView
     EMBER_CHECK(v->device.is_cpu() && v->dtype == DType::i32 && v->shape == Shape({b, t}),
                 "TokenShards::fill: needs i32 [{}, {}] host views, not {}", b, t, v->describe());
   }
+  EMBER_CHECK(inputs.data != nullptr && targets.data != nullptr && inputs.data != targets.data,
+              "TokenShards::fill: needs two distinct views with memory");
   EMBER_CHECK(index >= 0, "TokenShards::fill: batch index {} is negative", index);
   const Position at = position_at(index);
   const auto dealt = windows_of_epoch(at.epoch);

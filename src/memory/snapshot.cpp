@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace ember::memory {
@@ -57,13 +60,24 @@ std::string CachingAllocator::Impl::snapshot_json() const {
 std::string CachingAllocator::Impl::write_oom_snapshot() const {
   const char* dir = std::getenv("EMBER_OOM_SNAPSHOT");
   if (dir == nullptr || *dir == '\0') return {};
+  // At most kMaxSnapshots per process: a search that provokes out-of-memory errors on purpose
+  // (a batch-size search, a trace replay) does not fill the directory.
+  constexpr int kMaxSnapshots = 16;
   static std::atomic<int> count{0};
-  const std::string path =
-      fmt::format("{}/ember_oom_{}_{}.json", dir, static_cast<long>(::getpid()), count++);
+  const int n = count++;
+  if (n >= kMaxSnapshots) {
+    return fmt::format(" (EMBER_OOM_SNAPSHOT: no snapshot: this process wrote its {} already)",
+                       kMaxSnapshots);
+  }
+  const std::string path = (std::filesystem::path(dir) /
+                            fmt::format("ember_oom_{}_{}.json", static_cast<long>(::getpid()), n))
+                               .string();
   std::ofstream out(path);
   out << snapshot_json();
   out.close();
-  if (!out) return fmt::format(" (EMBER_OOM_SNAPSHOT: could not write {})", path);
+  if (!out) {
+    return fmt::format(" (EMBER_OOM_SNAPSHOT: could not write {}: {})", path, std::strerror(errno));
+  }
   return fmt::format(
       " The allocator's snapshot at this moment is in {} (memory_snapshot_svg "
       "draws it).",

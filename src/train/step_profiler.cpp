@@ -90,7 +90,8 @@ struct StepProfiler::Impl {
   bool phase_range = false;                                 // an NVTX range of a phase is open
   Clock::time_point host_step_start{}, host_phase_start{};  // for profile::Trace (host time)
   StepPhase current = StepPhase::other;
-  StepBreakdown done;  // read, not yet taken
+  StepBreakdown done;                              // read, not yet taken
+  std::array<double, kStepPhases> step_seconds{};  // CPU: the open step's phases so far
 
   // CPU: the clock at the last switch.
   Clock::time_point last{};
@@ -115,7 +116,7 @@ struct StepProfiler::Impl {
       return;
     }
     const Clock::time_point now = Clock::now();
-    done.seconds[static_cast<size_t>(current)] += std::chrono::duration<double>(now - last).count();
+    step_seconds[static_cast<size_t>(current)] += std::chrono::duration<double>(now - last).count();
     last = now;
   }
 
@@ -183,6 +184,9 @@ void StepProfiler::end_step() {
     m.read_completed();
   } else {
     m.mark(StepPhase::other);
+    // Only whole steps reach take(): the phases and the step's time together.
+    for (int p = 0; p < kStepPhases; ++p) m.done.seconds[p] += m.step_seconds[p];
+    m.step_seconds = {};
     m.done.step_seconds += std::chrono::duration<double>(m.last - m.step_start).count();
     ++m.done.steps;
   }

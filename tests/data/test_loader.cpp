@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -142,6 +143,70 @@ TEST(Loader, AHungWorkerIsAnErrorAfterTheTimeoutAndDestructionStillReturns) {
   *release = true;  // it finishes, then exits
 }
 
+TEST(Loader, AnExceptionWithAnEmptyMessageStillFailsTheBatch) {
+  auto failing = [](int64_t index, std::span<const TensorView> host) {
+    produce(index, host);
+    if (index == 1) throw std::runtime_error("");
+  };
+  for (const int workers : {0, 2}) {
+    Loader loader(kSpecs, failing, Device::cpu(), {.workers = workers});
+    take(loader, 1);
+    Stream cpu(Device::cpu());
+    expect_error([&] { loader.next(cpu); },
+                 {"data::Loader: batch 1: an exception with an empty message"});
+  }
+}
+
+TEST(Loader, AnInfiniteTimeoutWaits) {
+  auto slow = [](int64_t index, std::span<const TensorView> host) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    produce(index, host);
+  };
+  Loader loader(kSpecs, slow, Device::cpu(),
+                {.workers = 1, .timeout_seconds = std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(take(loader, 2).size(), 2u);
+}
+
+TEST(Loader, TheWaitWithoutWorkersIsTheProducersTime) {
+  auto slow = [](int64_t index, std::span<const TensorView> host) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    produce(index, host);
+  };
+  Loader loader(kSpecs, slow, Device::cpu(), {.workers = 0});
+  take(loader, 3);
+  EXPECT_GE(loader.wait_seconds(), 0.06);
+}
+
+// A next() blocked in one thread when another destroys the loader: an Error, not a crash.
+TEST(Loader, DestroyingTheLoaderWakesAWaitingNext) {
+  const auto release = std::make_shared<std::atomic<bool>>(false);
+  auto held = [release](int64_t index, std::span<const TensorView> host) {
+    while (index == 0 && !release->load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    produce(index, host);
+  };
+  auto loader = std::make_unique<Loader>(kSpecs, held, Device::cpu(),
+                                         Loader::Options{.workers = 1, .timeout_seconds = 2});
+  std::atomic<bool> threw{false};
+  std::thread consumer([&] {
+    Stream cpu(Device::cpu());
+    try {
+      loader->next(cpu);
+    } catch (const ember::Error& e) {
+      threw = std::string(e.what()).find("destroyed while it waited") != std::string::npos;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::thread release_later([release] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    *release = true;
+  });
+  loader.reset();  // waits for the worker to finish batch 0, then stops
+  consumer.join();
+  release_later.join();
+  EXPECT_TRUE(threw.load());
+}
+
 TEST(Loader, DestructionMidEpochJoinsTheWorkers) {
   std::atomic<int> calls{0};
   auto counting = [&](int64_t index, std::span<const TensorView> host) {
@@ -165,7 +230,14 @@ TEST(Loader, BadOptionsAreErrors) {
       {"a batch tensor of shape [0, 4] holds nothing (a batch size of 0?)"});
   expect_error([] { Loader({}, produce, Device::cpu()); }, {"at least one tensor"});
   expect_error([] { Loader(kSpecs, produce, Device::cpu(), {.workers = -2}); },
-               {"workers must be -1 (automatic) or >= 0, not -2"});
+               {"workers must be -1 (automatic) or in 0..1024, not -2"});
+  expect_error([] { Loader(kSpecs, produce, Device::cpu(), {.prefetch = 1 << 30}); },
+               {"prefetch must be in 0..65536"});
+  expect_error(
+      [] {
+        Loader(kSpecs, produce, Device::cpu(), {.first = std::numeric_limits<int64_t>::max()});
+      },
+      {"the first batch index must be in 0..2^62"});
   expect_error([] { Loader(kSpecs, produce, Device::cpu(), {.timeout_seconds = 0}); },
                {"timeout_seconds must be positive"});
   expect_error([] { Loader(kSpecs, nullptr, Device::cpu()); }, {"no producer"});

@@ -94,6 +94,26 @@ TEST_P(StepProfilerTest, TheWorkOfAPhaseIsItsTime) {
   EXPECT_NEAR(sum, b.step_seconds, 0.05 * b.step_seconds + 1e-6);
 }
 
+// take() inside a step returns the whole steps only; the open one comes with the next take().
+TEST_P(StepProfilerTest, TakeInsideAStepLeavesThatStepWhole) {
+  if (!device().is_cpu()) GTEST_SKIP() << "host time: the emulator's events do not see it";
+  Stream s = stream();
+  train::StepProfiler profiler(s);
+  profiler.begin_step();
+  profiler.phase(StepPhase::data);
+  sleep_ms(20);
+  EXPECT_EQ(profiler.take().steps, 0);
+  profiler.phase(StepPhase::forward);
+  sleep_ms(5);
+  profiler.end_step();
+  const train::StepBreakdown b = profiler.take();
+  ASSERT_EQ(b.steps, 1);
+  EXPECT_GE(b.seconds_of(StepPhase::data), 0.018);
+  double sum = 0;
+  for (const double v : b.seconds) sum += v;
+  EXPECT_NEAR(sum, b.step_seconds, 1e-9);
+}
+
 TEST_P(StepProfilerTest, MisuseIsAnError) {
   Stream s = stream();
   train::StepProfiler profiler(s);

@@ -3,16 +3,18 @@
 //
 // A producer fills batch `index` (0, 1, 2, ... from the start of training) into host buffers:
 // it must depend on the index alone (its own random numbers seeded from the index), not on the
-// order of calls, since workers fill several batches at once. Up to `prefetch` batches are made
-// ahead of the one next() returns. On a GPU the host buffers are pinned, from a pool made once
-// and reused (pinning runs at 1-2 GB/s, far below a copy), and next(stream) copies a batch to
+// order of calls, since workers fill several batches at once. Up to `prefetch` batches wait
+// ready, beyond one in progress per worker: next() returns batch i while batches up to
+// i + prefetch + workers are being made. On a GPU the host buffers are pinned, from a pool made
+// once and reused (pinning runs at 1-2 GB/s, far below a copy), and next(stream) copies a batch to
 // the device on the loader's copy stream, makes `stream` wait for the copy (an event, no host
 // wait) and records the tensors' use on `stream`. On the CPU next() returns host tensors.
 //
 // Faults never hang and never pass silently: a producer's exception comes out of next() for
 // that batch as an Error naming it; a batch not ready within `timeout_seconds` is an Error; the
 // destructor stops the workers (each finishes the batch in hand; one still busy after the
-// timeout is left to finish on its own) and returns the buffers.
+// timeout is left to finish on its own, so what the producer uses must outlive it, not only
+// the loader) and returns the buffers; a next() waiting in another thread then throws.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +44,12 @@ class Loader {
   using Producer = std::function<void(int64_t index, std::span<const TensorView> host)>;
 
   struct Options {
-    // Worker threads; -1: the cores OpenMP's compute threads leave free, at least one. 0: no
-    // threads, next() makes each batch itself (nothing ahead).
+    // Worker threads (at most 1024); -1: the cores OpenMP's compute threads leave free, at least
+    // one. 0: no threads, next() makes each batch itself (nothing ahead). A worker's own OpenMP
+    // loops run on one thread.
     int workers = -1;
-    int prefetch = 2;  // batches made ahead (at least 1 with workers)
-    double timeout_seconds = 600;
+    int prefetch = 2;              // batches waiting ready (at least 1 with workers)
+    double timeout_seconds = 600;  // infinity: no timeout
     int64_t first = 0;  // the index of the first batch next() returns (a resumed run's position)
   };
 
@@ -73,9 +76,10 @@ class Loader {
 };
 
 // A Loader of a TokenShards reader's batches (inputs, targets: [batch, seq] i32), this rank's,
-// starting at the reader's position: the batches its next() would have returned, in order. The
-// reader must outlive the loader and is not advanced (position() of the loader is in batches;
-// token_shards_position converts it back for a checkpoint).
+// starting at the reader's position (Options::first is that, whatever it said): the batches its
+// next() would have returned, in order. The reader must outlive the loader and its workers, and
+// is not advanced (the loader's position() is a batch index; TokenShards::position_at converts it
+// back for a checkpoint).
 std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,
                                             Loader::Options options = {});
 
