@@ -27,6 +27,7 @@
 #include "cli.hpp"
 #include "dataset_batches.hpp"
 #include "ember/ember.hpp"
+#include "observability.hpp"
 #include "resume.hpp"
 
 namespace {
@@ -64,12 +65,9 @@ struct Config {
   int64_t top_k = 40;
   example::SaveConfig save;
   std::string record_allocations;
-  std::string command_line;  // for the allocation trace's header
-  int workers = -1;          // data::Loader's threads; -1: its default
-  int metrics_port = -1;     // -1: no server
-  std::string metrics_file;
-  std::string trace;                        // --trace FILE
-  int64_t trace_first = 2, trace_last = 3;  // --trace-steps A:B
+  std::string command_line;              // for the allocation trace's header
+  int workers = -1;                      // data::Loader's threads; -1: its default
+  example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -119,14 +117,14 @@ model and training:
   --resume           continue from the newest valid checkpoint in --save-dir, if any
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
-  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
-                     free port, printed)
-  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
-  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
-                     modules; chrome://tracing and Perfetto open it)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
                      FILE with .rankN before its .trace)
+  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
+                     printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
   -h, --help         show this help
 )";
 
@@ -165,31 +163,6 @@ Config parse_args(int argc, char** argv) {
          if (c.seq_lengths.empty()) throw UsageError{"--seq-lengths needs lengths, not ''"};
        }},
       {"--workers", example::workers_option(c.workers)},
-      {"--metrics-port",
-       [&](const std::string& v) {
-         const int64_t port = parse_int("--metrics-port", v, 0);
-         if (port > 65535) throw UsageError{fmt::format("--metrics-port {} is not a port", v)};
-         c.metrics_port = static_cast<int>(port);
-       }},
-      {"--trace",
-       [&](const std::string& v) {
-         if (v.empty()) throw UsageError{"--trace needs a file, not ''"};
-         c.trace = v;
-       }},
-      {"--trace-steps",
-       [&](const std::string& v) {
-         const size_t colon = v.find(':');
-         if (colon == std::string::npos) {
-           throw UsageError{fmt::format("--trace-steps needs A:B (steps A to B), not '{}'", v)};
-         }
-         c.trace_first = parse_int("--trace-steps A", v.substr(0, colon), 1);
-         c.trace_last = parse_int("--trace-steps B", v.substr(colon + 1), c.trace_first);
-       }},
-      {"--metrics-file",
-       [&](const std::string& v) {
-         if (v.empty()) throw UsageError{"--metrics-file needs a file, not ''"};
-         c.metrics_file = v;
-       }},
       {"--record-allocations",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
@@ -226,6 +199,7 @@ Config parse_args(int argc, char** argv) {
       {"--top-k", [&](const std::string& v) { c.top_k = parse_int("--top-k", v, 0); }},
   };
   example::add_save_options(options, c.save);
+  example::add_observability_options(options, c.observe);
   c.command_line = example::command_line(argc, argv);
   example::parse_options(argc, argv, options, kUsage, {"--resume"});
   example::check_save_options(c.save);
@@ -575,20 +549,10 @@ int run(const Config& c) {
   int64_t interval_steps = 0;
   // Where each step's time goes, printed with the progress lines; the metrics (rank 0's).
   train::StepProfiler profiler(stream);
-  train::Metrics metrics("train_gpt2", device, "tokens");
-  if (rank == 0 && c.metrics_port >= 0) {
-    say(fmt::format("metrics: http://0.0.0.0:{}/metrics\n", metrics.serve(c.metrics_port)));
-  }
-  profile::Trace trace;
-  auto write_trace = [&] {
-    trace.stop();
-    trace.write(c.trace);
-    say(fmt::format("trace: {} events of steps {}:{} in {}\n", trace.events().size(), c.trace_first,
-                    c.trace_last, c.trace));
-  };
+  example::Observability observe(c.observe, "train_gpt2", device, "tokens", rank == 0, say);
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
-    if (!c.trace.empty() && rank == 0 && step == c.trace_first) trace.start();
+    observe.step_begins(step);
     profiler.begin_step();
     const int64_t seq = step_seq(c, step);
     schedule.apply(optimizer);
@@ -617,7 +581,6 @@ int run(const Config& c) {
     profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
     profiler.end_step();
-    if (trace.recording() && (step == c.trace_last || step == c.steps)) write_trace();
     EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
                 step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -628,9 +591,9 @@ int run(const Config& c) {
     {
       const double step_flops =
           train::gpt_flops_per_token(config, seq) * static_cast<double>(c.batch * seq);
-      metrics.record_step(
-          seconds, static_cast<double>(ranks * c.batch * seq), last_loss,
-          peak ? std::optional<double>(step_flops / seconds / *peak) : std::nullopt);
+      observe.step_ends(step, c.steps, seconds, static_cast<double>(ranks * c.batch * seq),
+                        last_loss,
+                        peak ? std::optional<double>(step_flops / seconds / *peak) : std::nullopt);
     }
     interval_flops += train::gpt_flops_per_token(config, seq) * static_cast<double>(c.batch * seq);
     if (rank == 0 && (step % c.eval_every == 0 || step == c.steps)) val_loss = validation_loss();
@@ -651,8 +614,7 @@ int run(const Config& c) {
           peak ? fmt::format("{:.1f}%", 100 * flops / *peak) : std::string("-")));
       const train::StepBreakdown breakdown = profiler.take();
       say(fmt::format("      {}\n", breakdown.describe()));
-      metrics.record_breakdown(breakdown);
-      if (rank == 0 && !c.metrics_file.empty()) metrics.write_file(c.metrics_file);
+      observe.interval(breakdown);
       interval_seconds = 0;
       interval_steps = 0;
       interval_tokens = 0;

@@ -22,6 +22,7 @@
 #include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
+#include "observability.hpp"
 #include "resume.hpp"
 
 namespace {
@@ -36,7 +37,8 @@ using example::Setter;
 using example::UsageError;
 
 struct Config {
-  int workers = -1;  // data::Loader's threads; -1: its default
+  int workers = -1;                      // data::Loader's threads; -1: its default
+  example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
   int64_t steps = 2000;
   int64_t depth = 4;
   int64_t width = 256;
@@ -88,6 +90,11 @@ options:
                      gradients (a debugging aid; docs/cpu.md)
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
+  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
+                     printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
   -h, --help         show this help
 )";
 
@@ -160,6 +167,7 @@ Config parse_args(int argc, char** argv) {
     ember::set_subnormal_census(true);
   };
   example::add_save_options(options, c.save);
+  example::add_observability_options(options, c.observe);
   parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals"});
   example::check_save_options(c.save);
   return c;
@@ -274,8 +282,11 @@ int run(const Config& c) {
       epoch, cursor);
 
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
+  example::Observability observe(c.observe, "train_mlp", device, "samples", true,
+                                 [](const std::string& line) { std::fputs(line.c_str(), stdout); });
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
@@ -307,6 +318,7 @@ int run(const Config& c) {
     interval_seconds += seconds;
     total_seconds += seconds;
     interval_samples += batch;
+    observe.step_ends(step, c.steps, seconds, static_cast<double>(batch), last_loss, std::nullopt);
     const bool progress_step = step % c.log_every == 0 || step == c.steps;
     if (progress_step) {
       // Validation's forward passes are not training steps: the census leaves them out.
@@ -328,7 +340,9 @@ int run(const Config& c) {
       fmt::print("step {:6d} | loss {:.4f} | val acc {} | {:9.0f} samples/s{}\n", step, last_loss,
                  percent_or_none(val_acc, validation.size()), interval_samples / interval_seconds,
                  scaling_state);
-      fmt::print("       {}\n", profiler.take().describe());
+      const train::StepBreakdown breakdown = profiler.take();
+      fmt::print("       {}\n", breakdown.describe());
+      observe.interval(breakdown);
       if (c.count_subnormals) print_subnormals(model->parameters(), optimizer);
       std::fflush(stdout);
       interval_seconds = 0;

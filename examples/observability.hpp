@@ -1,0 +1,93 @@
+// --trace FILE --trace-steps A:B --metrics-port N --metrics-file F, shared by the training
+// examples: a Chrome trace of steps A to B (profile::Trace), and Prometheus metrics
+// (train::Metrics) served or written at each progress line. Rank 0 alone traces and serves.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "ember/core/profile.hpp"
+#include "ember/train/metrics.hpp"
+#include "ember/train/step_profiler.hpp"
+
+namespace example {
+
+struct ObservabilityConfig {
+  std::string trace;                        // --trace FILE
+  int64_t trace_first = 2, trace_last = 3;  // --trace-steps A:B
+  int metrics_port = -1;                    // -1: no server
+  std::string metrics_file;
+};
+
+inline void add_observability_options(std::map<std::string_view, Setter>& options,
+                                      ObservabilityConfig& c) {
+  options["--trace"] = [&c](const std::string& v) {
+    if (v.empty()) throw UsageError{"--trace needs a file, not ''"};
+    c.trace = v;
+  };
+  options["--trace-steps"] = [&c](const std::string& v) {
+    const size_t colon = v.find(':');
+    if (colon == std::string::npos) {
+      throw UsageError{fmt::format("--trace-steps needs A:B (steps A to B), not '{}'", v)};
+    }
+    c.trace_first = parse_int("--trace-steps A", v.substr(0, colon), 1);
+    c.trace_last = parse_int("--trace-steps B", v.substr(colon + 1), c.trace_first);
+  };
+  options["--metrics-port"] = [&c](const std::string& v) {
+    const int64_t port = parse_int("--metrics-port", v, 0);
+    if (port > 65535) throw UsageError{fmt::format("--metrics-port {} is not a port", v)};
+    c.metrics_port = static_cast<int>(port);
+  };
+  options["--metrics-file"] = [&c](const std::string& v) {
+    if (v.empty()) throw UsageError{"--metrics-file needs a file, not ''"};
+    c.metrics_file = v;
+  };
+}
+
+class Observability {
+ public:
+  // `say` prints on rank 0; `unit` is what throughput counts ("tokens", "samples").
+  Observability(const ObservabilityConfig& c, const char* job, ember::Device device,
+                const char* unit, bool rank0, std::function<void(const std::string&)> say)
+      : c_(c), rank0_(rank0), say_(std::move(say)), metrics_(job, device, unit) {
+    if (rank0_ && c_.metrics_port >= 0) {
+      say_(fmt::format("metrics: http://0.0.0.0:{}/metrics\n", metrics_.serve(c_.metrics_port)));
+    }
+  }
+
+  void step_begins(int64_t step) {
+    if (rank0_ && !c_.trace.empty() && step == c_.trace_first) trace_.start();
+  }
+  // After the step's work: its metrics, and the trace written after step B (or the last).
+  void step_ends(int64_t step, int64_t last_step, double seconds, double units, double loss,
+                 std::optional<double> mfu) {
+    metrics_.record_step(seconds, units, loss, mfu);
+    if (trace_.recording() && (step == c_.trace_last || step == last_step)) {
+      trace_.stop();
+      trace_.write(c_.trace);
+      say_(fmt::format("trace: {} events of steps {}:{} in {}\n", trace_.events().size(),
+                       c_.trace_first, std::min(c_.trace_last, last_step), c_.trace));
+    }
+  }
+  // At a progress line: the interval's breakdown, and the metrics file.
+  void interval(const ember::train::StepBreakdown& breakdown) {
+    metrics_.record_breakdown(breakdown);
+    if (rank0_ && !c_.metrics_file.empty()) metrics_.write_file(c_.metrics_file);
+  }
+
+ private:
+  ObservabilityConfig c_;
+  bool rank0_;
+  std::function<void(const std::string&)> say_;
+  ember::train::Metrics metrics_;
+  ember::profile::Trace trace_;
+};
+
+}  // namespace example
