@@ -19,6 +19,7 @@
 #include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
+#include "observability.hpp"
 #include "resume.hpp"
 
 namespace {
@@ -30,7 +31,8 @@ using example::Setter;
 using example::UsageError;
 
 struct Config {
-  int workers = -1;  // data::Loader's threads; -1: its default
+  int workers = -1;                      // data::Loader's threads; -1: its default
+  example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
   int64_t steps = 300;
   int64_t depth = 4;
   int64_t width = 128;
@@ -79,6 +81,11 @@ options:
   --resume           continue from the newest checkpoint that verifies on every rank
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
+  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
+                     free port, printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
   -h, --help         show this help
 )";
 
@@ -125,6 +132,7 @@ Config parse_args(int argc, char** argv) {
        }},
   };
   example::add_save_options(options, c.save);
+  example::add_observability_options(options, c.observe);
   example::parse_options(argc, argv, options, kUsage, {"--resume"});
   example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
@@ -239,8 +247,10 @@ int run(const Config& c) {
       },
       device, c.workers, epoch, cursor);
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
+  example::Observability observe(c.observe, "train_ddp", device, "samples", rank == 0, say);
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
@@ -274,7 +284,11 @@ int run(const Config& c) {
     total_seconds += seconds;
     exposed += ddp->last_exposed_wait_seconds();
     ++interval_steps;
-    if (step % c.log_every == 0 || step == c.steps) {
+    // The step's metrics carry the loss of the last progress line (all-reduced there only).
+    const bool progress = step % c.log_every == 0 || step == c.steps;
+    const double units = static_cast<double>(ranks * c.batch);
+    if (!progress) observe.step_ends(step, c.steps, seconds, units, loss_value, std::nullopt);
+    if (progress) {
       // The mean loss of the interval over all ranks: one small all-reduce per progress line.
       comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
       loss_value = loss_sum.item() / static_cast<double>(interval_steps * c.accumulate);
@@ -292,7 +306,10 @@ int run(const Config& c) {
                       scaler.enabled() ? fmt::format(" | scale {:g} | skipped {}",
                                                      scaler.get_scale(), scaler.skipped_steps())
                                        : ""));
-      say(fmt::format("      {}\n", profiler.take().describe()));
+      const train::StepBreakdown breakdown = profiler.take();
+      say(fmt::format("      {}\n", breakdown.describe()));
+      observe.step_ends(step, c.steps, seconds, units, loss_value, std::nullopt);
+      observe.interval(breakdown);
       interval_seconds = 0;
       interval_steps = 0;
     }

@@ -17,6 +17,7 @@
 #include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
+#include "observability.hpp"
 
 namespace {
 
@@ -43,8 +44,9 @@ struct Config {
   std::string amp = "f32";
   std::string device = "auto";
   std::string record_allocations;
-  std::string command_line;  // for the allocation trace's header
-  int workers = -1;          // data::Loader's threads; -1: its default
+  std::string command_line;              // for the allocation trace's header
+  int workers = -1;                      // data::Loader's threads; -1: its default
+  example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
 };
 
 constexpr const char* kUsage = R"(usage: train_resmlp [options]
@@ -75,12 +77,17 @@ options:
                      cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses)
+  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
+                     printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
   -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
-  const std::map<std::string_view, Setter> options = {
+  std::map<std::string_view, Setter> options = {
       {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
       {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
       {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
@@ -110,6 +117,7 @@ Config parse_args(int argc, char** argv) {
        }},
   };
   c.command_line = example::command_line(argc, argv);
+  example::add_observability_options(options, c.observe);
   example::parse_options(argc, argv, options, kUsage);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
@@ -195,8 +203,11 @@ int run(const Config& c) {
   int64_t interval_steps = 0, peak = 0;
   memory::reset_peak_stats(device);
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
+  example::Observability observe(c.observe, "train_resmlp", device, "samples", true,
+                                 [](const std::string& line) { std::fputs(line.c_str(), stdout); });
   for (int64_t step = 1; step <= c.steps; ++step) {
     const auto start = Clock::now();
+    observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
@@ -230,6 +241,7 @@ int run(const Config& c) {
     interval_seconds += seconds;
     total_seconds += seconds;
     ++interval_steps;
+    observe.step_ends(step, c.steps, seconds, static_cast<double>(batch), last_loss, std::nullopt);
     if (step % c.log_every == 0 || step == c.steps) {
       const int64_t interval_peak = memory::stats(device).allocated.peak;
       peak = std::max(peak, interval_peak);
@@ -243,7 +255,9 @@ int run(const Config& c) {
                                                 scaler.skipped_steps())
                                   : "");
       std::fflush(stdout);
-      fmt::print("      {}\n", profiler.take().describe());
+      const train::StepBreakdown breakdown = profiler.take();
+      fmt::print("      {}\n", breakdown.describe());
+      observe.interval(breakdown);
       interval_seconds = 0;
       interval_steps = 0;
       memory::reset_peak_stats(device);
