@@ -82,6 +82,15 @@ inline int64_t checkpoint_budget_bytes(const std::string& checkpoint) {
   return parse_int("--checkpoint", checkpoint.substr(5), 1) << 20;
 }
 
+// --workers: an integer >= 0, into `out`.
+inline Setter workers_option(int& out) {
+  return [&out](const std::string& v) {
+    const int64_t n = parse_int("--workers", v, 0);
+    if (n > 1024) throw UsageError{fmt::format("--workers is at most 1024, not {}", v)};
+    out = static_cast<int>(n);
+  };
+}
+
 // --dropout: a probability in [0, 1], into `out`.
 inline Setter dropout_option(double& out) {
   return [&out](const std::string& v) {

@@ -20,15 +20,6 @@
 
 namespace example {
 
-// --workers: an integer >= 0, into `out`.
-inline Setter workers_option(int& out) {
-  return [&out](const std::string& v) {
-    const int64_t n = parse_int("--workers", v, 0);
-    if (n > 1024) throw UsageError{fmt::format("--workers is at most 1024, not {}", v)};
-    out = static_cast<int>(n);
-  };
-}
-
 class DatasetBatches {
  public:
   using Order = std::function<std::vector<int64_t>(uint64_t epoch)>;

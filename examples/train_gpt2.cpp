@@ -25,7 +25,6 @@
 
 #include "allocation_trace.hpp"
 #include "cli.hpp"
-#include "dataset_batches.hpp"
 #include "ember/ember.hpp"
 #include "observability.hpp"
 #include "resume.hpp"
