@@ -1,4 +1,5 @@
 #include "ember/amp/grad_scaler.hpp"
+#include "ember/core/profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -203,6 +204,7 @@ GradScaler::OptimizerState& GradScaler::state_of(const train::Optimizer& optimiz
 }
 
 void GradScaler::unscale_(Stream& stream, train::Optimizer& optimizer) {
+  EMBER_OP_RANGE("grad_scaler_unscale");
   if (!options_.enabled) return;
   constexpr const char* kWhat = "unscale_";
   check_stream(stream, kWhat);
@@ -345,6 +347,7 @@ void GradScaler::update(Stream& stream, float new_scale) {
 }
 
 void GradScaler::run_update(Stream& stream, const ScaleRule& rule) {
+  EMBER_OP_RANGE("grad_scaler_update");
   const int64_t update = updates_;
   if (device_.is_cpu()) {
     detail::update_scale(rule, scale_.data<float>(), state_of_tensor(state_),

@@ -4,11 +4,21 @@
 #include <atomic>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "ember/core/error.hpp"
+
+// NVTX 3 (header-only, in the CUDA toolkit) for ops' ranges; without the toolkit's headers (a
+// CPU-only build, the emulated one) no NVTX.
+#if __has_include(<nvtx3/nvToolsExt.h>) && !defined(EMBER_SIMT)
+#include <nvtx3/nvToolsExt.h>
+#define EMBER_NVTX 1
+#else
+#define EMBER_NVTX 0
+#endif
 
 namespace ember::profile {
 namespace {
@@ -35,6 +45,20 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
+void nvtx_push(const char* name) {
+#if EMBER_NVTX
+  nvtxRangePushA(name);
+#else
+  (void)name;
+#endif
+}
+
+void nvtx_pop() {
+#if EMBER_NVTX
+  nvtxRangePop();
+#endif
+}
+
 }  // namespace
 
 Trace* active() {
@@ -42,11 +66,11 @@ Trace* active() {
 }
 
 Trace::~Trace() {
-  Trace* self = this;
-  g_active.compare_exchange_strong(self, nullptr);
+  stop();
 }
 
 void Trace::start() {
+  stop();  // a collector of an earlier start
   {
     std::lock_guard lock(mutex_);
     events_.clear();
@@ -55,11 +79,36 @@ void Trace::start() {
   Trace* expected = nullptr;
   EMBER_CHECK(g_active.compare_exchange_strong(expected, this) || expected == this,
               "profile::Trace::start: another trace is recording");
+  std::string source;
+  collector_ = detail::start_device_collector(source);
+  std::lock_guard lock(mutex_);
+  device_source_ = std::move(source);
 }
 
 void Trace::stop() {
+  if (collector_ != nullptr) {
+    std::unique_ptr<DeviceCollector> collector = std::move(collector_);
+    collector->stop(*this);
+  }
   Trace* self = this;
   g_active.compare_exchange_strong(self, nullptr);
+}
+
+std::string Trace::device_intervals() const {
+  std::lock_guard lock(mutex_);
+  return device_source_;
+}
+
+void Trace::add_device(std::string name, const char* category, uint64_t stream,
+                       std::chrono::steady_clock::time_point start,
+                       std::chrono::steady_clock::time_point end) {
+  using std::chrono::duration_cast;
+  using std::chrono::nanoseconds;
+  std::lock_guard lock(mutex_);
+  const int64_t from = duration_cast<nanoseconds>(start - origin_).count();
+  const int64_t to = duration_cast<nanoseconds>(end - origin_).count();
+  events_.push_back(
+      {std::move(name), category, from, std::max<int64_t>(to - from, 0), stream, true});
 }
 
 bool Trace::recording() const {
@@ -77,16 +126,30 @@ std::vector<Trace::Event> Trace::events() const {
 }
 
 void Trace::write(const std::string& path) const {
-  std::string json = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  // Microseconds with nanosecond digits: a GPU kernel may take a few microseconds.
+  const auto micros = [](int64_t ns) {
+    return fmt::format("{}{}.{:03}", ns < 0 ? "-" : "", std::abs(ns) / 1000, std::abs(ns) % 1000);
+  };
+  std::string json =
+      "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"
+      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"host\"}},\n"
+      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":2,\"args\":{\"name\":\"device\"}}";
   {
     std::lock_guard lock(mutex_);
-    bool first = true;
+    std::set<uint64_t> streams;
     for (const Event& e : events_) {
       json += fmt::format(
-          "{}{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":1,"
+          ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},"
           "\"tid\":{}}}",
-          first ? "" : ",\n", escaped(e.name), e.category, e.start_us, e.duration_us, e.thread);
-      first = false;
+          escaped(e.name), e.category, micros(e.start_ns), micros(e.duration_ns), e.device ? 2 : 1,
+          e.thread);
+      if (e.device) streams.insert(e.thread);
+    }
+    for (const uint64_t stream : streams) {
+      json += fmt::format(
+          ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":{},"
+          "\"args\":{{\"name\":\"stream {}\"}}}}",
+          stream, stream);
     }
   }
   json += "]}\n";
@@ -114,11 +177,22 @@ void Range::record(Trace* trace, std::string name, const char* category,
                    std::chrono::steady_clock::time_point start) {
   const auto end = std::chrono::steady_clock::now();
   using std::chrono::duration_cast;
-  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
   // Both ends rounded the same way, so a range inside another stays inside it.
-  const int64_t from = duration_cast<microseconds>(start - trace->origin_).count();
-  const int64_t to = duration_cast<microseconds>(end - trace->origin_).count();
+  const int64_t from = duration_cast<nanoseconds>(start - trace->origin_).count();
+  const int64_t to = duration_cast<nanoseconds>(end - trace->origin_).count();
   trace->add({std::move(name), category, from, to - from, thread_number()});
+}
+
+OpRange::OpRange(const char* name) : name_(name) {
+  nvtx_push(name);
+  trace_ = active();
+  if (trace_ != nullptr) start_ = std::chrono::steady_clock::now();
+}
+
+OpRange::~OpRange() {
+  nvtx_pop();
+  if (trace_ != nullptr && active() == trace_) Range::record(trace_, name_, "op", start_);
 }
 
 }  // namespace ember::profile

@@ -1,4 +1,5 @@
 #include "ember/dist/communicator.hpp"
+#include "ember/core/profile.hpp"
 
 #include <cstdlib>
 #include <thread>
@@ -230,6 +231,7 @@ void Communicator::check(const char* what, const Tensor& t, int64_t elements, in
 }
 
 Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op) {
+  EMBER_OP_RANGE("all_reduce");
   detail::Backend& b = backend_for(tensor, "all_reduce");
   EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()),
               "dist: all_reduce: avg needs a float tensor, not {}", detail::describe(tensor));
@@ -241,6 +243,7 @@ Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op)
 }
 
 Work Communicator::broadcast(Stream& stream, const Tensor& tensor, int root) {
+  EMBER_OP_RANGE("broadcast");
   EMBER_CHECK(root >= 0 && root < launch_.world_size,
               "dist: broadcast from rank {}: there are {} ranks", root, launch_.world_size);
   detail::Backend& b = backend_for(tensor, "broadcast");
@@ -252,6 +255,7 @@ Work Communicator::broadcast(Stream& stream, const Tensor& tensor, int root) {
 }
 
 Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& in) {
+  EMBER_OP_RANGE("all_gather");
   EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
                   out.device() == in.device() && out.numel() == in.numel() * launch_.world_size,
               "dist: all_gather needs an output of {} x the input's elements, dtype and device: "
@@ -267,6 +271,7 @@ Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& i
 
 Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tensor& in,
                                   ReduceOp op) {
+  EMBER_OP_RANGE("reduce_scatter");
   EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
                   out.device() == in.device() && in.numel() == out.numel() * launch_.world_size,
               "dist: reduce_scatter needs an input of {} x the output's elements, dtype and "

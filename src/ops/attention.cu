@@ -3,6 +3,7 @@
 // GPU kernels stream keys with an online softmax: the two agree within f32 rounding, and each is
 // the same bits on every run. Compiled by nvcc in CUDA builds, as C++ in CPU-only builds and
 // under the SIMT emulator.
+#include "ember/core/profile.hpp"
 #include "ember/ops/attention.hpp"
 
 #include <algorithm>
@@ -18,10 +19,10 @@
 #include "ember/core/ieee_rn.hpp"
 #include "ember/kernels/attention_math.cuh"
 #include "ember/ops/check.hpp"
+#include "ops/attention_cudnn.hpp"
 #include "ops/common/cpu_ops.hpp"
 #include "ops/common/cpu_tasks.hpp"
 #include "ops/matmul/cpu_gemm.hpp"
-#include "ops/attention_cudnn.hpp"
 #include "ops/matmul/matmul_onednn.hpp"
 
 #if EMBER_WITH_CUDA
@@ -689,6 +690,7 @@ std::string cudnn_attention_unavailable() {
 
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options) {
+  EMBER_OP_RANGE("attention_forward");
   constexpr std::string_view kOp = "ops::attention_forward";
   const Dims s = check_forward_operands(kOp, stream, out, lse, qkv, options);
   detail::check_disjoint(kOp, out, qkv);
@@ -700,7 +702,8 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
   const AttentionKernel kernel = chosen_kernel(options.kernel);
   if (!stream.device().is_cpu()) {
     check_kernel_option(qkv, s, kernel);
-    if (kernel == AttentionKernel::cudnn) check_cudnn(kOp, stream, s, false, {&qkv, &out, &lse}, qkv);
+    if (kernel == AttentionKernel::cudnn)
+      check_cudnn(kOp, stream, s, false, {&qkv, &out, &lse}, qkv);
   }
 #endif
   if (s.rows() == 0) return;
@@ -720,6 +723,7 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
 void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView& dout,
                         const TensorView& qkv, const TensorView& out, const TensorView& lse,
                         const AttentionOptions& options) {
+  EMBER_OP_RANGE("attention_backward");
   constexpr std::string_view kOp = "ops::attention_backward";
   const Dims s = check_forward_operands(kOp, stream, out, lse, qkv, options);
   detail::check_devices(kOp, stream, {&dqkv, &dout});
@@ -753,6 +757,7 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
 
 void attention_decode(Stream& stream, const TensorView& out, const TensorView& cache,
                       int64_t length, const AttentionOptions& options) {
+  EMBER_OP_RANGE("attention_decode");
   constexpr std::string_view kOp = "ops::attention_decode";
   detail::check_devices(kOp, stream, {&out, &cache});
   detail::check_floating(kOp, "cache", cache);

@@ -2,6 +2,7 @@
 // (kernels in ember/kernels/embedding.cuh). Compiled by nvcc in CUDA builds, as C++ in CPU-only
 // builds and under the SIMT emulator. The backward adds each table row's gradients in the order
 // of their positions on every device, so the CPU and a GPU give the same bits.
+#include "ember/core/profile.hpp"
 #include "ember/ops/embedding.hpp"
 
 #include <algorithm>
@@ -205,6 +206,7 @@ void backward_cuda(Stream& stream, const TensorView& dtable, const TensorView& d
 
 void embedding_forward(Stream& stream, const TensorView& out, const TensorView& table,
                        const TensorView& ids) {
+  EMBER_OP_RANGE("embedding_forward");
   constexpr std::string_view kOp = "ops::embedding_forward";
   const Lookup s = check_lookup(kOp, stream, table, "table", out, "out", ids);
   detail::check_disjoint(kOp, out, table);
@@ -223,6 +225,7 @@ void embedding_forward(Stream& stream, const TensorView& out, const TensorView& 
 
 void embedding_backward(Stream& stream, const TensorView& dtable, const TensorView& dout,
                         const TensorView& ids, bool accumulate) {
+  EMBER_OP_RANGE("embedding_backward");
   constexpr std::string_view kOp = "ops::embedding_backward";
   const Lookup s = check_lookup(kOp, stream, dtable, "dtable", dout, "dout", ids);
   detail::check_disjoint(kOp, dtable, dout);

@@ -6,6 +6,7 @@
 //
 // CPU: rows in parallel (OpenMP), statistics in double; dgamma and dbeta from chunk partials in
 // double, added in chunk order. CUDA: see layer_norm.cuh.
+#include "ember/core/profile.hpp"
 #include "ember/ops/layer_norm.hpp"
 
 #include <algorithm>
@@ -289,6 +290,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
 void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& mean,
                         const TensorView& rstd, const TensorView& x, const TensorView& gamma,
                         const TensorView& beta, float eps) {
+  EMBER_OP_RANGE("layer_norm_forward");
   constexpr std::string_view kOp = "ops::layer_norm_forward";
   mark_written(y);
   mark_written(mean);
@@ -330,6 +332,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
                          const TensorView& dbeta, const TensorView& dy, const TensorView& x,
                          const TensorView& mean, const TensorView& rstd, const TensorView& gamma,
                          bool accumulate) {
+  EMBER_OP_RANGE("layer_norm_backward");
   constexpr std::string_view kOp = "ops::layer_norm_backward";
   mark_written(dx);
   mark_written(dgamma);

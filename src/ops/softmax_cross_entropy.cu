@@ -6,6 +6,7 @@
 // CPU: rows are independent and each reduces in a fixed order, so results are the same at any
 // thread count; the mean over rows adds the per-row losses sequentially. CUDA: a warp or a block
 // per row by the number of classes (softmax_cross_entropy.cuh).
+#include "ember/core/profile.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 
 #include <omp.h>
@@ -424,6 +425,7 @@ void count_correct(Stream& stream, std::string_view op, const TensorView& correc
 
 void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
                                    const TensorView& logits, const TensorView& labels) {
+  EMBER_OP_RANGE("softmax_cross_entropy_forward");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_forward";
   mark_written(loss);
   mark_written(probs);
@@ -451,6 +453,7 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
 
 void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
                                  const TensorView& labels) {
+  EMBER_OP_RANGE("softmax_cross_entropy_fused");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_fused";
   mark_written(loss);
   mark_written(logits);
@@ -480,6 +483,7 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
 void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
                                     const TensorView& probs, const TensorView& labels,
                                     float dloss) {
+  EMBER_OP_RANGE("softmax_cross_entropy_backward");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_backward";
   mark_written(dlogits);
   detail::check_devices(kOp, stream, {&dlogits, &probs, &labels});
@@ -504,6 +508,7 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
 }
 
 void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
+  EMBER_OP_RANGE("argmax");
   constexpr std::string_view kOp = "ops::argmax";
   mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
@@ -529,6 +534,7 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
 
 void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
                    const TensorView& labels) {
+  EMBER_OP_RANGE("count_correct");
   constexpr std::string_view kOp = "ops::count_correct";
   mark_written(correct);
   detail::check_devices(kOp, stream, {&correct, &logits, &labels});

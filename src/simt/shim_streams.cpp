@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ember/core/error.hpp"
+#include "ember/core/profile.hpp"
 #include "race_check_internal.hpp"
 #include "shim_internal.hpp"
 
@@ -49,7 +50,21 @@ struct Item {
   std::function<void()> work;
   std::shared_ptr<EventState> event;  // record: the event; wait: the event waited for
   uint64_t generation = 0;            // record: which record; wait: the record waited for
+  std::string what;                   // work: what it is ("kernel <name>"), for a profile::Trace
 };
+
+// A profile::Trace's device interval for work that ran on stream #`serial`.
+void trace_interval(const std::string& what, unsigned serial, Clock::time_point start) {
+  ember::profile::Trace* trace = ember::profile::active();
+  if (trace == nullptr || what.empty()) return;
+  const auto end = Clock::now();
+  if (what.starts_with("kernel ")) {
+    trace->add_device(ember::profile::detail::kernel_label(what.substr(7)), "kernel", serial, start,
+                      end);
+  } else {
+    trace->add_device(what, what.starts_with("cudaMem") ? "copy" : "library", serial, start, end);
+  }
+}
 
 }  // namespace
 
@@ -221,7 +236,9 @@ void run_head(Streams& s, std::unique_lock<std::mutex>& lock, CUstream_st& strea
   stream.running = true;
   lock.unlock();
   try {
+    const auto start = Clock::now();
     item.work();
+    trace_interval(item.what, stream.serial, start);
   } catch (...) {
     lock.lock();
     stream.running = false;
@@ -437,6 +454,7 @@ void submit_item(cudaStream_t handle, Item item, const char* call,
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
               call, static_cast<const void*>(handle));
   stamp(s, *stream, accesses, what);
+  item.what = what;
   ++s.submissions;
   stream->backlog.push_back(std::move(item));
   if (deferred(s)) start_worker(s);
@@ -529,10 +547,12 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
   // run later: its destination is the caller's, about to go out of scope.
   auto cancelled = std::make_shared<bool>(false);
   ++s.submissions;
-  stream->backlog.push_back(
-      Item{.kind = Item::Kind::work, .work = [work = std::move(work), cancelled] {
-             if (!*cancelled) work();
-           }});
+  stream->backlog.push_back(Item{.kind = Item::Kind::work,
+                                 .work =
+                                     [work = std::move(work), cancelled] {
+                                       if (!*cancelled) work();
+                                     },
+                                 .what = call});
   stream->backlog.push_back(Item{.kind = Item::Kind::record, .event = done, .generation = 1});
   done->issued = 1;
   if (deferred(s)) start_worker(s);

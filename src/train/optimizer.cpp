@@ -1,4 +1,5 @@
 #include "ember/train/optimizer.hpp"
+#include "ember/core/profile.hpp"
 
 #include <atomic>
 
@@ -316,6 +317,7 @@ void Optimizer::load_state_dict(const StateDict& given) {
 }
 
 void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale) {
+  EMBER_OP_RANGE("optimizer_step");
   check_parameters_unchanged();
   prepare_step();
   // The step writes every parameter (unless found_inf skips it on the device): low-precision

@@ -45,9 +45,9 @@ TEST(ProfileTrace, RangesNestAndRecordOnlyWhileATraceRecords) {
   EXPECT_EQ(outer.name, "outer");
   EXPECT_EQ(inner.name, "inner \"quoted\"");
   EXPECT_EQ(other.name, "other thread");
-  EXPECT_GE(inner.start_us, outer.start_us);  // nested in time
-  EXPECT_LE(inner.start_us + inner.duration_us, outer.start_us + outer.duration_us);
-  EXPECT_GE(outer.duration_us, 4000);
+  EXPECT_GE(inner.start_ns, outer.start_ns);  // nested in time
+  EXPECT_LE(inner.start_ns + inner.duration_ns, outer.start_ns + outer.duration_ns);
+  EXPECT_GE(outer.duration_ns, 4000000);
   EXPECT_EQ(inner.thread, outer.thread);
   EXPECT_NE(other.thread, outer.thread);
 
@@ -58,16 +58,70 @@ TEST(ProfileTrace, RangesNestAndRecordOnlyWhileATraceRecords) {
   std::ifstream in(path);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(json.starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")) << json;
+  EXPECT_NE(json.find(R"({"name":"process_name","ph":"M","pid":1,"args":{"name":"host"}})"),
+            std::string::npos)
+      << json;
   EXPECT_NE(json.find(R"("name":"inner \"quoted\"","cat":"test","ph":"X")"), std::string::npos)
       << json;
   const std::regex event(
-      R"(\{"name":"[^}]*","cat":"test","ph":"X","ts":[0-9]+,"dur":[0-9]+,"pid":1,"tid":[0-9]+\})");
+      R"(\{"name":"[^}]*","cat":"test","ph":"X","ts":[0-9]+\.[0-9]{3},"dur":[0-9]+\.[0-9]{3},"pid":1,"tid":[0-9]+\})");
   EXPECT_EQ(
       std::distance(std::sregex_iterator(json.begin(), json.end(), event), std::sregex_iterator()),
       3);
   std::filesystem::remove(path);
   expect_error([&] { trace.write("/nonexistent/dir/t.json"); },
                {"profile::Trace::write: cannot write /nonexistent/dir/t.json"});
+}
+
+// An op's range is a Range of category "op" (and an NVTX range, which needs a tool to see).
+// Device intervals go to process 2, one named track per stream, in microseconds with
+// nanosecond digits.
+TEST(ProfileTrace, OpRangesAndDeviceIntervals) {
+  { EMBER_OP_RANGE("before"); }
+  Trace trace;
+  trace.start();
+  EXPECT_FALSE(trace.device_intervals().empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    EMBER_OP_RANGE("matmul");
+    EMBER_OP_RANGE("inner");
+  }
+  trace.add_device("gemm_kernel", "kernel", 7, t0 + std::chrono::nanoseconds(1500),
+                   t0 + std::chrono::nanoseconds(4250));
+  trace.stop();
+  const auto events = trace.events();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].name, "inner");
+  EXPECT_STREQ(events[0].category, "op");
+  EXPECT_EQ(events[1].name, "matmul");
+  EXPECT_FALSE(events[1].device);
+  EXPECT_TRUE(events[2].device);
+  EXPECT_EQ(events[2].thread, 7u);
+  EXPECT_EQ(events[2].duration_ns, 2750);
+
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ember_trace_dev_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  trace.write(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  EXPECT_NE(json.find(R"("name":"gemm_kernel","cat":"kernel","ph":"X")"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("dur":2.750,"pid":2,"tid":7})"), std::string::npos) << json;
+  EXPECT_NE(
+      json.find(R"({"name":"thread_name","ph":"M","pid":2,"tid":7,"args":{"name":"stream 7"}})"),
+      std::string::npos)
+      << json;
+}
+
+TEST(ProfileTrace, KernelLabelsDropTemplateAndParameterLists) {
+  using ember::profile::detail::kernel_label;
+  EXPECT_EQ(kernel_label("ember::ops::map_kernel<float, 2>(float*, int)"),
+            "ember::ops::map_kernel");
+  EXPECT_EQ(kernel_label("gemm(int)"), "gemm");
+  EXPECT_EQ(kernel_label("plain"), "plain");
+  EXPECT_EQ(kernel_label("<lambda>"), "<lambda>");
 }
 
 TEST(ProfileTrace, OneTraceRecordsAtATime) {

@@ -46,6 +46,7 @@
 #include <tuple>
 #include <utility>
 
+#include "ember/core/profile.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
@@ -177,22 +178,26 @@ void map_reduce_named(std::string_view op, Stream& stream, const TensorView& out
 
 template <class F, class... In>
 void map(Stream& stream, const TensorView& out, const F& f, const In&... ins) {
+  EMBER_OP_RANGE("map");
   detail::map_named("ops::map", stream, std::array<TensorView, 1>{out}, f, ins...);
 }
 
 template <size_t N, class F, class... In>
 void map(Stream& stream, const std::array<TensorView, N>& outs, const F& f, const In&... ins) {
+  EMBER_OP_RANGE("map");
   detail::map_named("ops::map", stream, outs, f, ins...);
 }
 
 template <class... T, class F, class... In>
 void map(Stream& stream, const std::tuple<T...>& outs, const F& f, const In&... ins) {
+  EMBER_OP_RANGE("map");
   detail::map_named("ops::map", stream,
                     std::apply([](const auto&... t) { return outputs(t...); }, outs), f, ins...);
 }
 
 template <class R, class F, class... In>
 void map_reduce(Stream& stream, const TensorView& out, const R& r, const F& f, const In&... ins) {
+  EMBER_OP_RANGE("map_reduce");
   detail::map_reduce_named("ops::map_reduce", stream, out, r, f, ins...);
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ember/core/profile.hpp"
 #include "ember/kernels/activation_math.cuh"
 #include "ember/ops/check.hpp"
 #include "ember/ops/elementwise.hpp"
@@ -143,18 +144,21 @@ void convert_on_host(const TensorView& out, const TensorView& in) {
 }  // namespace
 
 void add(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
+  EMBER_OP_RANGE("add");
   constexpr std::string_view kOp = "ops::add";
   check_binary(kOp, stream, out, "out", a, "a", b, "b");
   run(kOp, stream, out, fn::Add{}, a, b);
 }
 
 void mul(Stream& stream, const TensorView& out, const TensorView& a, const TensorView& b) {
+  EMBER_OP_RANGE("mul");
   constexpr std::string_view kOp = "ops::mul";
   check_binary(kOp, stream, out, "out", a, "a", b, "b");
   run(kOp, stream, out, fn::Mul{}, a, b);
 }
 
 void scale(Stream& stream, const TensorView& out, const TensorView& x, float alpha) {
+  EMBER_OP_RANGE("scale");
   constexpr std::string_view kOp = "ops::scale";
   check_unary(kOp, stream, out, "out", x, "x");
   run(kOp, stream, out, fn::Scale{alpha}, x);
@@ -162,6 +166,7 @@ void scale(Stream& stream, const TensorView& out, const TensorView& x, float alp
 
 void scale_by(Stream& stream, const TensorView& out, const TensorView& x,
               const TensorView& factor) {
+  EMBER_OP_RANGE("scale_by");
   constexpr std::string_view kOp = "ops::scale_by";
   check_unary(kOp, stream, out, "out", x, "x");
   detail::check_devices(kOp, stream, {&factor});
@@ -174,6 +179,7 @@ void scale_by(Stream& stream, const TensorView& out, const TensorView& x,
 }
 
 void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& bias) {
+  EMBER_OP_RANGE("bias_add");
   constexpr std::string_view kOp = "ops::bias_add";
   check_unary(kOp, stream, out, "out", x, "x");
   check_bias(kOp, stream, bias, x);
@@ -182,6 +188,7 @@ void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const 
 }
 
 void relu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  EMBER_OP_RANGE("relu_forward");
   constexpr std::string_view kOp = "ops::relu_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   run(kOp, stream, y, fn::Relu{}, x);
@@ -189,12 +196,14 @@ void relu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
 
 void relu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
+  EMBER_OP_RANGE("relu_backward");
   constexpr std::string_view kOp = "ops::relu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
   run(kOp, stream, dx, fn::ReluGrad{}, dy, x);
 }
 
 void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  EMBER_OP_RANGE("gelu_forward");
   constexpr std::string_view kOp = "ops::gelu_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   run(kOp, stream, y, Gelu{}, x);
@@ -202,12 +211,14 @@ void gelu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
 
 void gelu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
+  EMBER_OP_RANGE("gelu_backward");
   constexpr std::string_view kOp = "ops::gelu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
   run(kOp, stream, dx, GeluGrad{}, dy, x);
 }
 
 void silu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
+  EMBER_OP_RANGE("silu_forward");
   constexpr std::string_view kOp = "ops::silu_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   run(kOp, stream, y, Silu{}, x);
@@ -215,6 +226,7 @@ void silu_forward(Stream& stream, const TensorView& y, const TensorView& x) {
 
 void silu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                    const TensorView& x) {
+  EMBER_OP_RANGE("silu_backward");
   constexpr std::string_view kOp = "ops::silu_backward";
   check_binary(kOp, stream, dx, "dx", dy, "dy", x, "x");
   run(kOp, stream, dx, SiluGrad{}, dy, x);
@@ -222,6 +234,7 @@ void silu_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
 
 void bias_activation_forward(Stream& stream, const TensorView& y, const TensorView& x,
                              const TensorView& bias, Activation act, const TensorView& pre) {
+  EMBER_OP_RANGE("bias_activation_forward");
   constexpr std::string_view kOp = "ops::bias_activation_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   check_bias(kOp, stream, bias, x);
@@ -246,6 +259,7 @@ void bias_activation_forward(Stream& stream, const TensorView& y, const TensorVi
 void bias_activation_backward(Stream& stream, const TensorView& dx, const TensorView& dbias,
                               const TensorView& dy, const TensorView& pre, Activation act,
                               const ReduceOptions& options) {
+  EMBER_OP_RANGE("bias_activation_backward");
   constexpr std::string_view kOp = "ops::bias_activation_backward";
   check_unary(kOp, stream, dx, "dx", dy, "dy");
   const bool has_pre = detail::present(pre);
@@ -295,6 +309,7 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
 // and same-dtype copies: convert_host on the CPU (bitwise memmove for one dtype), the cast
 // kernel (cast.cuh) on CUDA.
 void cast(Stream& stream, const TensorView& out, const TensorView& in) {
+  EMBER_OP_RANGE("cast");
   constexpr std::string_view kOp = "ops::cast";
   mark_written(out);
   detail::check_devices(kOp, stream, {&out, &in});
@@ -316,6 +331,7 @@ void cast(Stream& stream, const TensorView& out, const TensorView& in) {
 }
 
 void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale) {
+  EMBER_OP_RANGE("cast_scaled");
   constexpr std::string_view kOp = "ops::cast_scaled";
   detail::check_devices(kOp, stream, {&out, &in});
   EMBER_CHECK(map_dtype(out.dtype), "{}: out {} must be f32, f16, bf16 or u8", kOp, out.describe());
@@ -327,6 +343,7 @@ void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, fl
 
 void residual_add(Stream& stream, const TensorView& out, const TensorView& x, const TensorView& y,
                   float alpha) {
+  EMBER_OP_RANGE("residual_add");
   constexpr std::string_view kOp = "ops::residual_add";
   check_binary(kOp, stream, out, "out", x, "x", y, "y");
   run(kOp, stream, out, fn::Axpy{alpha}, x, y);
@@ -334,6 +351,7 @@ void residual_add(Stream& stream, const TensorView& out, const TensorView& x, co
 
 void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
                      const TensorView& x, float p, uint64_t seed, uint64_t offset) {
+  EMBER_OP_RANGE("dropout_forward");
   constexpr std::string_view kOp = "ops::dropout_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   check_mask(kOp, stream, mask, x);
@@ -345,6 +363,7 @@ void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask
 
 void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                       const TensorView& mask, float p) {
+  EMBER_OP_RANGE("dropout_backward");
   constexpr std::string_view kOp = "ops::dropout_backward";
   check_unary(kOp, stream, dx, "dx", dy, "dy");
   check_mask(kOp, stream, mask, dy);

@@ -1,5 +1,6 @@
 // ops::matmul: argument checks, then the device's implementation.
 #include "ember/ops/matmul.hpp"
+#include "ember/core/profile.hpp"
 
 #include "ember/ops/check.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
@@ -83,6 +84,7 @@ const char* backend_name(MatmulBackend backend) {
 
 void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
             const MatmulOptions& options) {
+  EMBER_OP_RANGE("matmul");
   detail::check_devices(kOp, stream, {&c, &a, &b});
   mark_written(c);
   mark_written(options.pre_activation);

@@ -1,6 +1,7 @@
 // Mean squared error: the forward's terms by ops::map and their sum by ops::sum (in double), the
 // backward one ops::map; on the CPU or in kernels instantiated here (nvcc in CUDA builds, C++
 // otherwise).
+#include "ember/core/profile.hpp"
 #include "ember/ops/mse_loss.hpp"
 
 #include <array>
@@ -46,6 +47,7 @@ void check_inputs(std::string_view op, const Stream& stream, const TensorView& p
 
 void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& pred,
                       const TensorView& target) {
+  EMBER_OP_RANGE("mse_loss_forward");
   constexpr std::string_view kOp = "ops::mse_loss_forward";
   check_inputs(kOp, stream, pred, target);
   detail::check_map_reduce_out(kOp, stream, loss);
@@ -70,6 +72,7 @@ void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& 
 
 void mse_loss_backward(Stream& stream, const TensorView& dpred, const TensorView& pred,
                        const TensorView& target, float dloss) {
+  EMBER_OP_RANGE("mse_loss_backward");
   constexpr std::string_view kOp = "ops::mse_loss_backward";
   check_inputs(kOp, stream, pred, target);
   detail::check_devices(kOp, stream, {&dpred});

@@ -1,5 +1,6 @@
 // Reductions: argument checks, then the device's implementation.
 #include "ember/ops/reduce.hpp"
+#include "ember/core/profile.hpp"
 
 #include <string_view>
 
@@ -12,6 +13,7 @@
 namespace ember::ops {
 
 void sum(Stream& stream, const TensorView& out, const TensorView& x, const ReduceOptions& options) {
+  EMBER_OP_RANGE("sum");
   constexpr std::string_view kOp = "ops::sum";
   mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
@@ -31,6 +33,7 @@ void sum(Stream& stream, const TensorView& out, const TensorView& x, const Reduc
 
 void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
                  const ReduceOptions& options) {
+  EMBER_OP_RANGE("column_sums");
   constexpr std::string_view kOp = "ops::column_sums";
   mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
@@ -61,6 +64,7 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
 }
 
 void max(Stream& stream, const TensorView& out, const TensorView& x) {
+  EMBER_OP_RANGE("max");
   constexpr std::string_view kOp = "ops::max";
   mark_written(out);
   detail::check_devices(kOp, stream, {&out, &x});
