@@ -3,9 +3,12 @@
 // byte-level model (its context widened to T where T is longer) and GPT-2 small (d12), at T = 256
 // and 1024 (and the small model at 128), on the CPU and on cuda:0 when a GPU is usable. Its PyTorch
 // twin is benchmarks/reference/gpt2_torch.py (compare.py --only gpt2 prints the ratios, same rows).
+// The trace_overhead rows and op_range measure profile::Trace's overhead: recording (overhead%,
+// traced and plain steps interleaved) and off (op_range/off's time times ranges/step).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -22,7 +25,8 @@ struct Case {
   int64_t seq, batch;
 };
 
-void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision precision) {
+void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision precision,
+               bool traced) {
   Stream stream = current_stream(device);
   train::GptConfig config = train::gpt_config(c.model);
   config.context = std::max(config.context, c.seq);  // the small model at T = 1024
@@ -54,7 +58,40 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
     return loss;
   };
   step().item();
-  for (auto _ : state) benchmark::DoNotOptimize(step().item());
+  if (!traced) {
+    for (auto _ : state) benchmark::DoNotOptimize(step().item());
+  } else {
+    // The trace's overhead, interleaved so that a noisy machine's drift falls on both: each
+    // iteration times one step with a profile::Trace recording (host ranges of the step's ops
+    // and modules, and device intervals where the build has a collector, as --trace) and one
+    // without, in alternating order.
+    profile::Trace trace;
+    double plain = 0, recorded = 0;
+    size_t events = 0;
+    int64_t n = 0;
+    const auto timed = [&](bool record) {
+      if (record) trace.start();
+      const auto start = std::chrono::steady_clock::now();
+      step().item();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (record) {
+        trace.stop();
+        events += trace.events().size();
+      }
+      (record ? recorded : plain) += seconds;
+    };
+    for (auto _ : state) {
+      timed(n % 2 == 0);
+      timed(n % 2 != 0);
+      ++n;
+    }
+    state.counters["plain_ms"] = 1e3 * plain / static_cast<double>(n);
+    state.counters["traced_ms"] = 1e3 * recorded / static_cast<double>(n);
+    state.counters["overhead%"] = 100 * (recorded / plain - 1);
+    state.counters["ranges/step"] = static_cast<double>(events) / static_cast<double>(n);
+    return;
+  }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(c.batch * c.seq),
                                                   benchmark::Counter::kIsIterationInvariantRate);
   // The model's FLOPs (train/mfu.hpp), and MFU where the device's peak is known (GPUs).
@@ -73,11 +110,30 @@ void register_all(Device device, const std::string& prefix, const std::vector<Ca
     for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16}) {
       const std::string name = fmt::format("{}gpt2_{}/ember/{}/T:{}/batch:{}", prefix,
                                            nn::precision_name(p), c.model, c.seq, c.batch);
-      benchmark::RegisterBenchmark(name.c_str(), gpt2_step, device, c, p)
+      benchmark::RegisterBenchmark(name.c_str(), gpt2_step, device, c, p, false)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      if (c.model != "small" || c.seq > 256) continue;
+      // The trace's overhead: the same step with and without a trace recording.
+      const std::string traced = fmt::format("{}gpt2_trace_overhead_{}/{}/T:{}/batch:{}", prefix,
+                                             nn::precision_name(p), c.model, c.seq, c.batch);
+      benchmark::RegisterBenchmark(traced.c_str(), gpt2_step, device, c, p, true)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
   }
+}
+
+// An op's range with no trace recording and no NVTX tool attached (what every op pays when
+// tracing is off), and with a trace recording.
+void op_range(benchmark::State& state, bool recording) {
+  profile::Trace trace;
+  if (recording) trace.start();
+  for (auto _ : state) {
+    EMBER_OP_RANGE("op");
+    benchmark::ClobberMemory();
+  }
+  if (recording) trace.stop();
 }
 
 }  // namespace
@@ -90,6 +146,8 @@ int main(int argc, char** argv) {
                 {"small", 1024, 2},
                 {"d12", 256, 1},
                 {"d12", 1024, 1}});
+  benchmark::RegisterBenchmark("op_range/off", op_range, false);
+  benchmark::RegisterBenchmark("op_range/recording", op_range, true)->Iterations(200000);
   std::string why;
   if (default_device(&why).is_cuda()) {
     register_all(Device::cuda(0), "cuda_",

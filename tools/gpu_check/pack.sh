@@ -124,6 +124,9 @@ cp "$here/run.sh" "$stage/run.sh"
 mkdir -p "$stage/traces" "$stage/reference"
 cp "$root"/benchmarks/traces/checkpointed_varlen/*.trace.gz "$stage/traces/" 2>/dev/null || true
 cp "$root/benchmarks/reference/replay_trace_torch.py" "$stage/reference/"
+# The timeline check of train_gpt2 --trace.
+mkdir -p "$stage/scripts"
+cp "$root/tests/examples/check_trace.py" "$stage/scripts/"
 # train_gpt2's text on the GPU machine (which has no fortunes package): ember's own docs.
 cat "$root"/docs/*.md "$root/README.md" >"$stage/corpus.txt"
 chmod +x "$stage/run.sh"

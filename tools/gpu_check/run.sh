@@ -70,7 +70,7 @@ kernel_filter="${kernel_filter%:}"
 steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_bf16 train_mlp_f16
        train_resmlp_none train_resmlp_full train_resmlp_selective
-       train_ddp train_gpt2_d12 train_gpt2_d12_cudnn train_gpt2_trace
+       train_ddp train_gpt2_d12 train_gpt2_d12_cudnn train_gpt2_trace train_gpt2_timeline
        bench_matmul bench_train_step bench_elementwise bench_allocator bench_loader
        memcheck racecheck synccheck initcheck)
 describe() {
@@ -84,6 +84,7 @@ describe() {
     train_gpt2_d12) echo "train_gpt2 --model d12 --amp bf16 --seq 1024 on the GPU: tokens/s and MFU" ;;
     train_gpt2_d12_cudnn) echo "the same with cuDNN's fused attention (EMBER_ATTENTION_KERNEL=cudnn)" ;;
     train_gpt2_trace) echo "train_gpt2 d12 with variable lengths and full checkpointing, recording its allocations" ;;
+    train_gpt2_timeline) echo "train_gpt2 --trace on the GPU: host ranges and CUPTI's kernel intervals, checked by check_trace.py" ;;
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
     bench_elementwise) echo "bench_elementwise's GPU rows (fused chain against separate ops)" ;;
@@ -514,6 +515,30 @@ step_train_gpt2_trace() {
     --checkpoint full --steps 8 --log-every 4 --eval-every 1000 \
     --record-allocations "$out_dir/traces/gpt2d12_gpu_varlen_full_bf16.trace.gz"
   [ "$res" = PASS ] || rm -f "$out_dir/traces/gpt2d12_gpu_varlen_full_bf16.trace.gz"
+}
+
+# A Chrome trace of two d12 steps on the GPU (profile::Trace: host ranges, and device intervals
+# from CUPTI), checked as the CPU's is (tests/examples/check_trace.py), with --device: kernels on
+# streams, in order. python3 runs without the carried lib/; train_gpt2 with it.
+step_train_gpt2_timeline() {
+  local log="$logs/train_gpt2_timeline.log" rc corpus="$out_dir/corpus.txt"
+  local script="$here/scripts/check_trace.py"
+  [ -n "$build_dir" ] && script="$here/../../tests/examples/check_trace.py"
+  gpt2_corpus >"$corpus"
+  run_logged "$log" "$step_limit" env -u LD_LIBRARY_PATH python3 "$script" \
+    "$out_dir/gpt2_d12_trace.json" --device --modules attn,mlp \
+    --ops matmul,attention_forward,attention_backward,layer_norm_forward,optimizer_step -- \
+    env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "${bin[train_gpt2]}" --device cuda --model d12 \
+    --text "$corpus" --seq 1024 --batch 8 --amp bf16 --steps 4 --log-every 2 --eval-every 1000 \
+    --sample-tokens 0
+  rc=$?
+  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
+    res=FAIL
+    detail="exit code $rc: $(first_error_line "$log" 'Error|error|assert|missing|overlap')"
+  else
+    res=PASS
+    detail="$(grep -m 1 'host ranges' "$log" | cut -c 1-150)"
+  fi
 }
 
 # A benchmark: its GPU rows (FILTER), with the ratio tables; DETAIL_PATTERN picks the ratio
