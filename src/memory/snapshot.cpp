@@ -1,7 +1,9 @@
-// CachingAllocator::snapshot: segments and their blocks as JSON.
+// CachingAllocator::snapshot: segments and their blocks as JSON; the snapshot (and its SVG) on
+// an out-of-memory error where EMBER_OOM_SNAPSHOT says.
 #include <fmt/format.h>
 
 #include "caching_allocator_impl.hpp"
+#include "ember/memory/snapshot_svg.hpp"
 
 #include <unistd.h>
 
@@ -72,16 +74,26 @@ std::string CachingAllocator::Impl::write_oom_snapshot() const {
   const std::string path = (std::filesystem::path(dir) /
                             fmt::format("ember_oom_{}_{}.json", static_cast<long>(::getpid()), n))
                                .string();
+  const std::string json = snapshot_json();
   std::ofstream out(path);
-  out << snapshot_json();
+  out << json;
   out.close();
   if (!out) {
     return fmt::format(" (EMBER_OOM_SNAPSHOT: could not write {}: {})", path, std::strerror(errno));
   }
-  return fmt::format(
-      " The allocator's snapshot at this moment is in {} (memory_snapshot_svg "
-      "draws it).",
-      path);
+  // Its picture next to it (the same name, .svg), as memory_snapshot_svg draws it.
+  const std::string svg_path = path.substr(0, path.size() - 5) + ".svg";
+  std::ofstream svg(svg_path);
+  svg << snapshot_svg(json, fmt::format("out of memory: process {}, snapshot {}",
+                                        static_cast<long>(::getpid()), n));
+  svg.close();
+  if (!svg) {
+    return fmt::format(" The allocator's snapshot at this moment is in {} (its picture: could not "
+                       "write {}: {}).",
+                       path, svg_path, std::strerror(errno));
+  }
+  return fmt::format(" The allocator's snapshot at this moment is in {}, its picture in {}.", path,
+                     svg_path);
 }
 
 }  // namespace ember::memory

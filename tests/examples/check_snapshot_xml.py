@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""memory_snapshot_svg on names with markup, control characters and bytes that are not UTF-8:
-the SVG must parse as XML (control characters and bad bytes become U+FFFD)."""
+"""memory_snapshot_svg on names with markup and control characters: the SVG must parse as XML
+(control characters become U+FFFD); a file with a byte that is not UTF-8 is not JSON: an error."""
 import pathlib
 import subprocess
 import sys
@@ -9,11 +9,12 @@ import xml.dom.minidom
 tool, work = sys.argv[1], pathlib.Path(sys.argv[2])
 work.mkdir(parents=True, exist_ok=True)
 snapshot = work / "snapshot_odd_names.json"
-pool = b'a\x01<b>&"c\xff\xc3\xa9'  # control char, markup, a stray byte, then a valid e-acute
-snapshot.write_bytes(
-    b'{"segments":[{"address":"0x1000","size":1024,"stream":0,"pool":"' + pool.replace(b'"', b'\\"')
-    + b'","expandable":false,"blocks":[{"address":"0x1000","size":1024,"requested":1000,'
-    b'"state":"allocated"}]}]}')
+# A control character (escaped, as JSON requires), markup, then an e-acute.
+pool = rb'a\u0001<b>&\"c\u00e9'
+document_text = (b'{"segments":[{"address":"0x1000","size":1024,"stream":0,"pool":"' + pool
+                 + b'","expandable":false,"blocks":[{"address":"0x1000","size":1024,"requested":1000,'
+                 b'"state":"allocated"}]}]}')
+snapshot.write_bytes(document_text)
 svg = work / "snapshot_odd_names.svg"
 done = subprocess.run([tool, str(snapshot), "-o", str(svg), "--title", "t\x02itle"],
                       capture_output=True, text=True)
@@ -29,9 +30,17 @@ def text_of(node):
 
 
 text = text_of(document.documentElement)
-expected = 'a\ufffd<b>&"c\ufffd\u00e9'
+expected = 'a\ufffd<b>&"c\u00e9'
 if expected not in text:
     sys.exit(f"expected the pool name read back as {expected!r}, found {text!r}")
 if "t\ufffditle" not in text:
     sys.exit(f"expected the title read back as 't\ufffditle', found {text!r}")
-print("valid XML; names escaped")
+# A byte that is not UTF-8 makes the file invalid JSON: an error saying so, no picture.
+stray = work / "snapshot_stray_byte.json"
+stray.write_bytes(document_text.replace(b"c\\u00e9", b"c\xff"))
+done = subprocess.run([tool, str(stray), "-o", str(work / "stray.svg")], capture_output=True,
+                      text=True)
+if done.returncode != 1 or "is not valid JSON" not in done.stderr:
+    sys.exit(f"expected exit 1 and 'is not valid JSON' for a stray byte, found {done.returncode}: "
+             f"{done.stderr}")
+print("valid XML; names escaped; a stray byte is invalid JSON")

@@ -276,7 +276,8 @@ TEST(CachingAllocatorOom, MessageStatesNumbersAndSetting) {
 }
 
 // EMBER_OOM_SNAPSHOT=DIR: the allocator's snapshot at the error goes to a file the message
-// names (PyTorch's "dump on OOM", built in); a directory that cannot be written is said too.
+// names, with its SVG picture next to it (PyTorch's "dump on OOM", built in); a directory that
+// cannot be written is said too.
 TEST(CachingAllocatorOom, TheSnapshotIsWrittenWhereEmberOomSnapshotSays) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("ember_oom_" + std::to_string(::getpid()));
@@ -297,12 +298,19 @@ TEST(CachingAllocatorOom, TheSnapshotIsWrittenWhereEmberOomSnapshotSays) {
   const std::string prefix = (dir / "ember_oom_").string();
   const size_t at = m.find(prefix);
   ASSERT_NE(at, std::string::npos) << m;
-  const std::string path = m.substr(at, m.find(' ', at) - at);
+  const std::string path = m.substr(at, m.find(',', at) - at);
   std::ifstream in(path);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"segments\""), std::string::npos) << path;
   EXPECT_NE(json.find("\"state\":\"allocated\""), std::string::npos);
-  EXPECT_NE(m.find("memory_snapshot_svg draws it"), std::string::npos) << m;
+  const std::string svg_path = path.substr(0, path.size() - 5) + ".svg";
+  EXPECT_NE(m.find(", its picture in " + svg_path + "."), std::string::npos) << m;
+  std::ifstream svg_in(svg_path);
+  const std::string svg((std::istreambuf_iterator<char>(svg_in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(svg.starts_with("<svg ")) << svg_path;
+  EXPECT_NE(svg.find("out of memory: process "), std::string::npos);
+  EXPECT_NE(svg.find("class=\"block allocated\""), std::string::npos);
+  EXPECT_NE(svg.find("allocated 40.00 MiB"), std::string::npos) << svg;
   setenv("EMBER_OOM_SNAPSHOT", "/nonexistent/ember", 1);
   EXPECT_NE(message().find("EMBER_OOM_SNAPSHOT: could not write /nonexistent/ember/"),
             std::string::npos);
