@@ -15,6 +15,7 @@
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/state_dict.hpp"
+#include "ember/data/loader.hpp"
 #include "ember/train/checkpointer.hpp"
 #include "ember/train/preemption.hpp"
 
@@ -84,6 +85,12 @@ class Checkpoints {
     if (config.dir.empty()) return;
     checkpoints_.emplace(ember::train::CheckpointOptions{.dir = config.dir}, std::move(group));
     guard_.emplace();
+  }
+
+  // Makes `loader`'s position part of the training state (data::track_in): saved with each
+  // checkpoint, and a resume seeks the loader there.
+  void track(ember::data::Loader& loader, int64_t batches_per_epoch) {
+    ember::data::track_in(state_, loader, batches_per_epoch);
   }
 
   // With --resume: the progress of the newest valid checkpoint, now loaded (nullopt without

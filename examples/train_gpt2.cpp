@@ -484,6 +484,19 @@ int run(const Config& c) {
     std::fflush(stdout);
   };
 
+  // The training batches, made ahead by data::Loader's workers: batch i is the shards' batch i
+  // from the start of training, i / --accumulate its step. A micro-batch of a step of
+  // --seq-lengths L holds its windows' first L tokens, packed at the front of the [micro, seq]
+  // buffers.
+  const data::TokenShards& shards = *train_data;
+  data::Loader loader({{Shape{micro, c.seq}, DType::i32}, {Shape{micro, c.seq}, DType::i32}},
+                      [&](int64_t index, std::span<const TensorView> host) {
+                        shards.fill(index, host[0], host[1]);
+                        const int64_t length = step_seq(c, 1 + index / c.accumulate);
+                        for (const TensorView& v : host) pack_rows(v, length);
+                      },
+                      device, {.workers = c.workers});
+
   const double nats_to_bits = 1.0 / std::log(2.0);
   // Training state: the model, the optimizer, the scaler, and the data position; the options
   // a bitwise continuation depends on are saved with it.
@@ -502,12 +515,12 @@ int run(const Config& c) {
        {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards},
        {"ranks", std::to_string(ranks)}},
       dist::checkpoint_group(*comm));
+  checkpoints.track(loader, train_data->batches_per_epoch());
   int64_t first_step = 1;
   if (const auto resumed = checkpoints.resume([&](const std::string& line) {
         if (rank == 0) std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
       })) {
-    first_step = resumed->step + 1;
-    train_data->set_position({static_cast<uint64_t>(resumed->epoch), resumed->data_position});
+    first_step = resumed->step + 1;  // the loader is at the checkpoint's data position
     ctx.step = resumed->micro_step;
   }
   if (rank == 0 && !c.init_from.empty() && first_step == 1) {
@@ -520,19 +533,6 @@ int run(const Config& c) {
     return 0;
   }
 
-  // The training batches, made ahead by data::Loader's workers from the shards' position (the
-  // resumed one). A micro-batch of a step of --seq-lengths L holds its windows' first L tokens,
-  // packed at the front of the [micro, seq] buffers (the step follows from the batch's index).
-  const int64_t first_index = train_data->index_of(train_data->position());
-  const data::TokenShards& shards = *train_data;
-  data::Loader loader({{Shape{micro, c.seq}, DType::i32}, {Shape{micro, c.seq}, DType::i32}},
-                      [&, first_index](int64_t index, std::span<const TensorView> host) {
-                        shards.fill(index, host[0], host[1]);
-                        const int64_t length =
-                            step_seq(c, first_step + (index - first_index) / c.accumulate);
-                        for (const TensorView& v : host) pack_rows(v, length);
-                      },
-                      device, {.workers = c.workers, .first = first_index});
   auto next_batch = [&](int64_t length) {
     std::vector<Tensor> b = loader.next(stream);
     for (Tensor& t : b)
@@ -622,11 +622,8 @@ int run(const Config& c) {
     if (rank == 0 && c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) {
       print_sample(step);
     }
-    const data::TokenShards::Position at = train_data->position_at(loader.position());
-    if (checkpoints.after_step({.step = step,
-                                .epoch = static_cast<int64_t>(at.epoch),
-                                .data_position = at.batch,
-                                .micro_step = ctx.step},
+    // The data position comes from the loader (Checkpoints::track).
+    if (checkpoints.after_step({.step = step, .micro_step = ctx.step},
                                [&](bool stop) { return dist::any_rank(*comm, stop); })) {
       say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
                       checkpoints.path_of(step)));

@@ -18,6 +18,7 @@
 #include "ember/core/error.hpp"
 #include "ember/data/token_shards.hpp"
 #include "ember/memory/pinned_host_upstream.hpp"
+#include "ember/train/checkpointer.hpp"
 
 namespace ember::data {
 
@@ -36,6 +37,7 @@ struct Loader::Impl {
     enum class State { free, filling, ready, failed };
     State state = State::free;
     int64_t index = -1;
+    uint64_t generation = 0;  // the seek() it was taken under
     std::string error;
     std::vector<void*> pinned;  // GPU
     std::vector<Tensor> host;   // CPU
@@ -53,8 +55,9 @@ struct Loader::Impl {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<Slot> slots;
-  int64_t next_fill = 0;  // the next batch a worker takes
-  int64_t next_out = 0;   // the batch next() returns next
+  int64_t next_fill = 0;    // the next batch a worker takes
+  int64_t next_out = 0;     // the batch next() returns next
+  uint64_t generation = 0;  // seek() count: a batch taken before the latest seek is dropped
   bool stopping = false;
   int running = 0;  // workers in their loop
   double waited = 0;
@@ -132,11 +135,17 @@ struct Loader::Impl {
       const int64_t index = next_fill++;
       slot.state = Slot::State::filling;
       slot.index = index;
+      slot.generation = generation;
       lock.unlock();
       std::string error = fill(slot, index);
       lock.lock();
-      slot.error = std::move(error);
-      slot.state = slot.error.empty() ? Slot::State::ready : Slot::State::failed;
+      if (slot.generation != generation) {  // a seek() meanwhile: not wanted any more
+        slot.state = Slot::State::free;
+        slot.index = -1;
+      } else {
+        slot.error = std::move(error);
+        slot.state = slot.error.empty() ? Slot::State::ready : Slot::State::failed;
+      }
       changed.notify_all();
     }
     --running;
@@ -306,6 +315,25 @@ int64_t Loader::position() const {
   return impl_->next_out;
 }
 
+void Loader::seek(int64_t index) {
+  EMBER_CHECK(index >= 0 && index <= kMaxFirst,
+              "data::Loader::seek: the batch index must be in 0..2^62, not {}", index);
+  Impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  if (index == m.next_out) return;  // what is made ahead stays good
+  ++m.generation;
+  m.next_out = m.next_fill = index;
+  for (Impl::Slot& slot : m.slots) {
+    if (slot.state == Impl::Slot::State::ready || slot.state == Impl::Slot::State::failed) {
+      slot.state = Impl::Slot::State::free;
+      slot.index = -1;
+      slot.error.clear();
+      slot.host.clear();
+    }
+  }
+  m.changed.notify_all();
+}
+
 int Loader::workers() const {
   return impl_->worker_count;
 }
@@ -313,6 +341,29 @@ int Loader::workers() const {
 double Loader::wait_seconds() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->waited;
+}
+
+void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_epoch) {
+  EMBER_CHECK(
+      batches_per_epoch >= 0,
+      "data::track_in: batches_per_epoch must be positive (or 0: one endless epoch), not {}",
+      batches_per_epoch);
+  state.add_progress(
+      [&loader, batches_per_epoch](train::Progress& p) {
+        const int64_t at = loader.position();
+        p.epoch = batches_per_epoch > 0 ? at / batches_per_epoch : 0;
+        p.data_position = batches_per_epoch > 0 ? at % batches_per_epoch : at;
+      },
+      [&loader, batches_per_epoch](const train::Progress& p) {
+        EMBER_CHECK(
+            p.epoch >= 0 && p.data_position >= 0 &&
+                (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position < batches_per_epoch),
+            "data::track_in: the checkpoint's data position (epoch {}, batch {}) does not "
+            "fit {} batches per epoch",
+            p.epoch, p.data_position, batches_per_epoch);
+        loader.seek(batches_per_epoch > 0 ? p.epoch * batches_per_epoch + p.data_position
+                                          : p.data_position);
+      });
 }
 
 std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,

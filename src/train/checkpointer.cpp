@@ -7,8 +7,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -311,6 +311,12 @@ void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
         }
         return problems;
       }});
+}
+
+void TrainingState::add_progress(std::function<void(Progress&)> save,
+                                 std::function<void(const Progress&)> load) {
+  EMBER_CHECK(save && load, "TrainingState::add_progress: save and load are both needed");
+  progress_hooks_.push_back({std::move(save), std::move(load)});
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,
@@ -715,6 +721,7 @@ Checkpointer::~Checkpointer() {
 void Checkpointer::save(TrainingState& state) {
   EMBER_CHECK(state.progress.step >= 0 && state.progress.step < 1'000'000'000'000,
               "Checkpointer::save: the step {} is outside [0, 10^12)", state.progress.step);
+  for (const auto& hook : state.progress_hooks()) hook.save(state.progress);
   // At most one save in flight. Its failure is reported after this save is done (or started),
   // so that one failed save does not also lose the next.
   std::string earlier_failure;
@@ -1008,6 +1015,7 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
                 path.string(), problems);
     for (auto& [c, given] : parts) c->load(given);
     state.progress = loaded->progress;
+    for (const auto& hook : state.progress_hooks()) hook.load(state.progress);
     state.metadata = loaded->replicated.metadata;
     return step;
   }

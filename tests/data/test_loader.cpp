@@ -18,6 +18,7 @@
 
 #include "ember/data/loader.hpp"
 #include "ember/data/token_shards.hpp"
+#include "ember/train/checkpointer.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -104,6 +105,43 @@ TEST(Loader, AResumedLoaderStartsAtItsPosition) {
   Loader resumed(kSpecs, produce, Device::cpu(), {.workers = 3, .first = 5});
   EXPECT_EQ(resumed.position(), 5);
   EXPECT_EQ(take(resumed, 4), std::vector<std::vector<float>>(want.begin() + 5, want.end()));
+}
+
+// seek() drops what was made ahead (also batches a worker finishes after the seek) and goes on
+// from the new index, forwards and backwards, with and without workers.
+TEST(Loader, SeekRestartsAtAnyIndex) {
+  Loader all(kSpecs, produce, Device::cpu(), {.workers = 0});
+  const auto want = take(all, 30);
+  for (const int workers : {0, 1, 3}) {
+    Loader loader(kSpecs, produce, Device::cpu(), {.workers = workers, .prefetch = 2});
+    EXPECT_EQ(take(loader, 3), std::vector<std::vector<float>>(want.begin(), want.begin() + 3));
+    loader.seek(20);  // forwards, while workers are making 3..7
+    EXPECT_EQ(loader.position(), 20);
+    EXPECT_EQ(take(loader, 4),
+              std::vector<std::vector<float>>(want.begin() + 20, want.begin() + 24));
+    loader.seek(2);  // backwards
+    EXPECT_EQ(take(loader, 5), std::vector<std::vector<float>>(want.begin() + 2, want.begin() + 7));
+    loader.seek(7);  // where it is: nothing dropped
+    EXPECT_EQ(take(loader, 1)[0], want[7]) << workers << " workers";
+  }
+  Loader loader(kSpecs, produce, Device::cpu(), {.workers = 1});
+  expect_error([&] { loader.seek(-1); },
+               {"data::Loader::seek: the batch index must be in 0..2^62, not -1"});
+}
+
+// A failed batch is dropped by a seek away from it: the batches after the seek are good.
+TEST(Loader, SeekPastAFailedBatch) {
+  auto failing = [](int64_t index, std::span<const TensorView> host) {
+    if (index == 1) throw std::runtime_error("bad record");
+    produce(index, host);
+  };
+  for (const int workers : {0, 2}) {
+    Loader loader(kSpecs, failing, Device::cpu(), {.workers = workers});
+    take(loader, 1);
+    expect_error([&] { take(loader, 1); }, {"data::Loader: batch 1: bad record"});
+    loader.seek(2);
+    EXPECT_EQ(take(loader, 1)[0][0], 200.0f) << workers << " workers";
+  }
 }
 
 TEST(Loader, AProducersExceptionNamesTheBatch) {
@@ -274,6 +312,49 @@ TEST(Loader, TokenShardsBatchesMatchTheReadersOwnAcrossEpochs) {
     EXPECT_EQ(at.epoch, reader.position().epoch);
     EXPECT_EQ(at.batch, reader.position().batch);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The loader's position is part of a TrainingState's progress (data::track_in): a checkpoint
+// saves it as epoch and batch, a resume seeks a new loader there, and it sees the batches the
+// first one would have.
+TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ember_loader_state_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  Loader all(kSpecs, produce, Device::cpu(), {.workers = 0});
+  const auto want = take(all, 20);
+  {
+    Loader loader(kSpecs, produce, Device::cpu(), {.workers = 2});
+    ember::train::TrainingState state;
+    ember::data::track_in(state, loader, /*batches_per_epoch=*/6);
+    take(loader, 14);
+    state.progress.step = 14;
+    ember::train::Checkpointer({.dir = dir.string()}).save(state);
+    EXPECT_EQ(state.progress.epoch, 2);  // 14 = 2 * 6 + 2
+    EXPECT_EQ(state.progress.data_position, 2);
+  }
+  Loader resumed(kSpecs, produce, Device::cpu(), {.workers = 3});
+  take(resumed, 2);  // made ahead from 0: dropped by the resume
+  ember::train::TrainingState state;
+  ember::data::track_in(state, resumed, 6);
+  ASSERT_EQ(ember::train::Checkpointer({.dir = dir.string()}).resume(state), 14);
+  EXPECT_EQ(resumed.position(), 14);
+  EXPECT_EQ(take(resumed, 6), std::vector<std::vector<float>>(want.begin() + 14, want.end()));
+
+  // One endless epoch: the position is the data position.
+  Loader endless(kSpecs, produce, Device::cpu(), {.workers = 1});
+  ember::train::TrainingState other;
+  ember::data::track_in(other, endless);
+  other.progress = {.step = 14, .epoch = 2, .data_position = 2};
+  expect_error([&] { other.progress_hooks()[0].load(other.progress); },
+               {"data::track_in: the checkpoint's data position (epoch 2, batch 2) does not fit 0 "
+                "batches per epoch"});
+  other.progress = {.step = 3, .epoch = 0, .data_position = 9};
+  other.progress_hooks()[0].load(other.progress);
+  EXPECT_EQ(take(endless, 1)[0], want[9]);
+  expect_error([&] { ember::data::track_in(other, endless, -1); },
+               {"batches_per_epoch must be positive (or 0: one endless epoch), not -1"});
   std::filesystem::remove_all(dir);
 }
 

@@ -28,6 +28,10 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 
+namespace ember::train {
+class TrainingState;
+}
+
 namespace ember::data {
 
 class TokenShards;
@@ -65,7 +69,10 @@ class Loader {
   // The next batch, ready for work queued on `stream` (on stream's device).
   std::vector<Tensor> next(const Stream& stream);
 
-  int64_t position() const;     // the index of the batch next() returns next
+  int64_t position() const;  // the index of the batch next() returns next
+  // From now on next() returns batch `index`, `index` + 1, ... (a resumed run's position): the
+  // batches made ahead for other indices are dropped. Not while next() runs in another thread.
+  void seek(int64_t index);
   int workers() const;          // the threads it runs
   double wait_seconds() const;  // the time next() spent waiting for batches, in total
 
@@ -80,6 +87,13 @@ class Loader {
 // next() would have returned, in order. The reader must outlive the loader and its workers, and
 // is not advanced (the loader's position() is a batch index; TokenShards::position_at converts it
 // back for a checkpoint).
+// Makes `loader`'s position part of `state`'s progress (train::TrainingState): a save records it
+// as the epoch and the batch within it (`batches_per_epoch`; 0: one endless epoch, the position in
+// data_position), a resume seeks the loader there, so a resumed run sees the same batches. The
+// producer derives everything else (shuffling, augmentation) from the batch index, so the
+// position is all of the loader's state. `loader` must outlive `state`'s saves and resumes.
+void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_epoch = 0);
+
 std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,
                                             Loader::Options options = {});
 

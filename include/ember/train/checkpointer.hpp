@@ -79,6 +79,10 @@ class TrainingState {
                  std::function<void(const StateDict&)> load,
                  std::function<std::vector<std::string>(const StateDict&)> fit = nullptr);
 
+  // Progress kept by another object (data::track_in: a data::Loader's position): `save` writes
+  // it into `progress` before each save, `load` takes it from a resumed checkpoint's.
+  void add_progress(std::function<void(Progress&)> save, std::function<void(const Progress&)> load);
+
   Progress progress;                            // this rank's
   std::map<std::string, std::string> metadata;  // the user's (replicated)
 
@@ -93,10 +97,16 @@ class TrainingState {
     std::function<std::vector<std::string>(const StateDict&)> fit;
   };
   const std::vector<Component>& components() const { return components_; }
+  struct ProgressHook {
+    std::function<void(Progress&)> save;
+    std::function<void(const Progress&)> load;
+  };
+  const std::vector<ProgressHook>& progress_hooks() const { return progress_hooks_; }
 
  private:
   void add(Component c);
   std::vector<Component> components_;
+  std::vector<ProgressHook> progress_hooks_;
 };
 
 struct CheckpointOptions {
