@@ -54,6 +54,23 @@ install_cudnn_frontend() {
     echo "ember: could not install them; the CUDA build will not have cuDNN attention" >&2
 }
 
+# promtool, Prometheus' linter, checks the metrics test's scrape. It comes only with Debian's
+# prometheus package, which also installs and starts a Prometheus server: its binary is unpacked
+# into .tools/prometheus instead of installing the package. Best effort: without it the test
+# checks the text with its own parser only.
+install_promtool() {
+  [ -x .tools/prometheus/usr/bin/promtool ] && return 0
+  local tmp
+  tmp="$(mktemp -d)"
+  if (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null) &&
+     dpkg-deb -x "$tmp"/prometheus_*.deb .tools/prometheus 2>/dev/null; then
+    echo "ember: unpacked promtool into .tools/prometheus (Debian's prometheus package)"
+  else
+    echo "ember: could not fetch Debian's prometheus package; the metrics test lints without promtool" >&2
+  fi
+  rm -rf "$tmp"
+}
+
 # OpenMP threads that spin while waiting make every op ~30x slower when other
 # processes share the cores (measured: train_mlp next to a compiler); passive
 # waiting costs ~20% on an idle machine and avoids that cliff.
@@ -76,6 +93,7 @@ case "${1:-}" in
   test)
     shift
     install_missing
+    install_promtool
     build
     ctest --preset release "$@"
     ;;

@@ -2,11 +2,13 @@
 """Scrapes train_gpt2's metrics endpoint while it trains, and checks the text with a parser of
 Prometheus' text format (0.0.4): every sample's family has # HELP and # TYPE lines first, names
 and labels are well formed, values are numbers, histogram buckets are cumulative, and the
-training figures are there.
+training figures are there; and with `promtool check metrics` where promtool is installed.
 
     scrape_metrics.py TRAIN_GPT2 [train_gpt2 options...]
 """
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -77,6 +79,15 @@ def main():
                  "ember_memory_allocated_bytes", "ember_memory_reserved_bytes",
                  "ember_memory_fragmentation"):
         assert name + job in samples, f"{name} missing"
+    # Prometheus' own linter, where it is installed (Debian's prometheus package carries it).
+    promtool = os.environ.get("EMBER_PROMTOOL") or shutil.which("promtool")
+    if promtool:
+        check = subprocess.run([promtool, "check", "metrics"], input=scraped, capture_output=True,
+                               text=True, check=False)
+        assert check.returncode == 0, f"promtool check metrics: {check.stdout}{check.stderr}"
+        print("promtool check metrics: no problems")
+    else:
+        print("promtool not installed: checked with this script's parser only")
     print(f"scraped {len(samples)} samples after {int(steps)} steps: the text format holds")
 
 
