@@ -62,6 +62,7 @@ install_promtool() {
   [ -x .tools/prometheus/usr/bin/promtool ] && return 0
   local tmp
   tmp="$(mktemp -d)"
+  mkdir -p .tools/prometheus
   if (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null) &&
      dpkg-deb -x "$tmp"/prometheus_*.deb .tools/prometheus 2>/dev/null; then
     echo "ember: unpacked promtool into .tools/prometheus (Debian's prometheus package)"

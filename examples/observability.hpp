@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -56,14 +58,40 @@ class Observability {
   // `say` prints on rank 0; `unit` is what throughput counts ("tokens", "samples").
   Observability(const ObservabilityConfig& c, const char* job, ember::Device device,
                 const char* unit, bool rank0, std::function<void(const std::string&)> say)
-      : c_(c), rank0_(rank0), say_(std::move(say)), metrics_(job, device, unit) {
+      : c_(c),
+        rank0_(rank0),
+        device_intervals_(device.is_cuda()),
+        say_(std::move(say)),
+        metrics_(job, device, unit) {
+    if (rank0_ && !c_.trace.empty()) {
+      // A path that cannot be written fails now, not after the traced steps.
+      const bool existed = std::filesystem::exists(c_.trace);
+      std::ofstream probe(c_.trace, std::ios::app);
+      if (!probe) {
+        throw ember::Error(
+            fmt::format("--trace: cannot write {} (a directory, or a missing or "
+                        "read-only one?)",
+                        c_.trace));
+      }
+      probe.close();
+      if (!existed) std::filesystem::remove(c_.trace);
+    }
     if (rank0_ && c_.metrics_port >= 0) {
       say_(fmt::format("metrics: http://0.0.0.0:{}/metrics\n", metrics_.serve(c_.metrics_port)));
     }
   }
 
+  ~Observability() {
+    if (rank0_ && !c_.trace.empty() && !traced_) {
+      say_(fmt::format("warning: --trace {}: steps {}:{} did not run here: no trace written\n",
+                       c_.trace, c_.trace_first, c_.trace_last));
+    }
+  }
+  Observability(const Observability&) = delete;
+  Observability& operator=(const Observability&) = delete;
+
   void step_begins(int64_t step) {
-    if (rank0_ && !c_.trace.empty() && step == c_.trace_first) trace_.start();
+    if (rank0_ && !c_.trace.empty() && step == c_.trace_first) trace_.start(device_intervals_);
   }
   // After the step's work: its metrics, and the trace written after step B (or the last).
   void step_ends(int64_t step, int64_t last_step, double seconds, double units, double loss,
@@ -72,6 +100,7 @@ class Observability {
     if (trace_.recording() && (step == c_.trace_last || step == last_step)) {
       trace_.stop();
       trace_.write(c_.trace);
+      traced_ = true;
       say_(fmt::format("trace: {} events of steps {}:{} in {}\n", trace_.events().size(),
                        c_.trace_first, std::min(c_.trace_last, last_step), c_.trace));
     }
@@ -85,6 +114,8 @@ class Observability {
  private:
   ObservabilityConfig c_;
   bool rank0_;
+  bool device_intervals_;  // on a GPU: CUPTI's kernel intervals in the trace
+  bool traced_ = false;
   std::function<void(const std::string&)> say_;
   ember::train::Metrics metrics_;
   ember::profile::Trace trace_;

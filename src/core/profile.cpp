@@ -36,8 +36,10 @@ std::string escaped(const std::string& s) {
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    } else if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80) {
+      // Control characters, and every byte beyond ASCII as its Latin-1 character: the file
+      // stays valid JSON whatever bytes a name holds (names are ASCII in practice).
+      out += fmt::format("\\u{:04x}", static_cast<int>(static_cast<unsigned char>(c)));
     } else {
       out += c;
     }
@@ -69,7 +71,7 @@ Trace::~Trace() {
   stop();
 }
 
-void Trace::start() {
+void Trace::start(bool device_intervals) {
   stop();  // a collector of an earlier start
   {
     std::lock_guard lock(mutex_);
@@ -79,8 +81,14 @@ void Trace::start() {
   Trace* expected = nullptr;
   EMBER_CHECK(g_active.compare_exchange_strong(expected, this) || expected == this,
               "profile::Trace::start: another trace is recording");
-  std::string source;
-  collector_ = detail::start_device_collector(source);
+  std::string source = "none: not asked for (Trace::start(false))";
+  if (device_intervals) {
+    try {
+      collector_ = detail::start_device_collector(source);
+    } catch (const std::exception& e) {  // a CUPTI older than its header: host ranges only
+      source = std::string("none: ") + e.what();
+    }
+  }
   std::lock_guard lock(mutex_);
   device_source_ = std::move(source);
 }
@@ -105,7 +113,8 @@ void Trace::add_device(std::string name, const char* category, uint64_t stream,
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
   std::lock_guard lock(mutex_);
-  const int64_t from = duration_cast<nanoseconds>(start - origin_).count();
+  // An interval that began before start() is cut there.
+  const int64_t from = std::max<int64_t>(duration_cast<nanoseconds>(start - origin_).count(), 0);
   const int64_t to = duration_cast<nanoseconds>(end - origin_).count();
   events_.push_back(
       {std::move(name), category, from, std::max<int64_t>(to - from, 0), stream, true});
@@ -141,8 +150,8 @@ void Trace::write(const std::string& path) const {
       json += fmt::format(
           ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},"
           "\"tid\":{}}}",
-          escaped(e.name), e.category, micros(e.start_ns), micros(e.duration_ns), e.device ? 2 : 1,
-          e.thread);
+          escaped(e.name), e.category != nullptr ? e.category : "", micros(e.start_ns),
+          micros(e.duration_ns), e.device ? 2 : 1, e.thread);
       if (e.device) streams.insert(e.thread);
     }
     for (const uint64_t stream : streams) {
@@ -179,8 +188,11 @@ void Range::record(Trace* trace, std::string name, const char* category,
   using std::chrono::duration_cast;
   using std::chrono::nanoseconds;
   // Both ends rounded the same way, so a range inside another stays inside it.
-  const int64_t from = duration_cast<nanoseconds>(start - trace->origin_).count();
-  const int64_t to = duration_cast<nanoseconds>(end - trace->origin_).count();
+  // A range open across start() is cut there.
+  const int64_t from =
+      std::max<int64_t>(duration_cast<nanoseconds>(start - trace->origin_).count(), 0);
+  const int64_t to =
+      std::max<int64_t>(duration_cast<nanoseconds>(end - trace->origin_).count(), from);
   trace->add({std::move(name), category, from, to - from, thread_number()});
 }
 

@@ -125,7 +125,12 @@ class CuptiCollector : public Trace::DeviceCollector {
     intervals_.clear();
   }
 
-  void add(Interval interval) { intervals_.push_back(std::move(interval)); }
+  // Records without both timestamps (CUPTI may leave a kernel's at 0, and a forced flush hands
+  // over incomplete ones) are left out.
+  void add(Interval interval) {
+    if (interval.start == 0 || interval.end < interval.start) return;
+    intervals_.push_back(std::move(interval));
+  }
 
  private:
   Clock::time_point host_origin_;

@@ -355,9 +355,11 @@ void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_e
         p.data_position = batches_per_epoch > 0 ? at % batches_per_epoch : at;
       },
       [&loader, batches_per_epoch](const train::Progress& p) {
+        // A position at an epoch's end (batch == batches_per_epoch, as TokenShards saves it
+        // after an epoch's last batch) is the next epoch's start.
         EMBER_CHECK(
             p.epoch >= 0 && p.data_position >= 0 &&
-                (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position < batches_per_epoch),
+                (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position <= batches_per_epoch),
             "data::track_in: the checkpoint's data position (epoch {}, batch {}) does not "
             "fit {} batches per epoch",
             p.epoch, p.data_position, batches_per_epoch);

@@ -83,14 +83,18 @@ std::string CachingAllocator::Impl::write_oom_snapshot() const {
   }
   // Its picture next to it (the same name, .svg), as memory_snapshot_svg draws it.
   const std::string svg_path = path.substr(0, path.size() - 5) + ".svg";
+  const std::string picture = snapshot_svg(
+      json,
+      fmt::format("out of memory: process {}, snapshot {}", static_cast<long>(::getpid()), n));
+  errno = 0;
   std::ofstream svg(svg_path);
-  svg << snapshot_svg(json, fmt::format("out of memory: process {}, snapshot {}",
-                                        static_cast<long>(::getpid()), n));
+  svg << picture;
   svg.close();
   if (!svg) {
-    return fmt::format(" The allocator's snapshot at this moment is in {} (its picture: could not "
-                       "write {}: {}).",
-                       path, svg_path, std::strerror(errno));
+    return fmt::format(
+        " The allocator's snapshot at this moment is in {} (its picture: could not "
+        "write {}: {}).",
+        path, svg_path, std::strerror(errno));
   }
   return fmt::format(" The allocator's snapshot at this moment is in {}, its picture in {}.", path,
                      svg_path);

@@ -115,6 +115,36 @@ TEST(ProfileTrace, OpRangesAndDeviceIntervals) {
       << json;
 }
 
+// A range open across start(), and an interval that began before it, are cut at the trace's
+// start: no negative times. Bytes beyond ASCII in a name keep the file JSON.
+TEST(ProfileTrace, NothingStartsBeforeTheTrace) {
+  Trace trace;
+  trace.start();
+  const auto before = std::chrono::steady_clock::now();
+  {
+    Range open("across the restart \xff", "test");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    trace.start(/*device_intervals=*/false);
+    EXPECT_EQ(trace.device_intervals(), "none: not asked for (Trace::start(false))");
+  }
+  trace.add_device("early", "kernel", 1, before, std::chrono::steady_clock::now());
+  trace.stop();
+  const auto events = trace.events();
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& e : events) {
+    EXPECT_GE(e.start_ns, 0) << e.name;
+    EXPECT_GE(e.duration_ns, 0) << e.name;
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ember_trace_cut_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  trace.write(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  EXPECT_NE(json.find(R"("name":"across the restart \u00ff")"), std::string::npos) << json;
+}
+
 TEST(ProfileTrace, KernelLabelsDropTemplateAndParameterLists) {
   using ember::profile::detail::kernel_label;
   EXPECT_EQ(kernel_label("ember::ops::map_kernel<float, 2>(float*, int)"),

@@ -11,6 +11,7 @@ inside the trace's time.
 import argparse
 import json
 import numbers
+import os
 import subprocess
 import sys
 
@@ -42,6 +43,8 @@ def main():
     split = sys.argv.index("--")
     args = parser.parse_args(sys.argv[1:split])
     command = sys.argv[split + 1:]
+    if os.path.exists(args.trace):
+        os.remove(args.trace)  # a file left by an earlier run proves nothing
     out = subprocess.run(command + ["--trace", args.trace, "--trace-steps", "2:3"],
                          capture_output=True, text=True, check=False)
     sys.stdout.write(out.stdout + out.stderr)

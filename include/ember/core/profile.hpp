@@ -35,7 +35,9 @@ class Trace {
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
 
-  void start();  // clears what it held
+  // Clears what it held. `device_intervals`: collect the device's (CUPTI on a GPU); false for a
+  // CPU run on a machine with a GPU, which then never touches the GPU.
+  void start(bool device_intervals = true);
   void stop();
   bool recording() const;
 
