@@ -12,6 +12,7 @@
 #include "ember/core/dtype.hpp"
 #include "ember/core/dynamic_shared.hpp"
 #include "ember/core/error.hpp"
+#include "ember/core/graph.hpp"
 #include "ember/core/half.hpp"
 #include "ember/core/ieee_rn.hpp"
 #include "ember/core/launch.hpp"

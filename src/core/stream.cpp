@@ -158,10 +158,9 @@ bool Stream::capturing() const {
 
 void Stream::refuse_capture(const char* what) const {
   EMBER_CHECK(!capturing(),
-              "{}: the stream is capturing a CUDA graph, and ember does not support graph "
-              "capture: its allocator cannot keep a tensor's memory for the graph's replays, and "
-              "host reads cannot be captured. Run the step without capture (see README, "
-              "\"Streams and memory\")",
+              "{}: the stream is capturing a CUDA graph, and a graph cannot hold a host wait or "
+              "a copy to or from host memory; do it outside Graph::capture (fill input tensors "
+              "made before the capture between replays)",
               what);
 }
 

@@ -45,6 +45,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
   if (dst_device.is_cpu()) stream.refuse_capture("a copy to the host (item, to_vector, to)");
+  if (src_device.is_cpu()) stream.refuse_capture("a copy from host memory (to, copy_)");
   EMBER_CHECK(stream.device() == dst_device || stream.device() == src_device,
               "copy_bytes: a copy from {} to {} cannot run on a stream of {}",
               src_device.to_string(), dst_device.to_string(), stream.device().to_string());
@@ -77,7 +78,6 @@ struct Tensor::Storage {
 
   Storage(std::shared_ptr<Allocator> a, size_t n, Stream s)
       : bytes(n), allocator(std::move(a)), stream(std::move(s)), version(next_version()) {
-    stream.refuse_capture("Tensor::empty");
     data = allocator->allocate(bytes, stream.id());
   }
   ~Storage() { allocator->deallocate(data, bytes, stream.id()); }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <set>
 
 #include "address_space.hpp"
 #include "caching_allocator_impl.hpp"
@@ -499,7 +500,16 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
                                   bytes, stream),
                       n);
   }
-  process_events();
+  const bool in_capture = any_capture();
+  if (in_capture) {
+    // A capturing stream's memory comes from its graph pool; no event queries or device waits
+    // while a capture runs (CUDA refuses them).
+    if (const auto it = capturing.find(stream); it != capturing.end()) {
+      stream = pool_stream(it->second);
+    }
+  } else {
+    process_events();
+  }
   const size_t size = detail::round_size(bytes, config);
   const bool small = detail::is_small(size, config);
   Block* b = find_free(stream, small, size);
@@ -508,7 +518,7 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
     // More than the device (or the budget) holds: fail now, not after mapping all of it.
     const size_t total = device_info().total;
     if ((total != 0 && size > total) || (l != 0 && size > l)) throw_oom(bytes, stream);
-    if (config.garbage_collection_threshold > 0.0 && l != 0 &&
+    if (!in_capture && config.garbage_collection_threshold > 0.0 && l != 0 &&
         static_cast<double>(stats.reserved.current) >
             config.garbage_collection_threshold * static_cast<double>(l)) {
       const auto target =
@@ -516,9 +526,11 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
       release_cached(static_cast<size_t>(stats.reserved.current) - target);
       b = find_free(stream, small, size);
     }
-    if (b == nullptr && expandable && config.peak_guard) b = guard_peak(stream, small, size);
+    if (b == nullptr && !in_capture && expandable && config.peak_guard) {
+      b = guard_peak(stream, small, size);
+    }
     if (b == nullptr) b = grow(stream, small, size);
-    if (b == nullptr) {
+    if (b == nullptr && !in_capture) {
       ++stats.retries;
       release_cached(SIZE_MAX);
       b = find_free(stream, small, size);
@@ -565,6 +577,14 @@ void CachingAllocator::Impl::free(void* ptr) {
   auto it = allocated_blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == allocated_blocks.end()) owned(ptr, "free");  // throws
   Block* b = it->second;
+  if (any_capture()) {
+    // The capturing stream's own memory freed during the capture: the graph's replays may read
+    // it, so it stays allocated until its pool is released.
+    if (const auto c = capturing.find(b->stream); c != capturing.end()) {
+      graph_pools[c->second].deferred.push_back(b);
+      return;
+    }
+  }
 #if defined(EMBER_SIMT)
   simt::forget_block(ptr);
 #endif
@@ -580,7 +600,48 @@ void CachingAllocator::Impl::free(void* ptr) {
   b->state = BlockState::inactive;
   for (StreamId s : b->stream_uses) b->events.push_back(events->record(s));
   pending.push_back(b);
-  process_events();
+  if (!any_capture()) process_events();
+}
+
+bool CachingAllocator::Impl::same_stream(StreamId block_stream, StreamId stream) const {
+  if (block_stream == stream) return true;
+  if ((block_stream >> 63) == 0) return false;
+  const auto it = graph_pools.find(block_stream & ~(StreamId{1} << 63));
+  return it != graph_pools.end() && it->second.origin == stream;
+}
+
+void CachingAllocator::Impl::release_pool(uint64_t pool) {
+  const auto it = graph_pools.find(pool);
+  if (it == graph_pools.end()) return;
+  EMBER_CHECK(it->second.capturing == 0,
+              "CachingAllocator::release_pool: graph pool {} is capturing; end the capture first",
+              pool);
+  const StreamId from = pool_stream(pool), to = it->second.origin;
+  const std::vector<Block*> deferred = std::move(it->second.deferred);
+  graph_pools.erase(it);
+  // The pool's segments become the origin stream's, their free blocks reusable there at once
+  // (the graph's replays have finished: ember::Graph waits for them before it releases).
+  for (auto& [base, seg] : segments) {
+    if (seg->stream != from) continue;
+    seg->stream = to;
+    for (Block* b = seg->first; b != nullptr; b = b->next) {
+      if (b->state == BlockState::free) {
+        pool_erase(b);
+        b->stream = to;
+        pool_insert(b);
+      } else {
+        b->stream = to;
+      }
+    }
+  }
+  for (const bool small : {false, true}) {
+    const auto list = expandable_segments.find({from, small});
+    if (list == expandable_segments.end()) continue;
+    auto& into = expandable_segments[{to, small}];
+    into.insert(into.end(), list->second.begin(), list->second.end());
+    expandable_segments.erase(list);
+  }
+  for (Block* b : deferred) free(reinterpret_cast<void*>(b->address));
 }
 
 // ---- CachingAllocator ------------------------------------------------------------
@@ -621,7 +682,7 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
 
 void CachingAllocator::Impl::record_stream(void* ptr, StreamId stream) {
   Block* b = owned(ptr, "record_stream");
-  if (stream == b->stream) return;
+  if (same_stream(b->stream, stream)) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
 }
@@ -650,7 +711,47 @@ void CachingAllocator::set_max_reserved(size_t bytes) {
 
 AllocatorStats CachingAllocator::stats() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->stats;
+  AllocatorStats out = impl_->stats;
+  std::set<StreamId> pools;
+  for (const auto& [base, seg] : impl_->segments) {
+    if ((seg->stream >> 63) == 0) continue;
+    pools.insert(seg->stream);
+    out.graph_pool_reserved +=
+        static_cast<int64_t>(seg->expandable ? seg->mapped_bytes : seg->size);
+  }
+  out.graph_pools = static_cast<int64_t>(pools.size());
+  return out;
+}
+
+void CachingAllocator::begin_capture(StreamId stream, uint64_t pool) {
+  std::lock_guard lock(impl_->mutex);
+  EMBER_CHECK(pool < (uint64_t{1} << 62), "CachingAllocator::begin_capture: pool {} is too large",
+              pool);
+  EMBER_CHECK(!impl_->capturing.contains(stream),
+              "CachingAllocator::begin_capture: stream {:#x} is capturing already", stream);
+  Impl::GraphPool& p = impl_->graph_pools[pool];
+  if (p.origin == 0) p.origin = stream;  // a new pool
+  // A pool's memory is ordered on one stream: its captures all run there.
+  EMBER_CHECK(p.origin == stream,
+              "CachingAllocator::begin_capture: graph pool {} is captured on stream {:#x}, not "
+              "{:#x}; capture its graphs on one stream",
+              pool, p.origin, stream);
+  ++p.capturing;
+  impl_->capturing.emplace(stream, pool);
+}
+
+void CachingAllocator::end_capture(StreamId stream) {
+  std::lock_guard lock(impl_->mutex);
+  const auto it = impl_->capturing.find(stream);
+  EMBER_CHECK(it != impl_->capturing.end(),
+              "CachingAllocator::end_capture: stream {:#x} is not capturing", stream);
+  --impl_->graph_pools[it->second].capturing;
+  impl_->capturing.erase(it);
+}
+
+void CachingAllocator::release_pool(uint64_t pool) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->release_pool(pool);
 }
 
 void CachingAllocator::reset_peak_stats() {

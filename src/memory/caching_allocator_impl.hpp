@@ -84,6 +84,20 @@ struct CachingAllocator::Impl {
   std::vector<decltype(allocated_blocks)::node_type> spare_nodes;  // for allocated_blocks
   std::vector<detail::Block*> spare_blocks;                        // for new_block
   std::list<detail::Block*> pending;  // inactive blocks waiting on events
+
+  // CUDA graph pools. A pool's blocks carry the pool's own stream id (pool_stream).
+  struct GraphPool {
+    StreamId origin = 0;                   // the stream its captures ran on
+    int capturing = 0;                     // captures in progress
+    std::vector<detail::Block*> deferred;  // the origin's blocks freed during a capture
+  };
+  std::map<uint64_t, GraphPool> graph_pools;
+  std::unordered_map<StreamId, uint64_t> capturing;  // capturing stream -> pool
+  static StreamId pool_stream(uint64_t pool) { return (StreamId{1} << 63) | pool; }
+  // The stream a block's use on `stream` counts as: a pool's captures run on its origin.
+  bool same_stream(StreamId block_stream, StreamId stream) const;
+  bool any_capture() const { return !capturing.empty(); }
+  void release_pool(uint64_t pool);
 };
 
 }  // namespace ember::memory

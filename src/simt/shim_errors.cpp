@@ -35,6 +35,8 @@ const char* cudaGetErrorName(cudaError_t error) {
     return #e;
     EMBER_SHIM_NAME(cudaSuccess)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureUnsupported)
+    EMBER_SHIM_NAME(cudaErrorStreamCaptureInvalidated)
+    EMBER_SHIM_NAME(cudaErrorStreamCaptureIsolation)
     EMBER_SHIM_NAME(cudaErrorInvalidValue)
     EMBER_SHIM_NAME(cudaErrorMemoryAllocation)
     EMBER_SHIM_NAME(cudaErrorInitializationError)
@@ -72,6 +74,10 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "no error";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorInvalidValue:
       return "invalid argument";
     case cudaErrorMemoryAllocation:

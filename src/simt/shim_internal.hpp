@@ -25,6 +25,9 @@ bool device_allocation_end(const void* ptr, uintptr_t* end);
 
 // True when `stream` is a live stream (or the default stream).
 bool stream_valid(cudaStream_t stream);
+// True when `stream` is capturing a graph; the capture is then invalidated (a call CUDA refuses
+// during a capture, which the caller fails with cudaErrorStreamCaptureUnsupported).
+bool refuse_in_capture(cudaStream_t stream);
 
 // Queues `work` on `stream` and waits until it has run (a copy into pageable host memory
 // returns only then, as on a GPU); counted as a blocking copy. Throws like a synchronize.

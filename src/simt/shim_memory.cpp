@@ -495,6 +495,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   }
   if (!simt::shim::stream_valid(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (bytes == 0) return cudaSuccess;
+  // A graph cannot replay a copy from or into pageable memory (staged, or waited for).
+  if ((pageable.src || pageable.dst) && simt::shim::refuse_in_capture(stream)) {
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   std::function<void()> copy;
   if (pageable.src) {
     auto staged = std::make_shared<std::vector<unsigned char>>(

@@ -51,6 +51,7 @@ struct Item {
   std::shared_ptr<EventState> event;  // record: the event; wait: the event waited for
   uint64_t generation = 0;            // record: which record; wait: the record waited for
   std::string what;                   // work: what it is ("kernel <name>"), for a profile::Trace
+  std::vector<ember::simt::Access> accesses;  // work captured into a graph: checked at each launch
 };
 
 // A profile::Trace's device interval for work that ran on stream #`serial`.
@@ -74,7 +75,8 @@ struct CUstream_st {
   bool running = false;  // a thread is running this stream's head item
   bool destroyed = false;
   bool capturing = false;  // cudaStreamBeginCapture: work queued now joins a graph, never runs
-  unsigned serial = 0;     // the stream-race checker's name for it (0: the default stream)
+  bool capture_invalidated = false;  // an illegal call during the capture (EndCapture fails)
+  unsigned serial = 0;  // the stream-race checker's name for it (0: the default stream)
   ember::simt::race::VectorClock vc;  // what its next work is ordered after
   std::deque<Item> backlog;
 };
@@ -82,6 +84,14 @@ struct CUstream_st {
 // The handle keeps the state alive only until destroyed; queued items share it.
 struct CUevent_st {
   std::shared_ptr<EventState> state;
+};
+
+// A captured graph: its work items in capture order (one stream's capture).
+struct CUgraph_st {
+  std::vector<Item> items;
+};
+struct CUgraphExec_st {
+  std::vector<Item> items;
 };
 
 namespace {
@@ -453,8 +463,13 @@ void submit_item(cudaStream_t handle, Item item, const char* call,
   CUstream_st* stream = resolve(s, handle);
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
               call, static_cast<const void*>(handle));
-  stamp(s, *stream, accesses, what);
   item.what = what;
+  if (stream->capturing) {  // joins the graph: checked when a launch of it runs
+    item.accesses = accesses;
+    stream->backlog.push_back(std::move(item));
+    return;
+  }
+  stamp(s, *stream, accesses, what);
   ++s.submissions;
   stream->backlog.push_back(std::move(item));
   if (deferred(s)) start_worker(s);
@@ -532,6 +547,15 @@ bool stream_valid(cudaStream_t handle) {
   return resolve(s, handle) != nullptr;
 }
 
+bool refuse_in_capture(cudaStream_t handle) {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  if (stream == nullptr || !stream->capturing) return false;
+  stream->capture_invalidated = true;
+  return true;
+}
+
 void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char* call,
                      std::vector<Access> accesses) {
   Streams& s = streams();
@@ -539,6 +563,7 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
   CUstream_st* stream = resolve(s, handle);
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream", call,
               static_cast<const void*>(handle));
+  if (stream->capturing) stream->capture_invalidated = true;  // the wait below fails too
   ++s.counts.blocking_copies;
   stamp(s, *stream, accesses, call);
   const race::VectorClock known = stream->vc;
@@ -631,6 +656,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode) {
   wait_until(s, lock, "cudaStreamBeginCapture", Demand{.stream = stream},
              [&] { return idle(*stream); });
   stream->capturing = true;
+  stream->capture_invalidated = false;
   return cudaSuccess;
 }
 
@@ -641,8 +667,62 @@ cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
   if (!stream || !graph) return fail(cudaErrorInvalidValue);
   if (!stream->capturing) return fail(cudaErrorIllegalState);
   stream->capturing = false;
-  stream->backlog.clear();  // the graph's work: not emulated
+  std::deque<Item> captured = std::move(stream->backlog);
+  stream->backlog.clear();
   *graph = nullptr;
+  if (stream->capture_invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  auto* made = new CUgraph_st;
+  for (Item& item : captured) {
+    if (item.kind == Item::Kind::work) made->items.push_back(std::move(item));
+  }
+  *graph = made;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!exec || !graph) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->items};
+  return cudaSuccess;
+}
+
+// Queues the graph's work on `handle` in capture order, each item checked by the race checker
+// as it is queued, like the launches it was captured from.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t handle) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  Streams& s = streams();
+  std::unique_lock lock(s.mutex);
+  CUstream_st* stream = resolve(s, handle);
+  if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) return fail(cudaErrorStreamCaptureUnsupported);  // not emulated
+  ++s.counts.graph_launches;
+  for (const Item& item : exec->items) {
+    stamp(s, *stream, item.accesses, item.what);
+    ++s.submissions;
+    stream->backlog.push_back(Item{.kind = Item::Kind::work, .work = item.work, .what = item.what});
+  }
+  if (deferred(s)) start_worker(s);
+  pump(s, lock);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (!graph || !count) return fail(cudaErrorInvalidValue);
+  if (nodes != nullptr) {
+    for (size_t i = 0; i < std::min(*count, graph->items.size()); ++i) {
+      nodes[i] = reinterpret_cast<cudaGraphNode_t>(i + 1);
+    }
+  }
+  *count = graph->items.size();
   return cudaSuccess;
 }
 
@@ -651,7 +731,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* 
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream || !status) return fail(cudaErrorInvalidValue);
-  *status = stream->capturing ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  *status = !stream->capturing            ? cudaStreamCaptureStatusNone
+            : stream->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                          : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 
@@ -660,7 +742,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
-  if (stream->capturing) return fail(cudaErrorStreamCaptureUnsupported);
+  if (stream->capturing) {  // as CUDA: refused, and the capture is invalidated
+    stream->capture_invalidated = true;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   ++s.counts.stream_synchronize;
   const race::VectorClock known = stream->vc;
   wait_until(s, lock, "cudaStreamSynchronize", Demand{.stream = stream},
@@ -674,6 +759,10 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) {
+    stream->capture_invalidated = true;
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   // Like the real runtime, "not ready" is also left as the last error: callers clear it.
   if (!idle(*stream)) return fail(cudaErrorNotReady);
   race::merge(s.host, stream->vc);
@@ -683,6 +772,14 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
 cudaError_t cudaDeviceSynchronize() {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
+  bool capturing = false;  // global capture mode: a device-wide wait is illegal during any capture
+  for (CUstream_st* stream : all_streams(s)) {
+    if (stream->capturing) {
+      stream->capture_invalidated = true;
+      capturing = true;
+    }
+  }
+  if (capturing) return fail(cudaErrorStreamCaptureUnsupported);
   ++s.counts.device_synchronize;
   race::VectorClock known;
   for (const CUstream_st* stream : all_streams(s)) race::merge(known, stream->vc);
@@ -698,6 +795,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   CUstream_st* stream = resolve(s, handle);
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
+  if (stream->capturing) {
+    // Only one stream's capture is emulated: a wait for work outside the graph is CUDA's
+    // isolation error (its cross-stream joins are not emulated).
+    stream->capture_invalidated = true;
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
   // Waits for the record most recently submitted, as in CUDA; nothing to wait
   // for when it has completed (or the event was never recorded).
   race::merge(stream->vc, e->vc);  // ordered after the record, whether or not it has run

@@ -325,6 +325,8 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   for (nn::Parameter* p : parameters_) mark_written(p->value);
   // A gradient zero_grad left pending and no backward wrote is zero: fill it (on its stream).
   for (nn::Parameter* p : parameters_) p->materialized_grad();
+  // The update reads the counters from one slot and writes the next ones to the other (its
+  // blocks all read while one writes), alternating.
   const size_t slot = static_cast<size_t>(steps_ % 2);
   for (DeviceGroup& group : groups_) {
     auto* counters = reinterpret_cast<rules::StepCounters*>(group.counters.data());
@@ -360,6 +362,14 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     group.last_step = s;
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
     update(group, inputs, s.native());
+    if (s.capturing()) {
+      // In a CUDA graph (ember::Graph) every replay reads the same slot: the next counters are
+      // copied back into it, so that they advance replay after replay (and both slots agree,
+      // whatever the host's count of steps says afterwards).
+      EMBER_CUDA_CHECK(cudaMemcpyAsync(counters + slot, inputs.counters_out,
+                                       sizeof(rules::StepCounters), cudaMemcpyDeviceToDevice,
+                                       static_cast<cudaStream_t>(s.native())));
+    }
     // Later work on the tensors' own streams (a copy, a read) sees the update.
     for (size_t w = 1; w < waited.size(); ++w) waited[w].wait(s);
 #else

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "ember/core/device.hpp"
+#include "ember/core/error.hpp"
 #include "ember/core/stream.hpp"
 
 namespace ember {
@@ -25,6 +27,21 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t bytes, StreamId stream) noexcept = 0;
   // `ptr` (as allocate returned it) is also used by work on `stream`.
   virtual void record_stream(void* ptr, StreamId stream) = 0;
+
+  // CUDA graph capture (ember::Graph). From begin_capture until end_capture, allocations on
+  // `stream` come from graph pool `pool` (a number; pools are made on first use): memory a
+  // graph's replays use, kept for them until release_pool; memory of `stream` freed meanwhile is
+  // kept until release_pool too (the graph may read it). Several captures may share a pool when
+  // their graphs never run at the same time. The defaults refuse: an allocator that cannot keep
+  // memory for replays says so.
+  virtual void begin_capture(StreamId, uint64_t) {
+    EMBER_THROW(
+        "this device's allocator (set_allocator) cannot keep memory for CUDA graph replays; "
+        "capture with ember's CachingAllocator (memory::make_default_allocator)");
+  }
+  virtual void end_capture(StreamId) {}
+  // Once no graph of `pool` runs or will run: its memory becomes the capturing stream's again.
+  virtual void release_pool(uint64_t) {}
 };
 
 // The allocator tensors on `device` use. Never null.

@@ -20,9 +20,8 @@ class Scratch {
     allocator_ = allocator_for(device);
     data_ = allocator_->allocate(bytes, stream);
   }
-  Scratch(const Stream& stream, size_t bytes) : Scratch(stream.device(), stream.id(), bytes) {
-    if (bytes != 0) stream.refuse_capture("an op's scratch memory");
-  }
+  // During a CUDA graph capture the memory comes from the graph's pool (ember::Graph).
+  Scratch(const Stream& stream, size_t bytes) : Scratch(stream.device(), stream.id(), bytes) {}
   ~Scratch() {
     if (data_ != nullptr) allocator_->deallocate(data_, bytes_, stream_);
   }

@@ -48,8 +48,8 @@ class Stream {
   void wait(const Event& event) const;
   // True while the stream is capturing a CUDA graph (cudaStreamBeginCapture).
   bool capturing() const;
-  // Throws ember::Error when the stream is capturing: ember refuses CUDA graph capture
-  // (README "Streams and memory"). `what` names the refused call.
+  // Throws ember::Error when the stream is capturing a CUDA graph (ember::Graph), for what a
+  // graph cannot hold (host waits and reads). `what` names the refused call.
   void refuse_capture(const char* what) const;
 
   friend bool operator==(const Stream& a, const Stream& b) {

@@ -39,6 +39,13 @@ class CachingAllocator final : public ember::Allocator {
   // Marks `ptr` as used by `stream`: free records an event on it, and the block
   // is reused only after the event completes.
   void record_stream(void* ptr, StreamId stream) override;
+  // Graph pools: a pool is a stream of its own (blocks reused only by allocations of the same
+  // pool, in capture order); the capturing stream's frees during a capture wait for
+  // release_pool. While a capture runs the allocator makes no device waits (no peak guard, no
+  // release of cached memory before an OutOfMemory).
+  void begin_capture(StreamId stream, uint64_t pool) override;
+  void end_capture(StreamId stream) override;
+  void release_pool(uint64_t pool) override;
 
   // Returns every cached, unused segment, and the free pages of expandable segments (whole map
   // calls inside free ranges, as the driver frees them), to the upstream, after waiting for the

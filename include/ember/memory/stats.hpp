@@ -31,6 +31,10 @@ struct AllocatorStats {
   int64_t page_unmaps = 0;    // VirtualUpstream::unmap calls
   int64_t retries = 0;        // upstream failures followed by freeing the cache and retrying
   int64_t ooms = 0;           // OutOfMemory thrown
+  // CUDA graph pools (Allocator::begin_capture): how many hold memory, and the bytes of their
+  // segments (reserved for the graphs' replays, included in `reserved`).
+  int64_t graph_pools = 0;
+  int64_t graph_pool_reserved = 0;
 };
 
 }  // namespace ember::memory

@@ -41,6 +41,7 @@ struct SyncCounts {
   uint64_t event_synchronize = 0;   // cudaEventSynchronize
   uint64_t device_synchronize = 0;  // cudaDeviceSynchronize
   uint64_t blocking_copies = 0;     // cudaMemcpy, cudaMemset, async copies into pageable memory
+  uint64_t graph_launches = 0;      // cudaGraphLaunch (not a host wait)
   uint64_t total() const {
     return stream_synchronize + event_synchronize + device_synchronize + blocking_copies;
   }

@@ -40,6 +40,8 @@ enum cudaError {
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureIsolation = 905,
   cudaErrorUnknown = 999,
 };
 typedef enum cudaError cudaError_t;
@@ -205,7 +207,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// ---- stream capture: the state only (a captured graph is not emulated: its work never runs)
+// ---- stream capture and graphs: one stream's capture is emulated (its work items, replayed in
+// order by cudaGraphLaunch); a wait for another stream's event during a capture is refused with
+// cudaErrorStreamCaptureIsolation (cross-stream forks and joins are not emulated).
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
   cudaStreamCaptureModeThreadLocal = 1,
@@ -219,8 +223,19 @@ enum cudaStreamCaptureStatus {
 struct CUgraph_st;
 typedef CUgraph_st* cudaGraph_t;
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);  // *graph = nullptr
+struct CUgraphExec_st;
+typedef CUgraphExec_st* cudaGraphExec_t;
+struct CUgraphNode_st;
+typedef CUgraphNode_st* cudaGraphNode_t;
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+// The nodes' handles are opaque numbers here; *count is the number of work items.
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
 
 // ---- driver entry points --------------------------------------------------------------
 enum cudaGetDriverEntryPointFlags {

@@ -1,0 +1,238 @@
+// ember::Graph on emulated cuda:0 (the shim records one stream's capture and replays its items in
+// order, the race checker checking each launch): replays compute what eager work computes,
+// bitwise, reading inputs refilled between replays; a whole training step (MLP, cross-entropy,
+// backward, AdamW) replayed gives the eager run's parameters bitwise; the allocator keeps the
+// graph's memory in its pool until the graph is gone; what a graph cannot hold is an Error
+// naming the call, and CUDA's refusals are CUDA's errors.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "ember/core/graph.hpp"
+#include "ember/core/stream.hpp"
+#include "ember/core/tensor.hpp"
+#include "ember/memory/caching_allocator.hpp"
+#include "ember/nn/loss.hpp"
+#include "ember/nn/mlp.hpp"
+#include "ember/ops/elementwise.hpp"
+#include "ember/ops/matmul.hpp"
+#include "ember/simt/shim.hpp"
+#include "ember/train/adamw.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using ember::Device;
+using ember::DType;
+using ember::Graph;
+using ember::Shape;
+using ember::Stream;
+using ember::Tensor;
+using ember::testing::expect_error;
+
+const Device kGpu = Device::cuda(0);
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::shared_ptr<ember::memory::CachingAllocator> caching_allocator() {
+  auto a = std::dynamic_pointer_cast<ember::memory::CachingAllocator>(ember::allocator_for(kGpu));
+  EXPECT_NE(a, nullptr);
+  return a;
+}
+
+// y = gelu(x w): eagerly, and by a graph captured once and replayed on new inputs.
+TEST(EmulatedGraph, ReplaysComputeWhatEagerWorkComputes) {
+  Stream s(kGpu);
+  const Tensor w = Tensor::from_vector(random_values(48 * 40, 1), Shape{48, 40}, s);
+  const Tensor a1 = Tensor::from_vector(random_values(37 * 48, 2), Shape{37, 48}, s);
+  const Tensor a2 = Tensor::from_vector(random_values(37 * 48, 3), Shape{37, 48}, s);
+  auto eager = [&](const Tensor& x) {
+    Tensor h = Tensor::empty({37, 40}, DType::f32, s), y = Tensor::empty({37, 40}, DType::f32, s);
+    ember::ops::matmul(s, h.view(), x.view(), w.view());
+    ember::ops::gelu_forward(s, y.view(), h.view());
+    return y.to_vector<float>();
+  };
+  const std::vector<float> want1 = eager(a1), want2 = eager(a2);
+
+  Tensor x = Tensor::empty({37, 48}, DType::f32, s);  // the graph's input, made before it
+  Tensor y;
+  const uint64_t launches = ember::simt::sync_counts().graph_launches;
+  Graph graph = Graph::capture(s, [&] {
+    Tensor h = Tensor::empty({37, 40}, DType::f32, s);  // a temporary, from the graph's pool
+    y = Tensor::empty({37, 40}, DType::f32, s);         // the output: kept for the replays
+    ember::ops::matmul(s, h.view(), x.view(), w.view());
+    ember::ops::gelu_forward(s, y.view(), h.view());
+  });
+  EXPECT_GE(graph.nodes(), 2u);
+  EXPECT_FALSE(s.capturing());
+  x.copy_(a1);
+  graph.replay(s);
+  EXPECT_EQ(y.to_vector<float>(), want1);
+  x.copy_(a2);  // refilled between replays, outside the graph
+  graph.replay(s);
+  EXPECT_EQ(y.to_vector<float>(), want2);
+  EXPECT_EQ(ember::simt::sync_counts().graph_launches - launches, 2u);
+  // On another stream of the device too.
+  Stream other(kGpu);
+  other.wait(s);
+  x.copy_(a1);
+  s.synchronize();
+  graph.replay(other);
+  other.synchronize();
+  EXPECT_EQ(y.to_vector<float>(), want1);
+}
+
+struct Mlp {
+  std::shared_ptr<ember::nn::Sequential> model;
+  std::unique_ptr<ember::train::AdamW> optimizer;
+  ember::nn::SoftmaxCrossEntropy criterion;
+  explicit Mlp(Device device) {
+    model = ember::nn::make_mlp(
+        {.inputs = 6, .hidden = 40, .depth = 3, .outputs = 5, .seed = 11, .device = device});
+    optimizer = std::make_unique<ember::train::AdamW>(
+        model->parameters(), ember::train::AdamWOptions{.lr = 1e-2f, .weight_decay = 0.01f});
+  }
+  Tensor step(Stream& s, const Tensor& x, const Tensor& y) {
+    ember::nn::Context ctx{s};
+    optimizer->zero_grad();
+    const Tensor logits = model->forward(ctx, x);
+    Tensor loss = criterion.forward(ctx, logits, y);
+    model->backward(ctx, criterion.backward(ctx));
+    optimizer->step(s);
+    return loss;
+  }
+};
+
+// A whole training step (zero_grad, forward, loss, backward, AdamW with its device-side step
+// counts) captured once: five replays on five batches give the parameters and losses of five
+// eager steps, bitwise.
+TEST(EmulatedGraph, AReplayedTrainingStepMatchesEagerStepsBitwise) {
+  Stream s = ember::current_stream(kGpu);
+  std::vector<Tensor> xs, ys;
+  for (uint32_t i = 0; i < 6; ++i) {
+    xs.push_back(Tensor::from_vector(random_values(32 * 6, 10 + i), Shape{32, 6}, s));
+    std::vector<int32_t> labels(32);
+    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j * 7 + i) % 5);
+    ys.push_back(Tensor::from_vector(labels, Shape{32}, s));
+  }
+  Mlp eager(kGpu), graphed(kGpu);
+  std::vector<float> eager_losses;
+  for (int i = 0; i < 6; ++i) eager_losses.push_back(eager.step(s, xs[i], ys[i]).item());
+
+  // Warm-up step eagerly (the optimizer's state is made on its first step), then the capture.
+  EXPECT_EQ(graphed.step(s, xs[0], ys[0]).item(), eager_losses[0]);
+  Tensor x = Tensor::empty({32, 6}, DType::f32, s), y = Tensor::empty({32}, DType::i32, s);
+  Tensor loss;
+  Graph step = Graph::capture(s, [&] { loss = graphed.step(s, x, y); });
+  for (int i = 1; i < 6; ++i) {
+    x.copy_(xs[i]);
+    y.copy_(ys[i]);
+    step.replay(s);
+    EXPECT_EQ(loss.item(), eager_losses[i]) << "step " << i;
+  }
+  const auto p = graphed.model->parameters(), q = eager.model->parameters();
+  ASSERT_EQ(p.size(), q.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i]->value.to_vector<float>(), q[i]->value.to_vector<float>()) << p[i]->name;
+  }
+  EXPECT_EQ(graphed.optimizer->applied_steps(), 6);
+}
+
+// The graph's memory stays in its pool (memory stats show it) until the graph is destroyed;
+// memory of the stream freed during the capture is not reused meanwhile.
+TEST(EmulatedGraph, ThePoolKeepsTheGraphsMemoryUntilTheGraphIsGone) {
+  auto allocator = caching_allocator();
+  Stream s(kGpu);
+  const int64_t pools_before = allocator->stats().graph_pools;
+  Tensor before = Tensor::full({1 << 16}, 2.0, DType::f32, s);
+  void* const freed_address = before.data();
+  Tensor out;
+  std::optional<Graph> graph;
+  graph.emplace(Graph::capture(s, [&] {
+    Tensor t = Tensor::empty({1 << 16}, DType::f32, s);
+    ember::ops::scale(s, t.view(), before.view(), 3.0f);
+    before = Tensor();  // freed during the capture: the graph reads it at each replay
+    out = Tensor::empty({1 << 16}, DType::f32, s);
+    ember::ops::scale(s, out.view(), t.view(), 0.5f);
+  }));
+  const auto stats = allocator->stats();
+  EXPECT_EQ(stats.graph_pools, pools_before + 1);
+  EXPECT_GE(stats.graph_pool_reserved, int64_t{2} << 18);
+  Tensor eager = Tensor::empty({1 << 16}, DType::f32, s);
+  EXPECT_NE(eager.data(), freed_address);  // still the graph's
+  graph->replay(s);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(1 << 16, 3.0f));
+  // A second graph sharing the pool (never run at the same time) takes the same memory.
+  Graph second = Graph::capture(s, [&] { Tensor t = Tensor::full({1 << 16}, 1.0, DType::f32, s); },
+                                {.pool = graph->pool()});
+  EXPECT_EQ(second.pool(), graph->pool());
+  EXPECT_EQ(allocator->stats().graph_pools, pools_before + 1);
+  graph.reset();
+  EXPECT_EQ(allocator->stats().graph_pools, pools_before + 1);  // the second graph holds it
+  second = Graph::capture(s, [] {});
+  EXPECT_EQ(allocator->stats().graph_pools, pools_before);  // released with its last graph
+  ember::memory::detail::verify_invariants(*allocator);
+  expect_error([&] { Graph::capture(s, [] {}, {.pool = 987654}); },
+               {"Graph::capture: pool 987654 belongs to no live graph on cuda:0"});
+}
+
+// What a graph cannot hold: ember refuses it by name; CUDA's own refusals abandon the capture.
+// Either way the stream is usable afterwards and nothing of the capture is kept.
+TEST(EmulatedGraph, WhatAGraphCannotHoldIsAnErrorNamingIt) {
+  Stream s(kGpu);
+  Tensor x = Tensor::full({16}, 1.0, DType::f32, s);
+  const Tensor host = Tensor::full({16}, 1.0, DType::f32, Device::cpu());
+  for (const auto& [what, call] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"Stream::synchronize", [&] { s.synchronize(); }},
+           {"a copy to the host (item, to_vector, to)", [&] { (void)x.slice(0, 1).item(); }},
+           {"a copy from host memory (to, copy_)", [&] { x.copy_(host); }},
+       }) {
+    try {
+      Graph::capture(s, call);
+      ADD_FAILURE() << what << ": expected an ember::Error";
+    } catch (const ember::Error& e) {
+      EXPECT_NE(e.message().find(what + ": the stream is capturing a CUDA graph"),
+                std::string::npos)
+          << e.message();
+    }
+    EXPECT_FALSE(s.capturing()) << what;
+  }
+  Stream other(kGpu);
+  expect_error([&] { Graph::capture(s, [&] { s.wait(other); }); },
+               {"cudaErrorStreamCaptureIsolation"});
+  EXPECT_FALSE(s.capturing());
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(16, 1.0f));
+  expect_error([&] { Graph::capture(s, [&] { Graph::capture(s, [] {}); }); },
+               {"Graph::capture: the stream is capturing already"});
+  Stream cpu(Device::cpu());
+  expect_error([&] { Graph::capture(cpu, [] {}); },
+               {"Graph::capture: CUDA graphs capture a CUDA stream, not one of cpu"});
+  // CUDA's runtime directly: a synchronize during a capture invalidates it.
+  ASSERT_EQ(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(s.native()), cudaStreamCaptureModeGlobal),
+      cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(s.native())),
+            cudaErrorStreamCaptureUnsupported);
+  cudaStreamCaptureStatus status{};
+  ASSERT_EQ(cudaStreamIsCapturing(static_cast<cudaStream_t>(s.native()), &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+  cudaGraph_t g = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(static_cast<cudaStream_t>(s.native()), &g),
+            cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(g, nullptr);
+  cudaGetLastError();
+}
+
+}  // namespace
