@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,7 @@ using example::UsageError;
 
 struct Config {
   int workers = -1;                      // data::Loader's threads; -1: its default
+  bool cuda_graph = false;               // --cuda-graph: each step one graph launch
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
   int64_t steps = 2000;
   int64_t depth = 4;
@@ -90,6 +92,8 @@ options:
                      gradients (a debugging aid; docs/cpu.md)
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
+  --cuda-graph       run each training step as one CUDA graph launch after a warm-up step
+                     (train::CapturedStep; on the CPU the steps run as usual)
   --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
                      modules; chrome://tracing and Perfetto open it)
   --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
@@ -162,13 +166,14 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
+  options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
   options["--count-subnormals"] = [&](const std::string&) {
     c.count_subnormals = true;
     ember::set_subnormal_census(true);
   };
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
-  parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals"});
+  parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals", "--cuda-graph"});
   example::check_save_options(c.save);
   return c;
 }
@@ -284,6 +289,24 @@ int run(const Config& c) {
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   example::Observability observe(c.observe, "train_mlp", device, "samples", true,
                                  [](const std::string& line) { std::fputs(line.c_str(), stdout); });
+  // --cuda-graph: the step (zero_grad to the optimizer) captured once after a warm-up step and
+  // replayed as one launch (train::CapturedStep), reading the batch from fixed tensors and the
+  // learning rate from device memory.
+  Tensor graph_x, graph_y, graph_loss;
+  std::optional<train::CapturedStep> captured;
+  if (c.cuda_graph) {
+    optimizer.keep_lr_on_device();
+    captured.emplace(
+        stream,
+        [&] {
+          optimizer.zero_grad();
+          graph_loss = criterion.forward(ctx, model->forward(ctx, graph_x), graph_y);
+          model->backward(ctx, criterion.backward(ctx, scaler.scale()));
+          scaler.step(stream, optimizer);
+          scaler.update(stream);
+        },
+        train::CapturedStep::Options{.optimizers = {&optimizer}});
+  }
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     observe.step_begins(step);
@@ -296,15 +319,31 @@ int run(const Config& c) {
 
     schedule.apply(optimizer);  // cosine decay from lr to lr / 10 over the run
 
-    optimizer.zero_grad();
-    profiler.phase(train::StepPhase::forward);
-    const Tensor logits = model->forward(ctx, x);
-    const Tensor loss = criterion.forward(ctx, logits, y);
-    profiler.phase(train::StepPhase::backward);
-    model->backward(ctx, criterion.backward(ctx, scaler.scale()));  // d(loss * scale)
-    profiler.phase(train::StepPhase::optimizer);
-    scaler.step(stream, optimizer);  // unscales; skips the step on inf/nan gradients
-    scaler.update(stream);
+    Tensor loss;
+    if (captured) {
+      if (!graph_x.defined()) {
+        graph_x = Tensor::empty(x.shape(), x.dtype(), stream);
+        graph_y = Tensor::empty(y.shape(), y.dtype(), stream);
+      }
+      EMBER_CHECK(x.shape() == graph_x.shape(),
+                  "--cuda-graph: every batch must have the graph's shape {}, not {}",
+                  graph_x.shape().to_string(), x.shape().to_string());
+      graph_x.copy_(x);
+      graph_y.copy_(y);
+      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
+      captured->run();
+      loss = graph_loss;
+    } else {
+      optimizer.zero_grad();
+      profiler.phase(train::StepPhase::forward);
+      const Tensor logits = model->forward(ctx, x);
+      loss = criterion.forward(ctx, logits, y);
+      profiler.phase(train::StepPhase::backward);
+      model->backward(ctx, criterion.backward(ctx, scaler.scale()));  // d(loss * scale)
+      profiler.phase(train::StepPhase::optimizer);
+      scaler.step(stream, optimizer);  // unscales; skips the step on inf/nan gradients
+      scaler.update(stream);
+    }
     profiler.phase(train::StepPhase::other);
     last_loss = loss.item();  // synchronizes with the device
     profiler.end_step();

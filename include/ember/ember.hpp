@@ -95,6 +95,7 @@
 #include "ember/ops/softmax_cross_entropy.hpp"
 #include "ember/train/accumulation.hpp"
 #include "ember/train/adamw.hpp"
+#include "ember/train/captured_step.hpp"
 #include "ember/train/checkpointer.hpp"
 #include "ember/train/clip_grad.hpp"
 #include "ember/train/generate.hpp"

@@ -79,8 +79,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, float lr, float weight_deca
       return g.device == p->value.device() && g.param_group == group_of_[i];
     });
     if (group == groups_.end()) {
-      group =
-          groups_.insert(groups_.end(), {p->value.device(), group_of_[i], {}, Stream(), Tensor()});
+      group = groups_.insert(groups_.end(),
+                             {p->value.device(), group_of_[i], {}, Stream(), Tensor(), Tensor()});
       group->counters = Tensor::empty({2 * kCounterBytes}, DType::u8, p->value.stream());
     }
     group->parameters.push_back(i);
@@ -115,6 +115,7 @@ size_t Optimizer::group_of(size_t parameter) const {
 void Optimizer::set_lr(float lr) {
   for (size_t g = 0; g < settings_.size(); ++g) check_settings(g, lr, settings_[g].weight_decay);
   for (Settings& s : settings_) s.lr = lr;
+  write_lr_memory();
 }
 
 void Optimizer::set_lr(size_t group, float lr) {
@@ -122,6 +123,33 @@ void Optimizer::set_lr(size_t group, float lr) {
               settings_.size());
   check_settings(group, lr, settings_[group].weight_decay);
   settings_[group].lr = lr;
+  write_lr_memory();
+}
+
+void Optimizer::count_replayed_step() {
+  for (nn::Parameter* p : parameters_) mark_written(p->value);
+  ++steps_;
+}
+
+void Optimizer::keep_lr_on_device() {
+  if (lr_on_device_) return;
+  for (DeviceGroup& group : groups_) {
+    group.lr = Tensor::empty({1}, DType::f32, group.counters.stream());
+  }
+  lr_on_device_ = true;
+  write_lr_memory();
+}
+
+void Optimizer::write_lr_memory() {
+  if (!lr_on_device_) return;
+  for (DeviceGroup& group : groups_) {
+    const float lr = settings_[group.param_group].lr;
+    EMBER_CHECK(!group.lr.stream().capturing(),
+                "{}::set_lr: the stream is capturing a CUDA graph, which would hold the rate as a "
+                "constant; set the learning rate (schedule.apply) outside the captured step",
+                kind());
+    group.lr.fill_(lr);  // a fill queued on the stream: the next step reads it
+  }
 }
 
 float Optimizer::lr(size_t group) const {
@@ -335,6 +363,7 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     inputs.inv_scale = inv_scale != nullptr ? inv_scale->data<float>() : nullptr;
     inputs.counters_in = counters + slot;
     inputs.counters_out = counters + (1 - slot);
+    inputs.lr = group.lr.defined() ? group.lr.data<float>() : nullptr;
     if (group.device.is_cpu()) {
       update(group, inputs, nullptr);
       continue;
@@ -357,6 +386,7 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
       wait_for(parameters_[i]->grad);
     }
     wait_for(group.counters);
+    if (group.lr.defined()) wait_for(group.lr);
     if (found_inf != nullptr) wait_for(*found_inf);
     if (inv_scale != nullptr) wait_for(*inv_scale);
     group.last_step = s;

@@ -72,6 +72,15 @@ class Optimizer {
   // group, or of one. lr() is group 0's.
   void set_lr(float lr);
   void set_lr(size_t group, float lr);
+  // From now on the learning rates live in device memory: set_lr writes them there (a fill queued
+  // on the parameters' stream, in order with the steps) and the step reads them on the device,
+  // so that a CUDA graph of a step (ember::Graph) follows a schedule set between replays. Then
+  // set_lr during a capture is an Error (the graph would hold the rate as a constant).
+  void keep_lr_on_device();
+  // A replay of a CUDA graph that holds a step() (train::CapturedStep): counts as a step() call,
+  // and the parameters are written (low-precision copies of them made before are stale).
+  void count_replayed_step();
+  bool lr_on_device() const { return lr_on_device_; }
   float lr(size_t group = 0) const;
   float weight_decay(size_t group = 0) const;
 
@@ -96,6 +105,7 @@ class Optimizer {
     std::vector<size_t> parameters;  // indices into parameters_
     Stream last_step;                // where the last update ran (a CPU stream before any)
     Tensor counters;  // two rules::StepCounters (double-buffered, step_op.hpp) as bytes
+    Tensor lr;        // keep_lr_on_device: the group's learning rate (f32 [1])
   };
 
   // Called once per step, before any update: state created lazily.
@@ -122,8 +132,10 @@ class Optimizer {
   std::vector<nn::Parameter*> parameters_;
   std::vector<DeviceGroup> groups_;  // per parameter group and device, in order of appearance
   int64_t steps_ = 0;
+  bool lr_on_device_ = false;
 
  private:
+  void write_lr_memory();
   void run_step(Stream* stream, const Tensor* found_inf, const Tensor* inv_scale);
   void check_parameters_unchanged() const;
   void check_amp_input(const Tensor& t, const char* what) const;

@@ -22,6 +22,7 @@ struct StepInputs {
   const float* inv_scale = nullptr;  // gradients are multiplied by it (null: by 1)
   const rules::StepCounters* counters_in = nullptr;
   rules::StepCounters* counters_out = nullptr;
+  const float* lr = nullptr;  // the learning rate in memory (Optimizer::keep_lr_on_device)
 };
 
 template <class Rule>
@@ -41,7 +42,13 @@ struct StepOp {
     Block b;
     b.skip = in.found_inf != nullptr && *in.found_inf != 0.0f;
     b.next = b.skip ? *in.counters_in : rule.advance(*in.counters_in);
-    b.scalars = rule.scalars(b.next);
+    if (in.lr != nullptr) {
+      Rule r = rule;
+      r.lr = *in.lr;
+      b.scalars = r.scalars(b.next);
+    } else {
+      b.scalars = rule.scalars(b.next);
+    }
     b.inv_scale = in.inv_scale != nullptr ? *in.inv_scale : 1.0f;
     return b;
   }

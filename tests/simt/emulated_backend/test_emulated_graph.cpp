@@ -24,6 +24,7 @@
 #include "ember/ops/matmul.hpp"
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
+#include "ember/train/captured_step.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -233,6 +234,57 @@ TEST(EmulatedGraph, WhatAGraphCannotHoldIsAnErrorNamingIt) {
             cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(g, nullptr);
   cudaGetLastError();
+}
+
+// train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
+// counts as the optimizer's step (schedules follow steps()); on the CPU every run is direct; a
+// host read inside the step is an Error naming it.
+TEST(EmulatedGraph, CapturedStepWarmsUpCapturesAndReplays) {
+  Stream s = ember::current_stream(kGpu);
+  Mlp mlp(kGpu), reference(kGpu);
+  const Tensor x = Tensor::from_vector(random_values(32 * 6, 5), Shape{32, 6}, s);
+  std::vector<int32_t> labels(32);
+  for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>(j % 5);
+  const Tensor y = Tensor::from_vector(labels, Shape{32}, s);
+  Tensor loss;
+  mlp.optimizer->keep_lr_on_device();
+  ember::train::CapturedStep step(
+      s, [&] { loss = mlp.step(s, x, y); },
+      ember::train::CapturedStep::Options{.warmup = 2, .optimizers = {mlp.optimizer.get()}});
+  for (int i = 0; i < 6; ++i) {
+    mlp.optimizer->set_lr(1e-2f / static_cast<float>(i + 1));  // a schedule, between replays
+    reference.optimizer->set_lr(1e-2f / static_cast<float>(i + 1));
+    step.run();
+    EXPECT_EQ(step.captured(), i >= 2);
+    EXPECT_EQ(mlp.optimizer->steps(), i + 1);
+    EXPECT_EQ(loss.item(), reference.step(s, x, y).item()) << "run " << i;
+  }
+  EXPECT_EQ(step.replays(), 4);
+  EXPECT_TRUE(step.eager_reason().empty());
+  EXPECT_EQ(mlp.model->parameters()[0]->value.to_vector<float>(),
+            reference.model->parameters()[0]->value.to_vector<float>());
+  expect_error([&] { Graph::capture(s, [&] { mlp.optimizer->set_lr(0.5f); }); },
+               {"set the learning rate (schedule.apply) outside the captured step"});
+
+  Stream cpu(Device::cpu());
+  int runs = 0;
+  std::string warned;
+  ember::train::CapturedStep eager(cpu, [&] { ++runs; },
+                                   {.warn = [&](const std::string& w) { warned = w; }});
+  for (int i = 0; i < 3; ++i) eager.run();
+  EXPECT_EQ(runs, 3);
+  EXPECT_FALSE(eager.captured());
+  EXPECT_EQ(eager.eager_reason(), "cpu has no CUDA graphs");
+  EXPECT_NE(warned.find("runs without a CUDA graph: cpu has no CUDA graphs"), std::string::npos);
+
+  Tensor t = Tensor::full({4}, 1.0, DType::f32, s);
+  ember::train::CapturedStep reads(s, [&] { (void)t.slice(0, 1).item(); });
+  reads.run();  // the warm-up runs directly
+  expect_error([&] { reads.run(); }, {"a copy to the host (item, to_vector, to): the stream is "
+                                      "capturing a CUDA graph"});
+  EXPECT_FALSE(s.capturing());
+  expect_error([&] { ember::train::CapturedStep(s, [] {}, {.warmup = 0}); },
+               {"CapturedStep: warmup must be at least 1"});
 }
 
 }  // namespace
