@@ -14,3 +14,10 @@ target_link_libraries(bench_allocator_emulated PRIVATE ember_emulated benchmark:
 target_compile_definitions(bench_allocator_emulated PRIVATE EMBER_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 set_target_properties(bench_allocator_emulated PROPERTIES ENABLE_EXPORTS ON)
 ember_set_warnings(bench_allocator_emulated)
+
+# bench_train_step on emulated cuda:0: its GPU rows' code (the CUDA-graph rows included) runs in
+# ctest without a GPU (emulated.bench_train_step_graph_rows); timings mean nothing there.
+add_executable(bench_train_step_emulated ${CMAKE_CURRENT_LIST_DIR}/bench_train_step.cpp)
+target_link_libraries(bench_train_step_emulated PRIVATE ember_emulated benchmark::benchmark)
+set_target_properties(bench_train_step_emulated PROPERTIES ENABLE_EXPORTS ON)
+ember_set_warnings(bench_train_step_emulated)

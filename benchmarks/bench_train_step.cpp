@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "ember/ember.hpp"
@@ -18,7 +19,8 @@ struct Size {
   int64_t width, depth, batch;
 };
 
-void train_step(benchmark::State& state, Device device, Size size, nn::Precision precision) {
+void train_step(benchmark::State& state, Device device, Size size, nn::Precision precision,
+                bool graph) {
   constexpr int64_t kInputs = 64, kClasses = 10;
   Stream stream = current_stream(device);
   nn::Context ctx{stream, /*training=*/true, precision};
@@ -46,10 +48,25 @@ void train_step(benchmark::State& state, Device device, Size size, nn::Precision
     scaler.update(stream);
     return loss;
   };
-  step().item();  // state and working copies exist from here on
+  // Graph rows: the step captured once (train::CapturedStep, after the warm-up step below) and
+  // replayed as one launch per step.
+  Tensor loss;
+  std::optional<train::CapturedStep> captured;
+  if (graph) {
+    captured.emplace(
+        stream, [&] { loss = step(); },
+        train::CapturedStep::Options{.warmup = 1, .optimizers = {&optimizer}});
+  }
+  auto run = [&] {
+    if (!captured) return step();
+    captured->run();
+    return loss;
+  };
+  run().item();             // state and working copies exist from here on
+  if (graph) run().item();  // the capture
   memory::reset_peak_stats(device);
   const int64_t before = memory::stats(device).allocated.current;
-  for (auto _ : state) benchmark::DoNotOptimize(step().item());
+  for (auto _ : state) benchmark::DoNotOptimize(run().item());
   const int64_t peak = memory::stats(device).allocated.peak;
   state.counters["samples/s"] = benchmark::Counter(static_cast<double>(size.batch),
                                                    benchmark::Counter::kIsIterationInvariantRate);
@@ -66,7 +83,16 @@ void register_all(Device device, const std::string& prefix) {
     for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16, nn::Precision::f16}) {
       const std::string name = fmt::format("{}step_{}/ember/width:{}/depth:{}/batch:{}", prefix,
                                            nn::precision_name(p), s.width, s.depth, s.batch);
-      benchmark::RegisterBenchmark(name.c_str(), train_step, device, s, p)
+      benchmark::RegisterBenchmark(name.c_str(), train_step, device, s, p, false)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      if (!device.is_cuda()) continue;
+      // The same step as one CUDA graph launch (issue goal: the small MLP at 1.5x PyTorch's
+      // CUDA-graph step; benchmarks/reference has PyTorch's).
+      const std::string graphed =
+          fmt::format("{}step_graph_{}/ember/width:{}/depth:{}/batch:{}", prefix,
+                      nn::precision_name(p), s.width, s.depth, s.batch);
+      benchmark::RegisterBenchmark(graphed.c_str(), train_step, device, s, p, true)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
@@ -88,5 +114,8 @@ int main(int argc, char** argv) {
                                        {{"cpu_step_bf16", "cpu_step_f32"},
                                         {"cpu_step_f16", "cpu_step_f32"},
                                         {"cuda_step_bf16", "cuda_step_f32"},
-                                        {"cuda_step_f16", "cuda_step_f32"}});
+                                        {"cuda_step_f16", "cuda_step_f32"},
+                                        {"cuda_step_graph_f32", "cuda_step_f32"},
+                                        {"cuda_step_graph_bf16", "cuda_step_bf16"},
+                                        {"cuda_step_graph_f16", "cuda_step_f16"}});
 }

@@ -588,7 +588,7 @@ step_bench_matmul() {
   bench_step bench_matmul "$filter" 'cuda_(f32_tiled|bf16_tiled|bf16_cublaslt)/ember/4096x4096x4096'
 }
 step_bench_train_step() {
-  bench_step bench_train_step '^cuda_step_' 'cuda_step_(bf16|f16)/ember/width:2048/[^ ]*'
+  bench_step bench_train_step '^cuda_step_' 'cuda_step_(bf16|f16)/ember/width:2048/[^ ]*|cuda_step_graph_f32/ember/width:256/[^ ]*'
 }
 step_bench_elementwise() {
   bench_step bench_elementwise '^chain_gpu/' 'chain_gpu/ember/268435456'
