@@ -18,6 +18,19 @@ namespace {
 
 using ember::profile::Range;
 using ember::profile::Trace;
+
+// What Trace::write puts in a file.
+std::string written(const Trace& trace) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ember_trace_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  trace.write(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  return json;
+}
+
 using ember::testing::expect_error;
 
 TEST(ProfileTrace, RangesNestAndRecordOnlyWhileATraceRecords) {
@@ -51,12 +64,7 @@ TEST(ProfileTrace, RangesNestAndRecordOnlyWhileATraceRecords) {
   EXPECT_EQ(inner.thread, outer.thread);
   EXPECT_NE(other.thread, outer.thread);
 
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ember_trace_" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  trace.write(path);
-  std::ifstream in(path);
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string json = written(trace);
   EXPECT_TRUE(json.starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")) << json;
   EXPECT_NE(json.find(R"({"name":"process_name","ph":"M","pid":1,"args":{"name":"host"}})"),
             std::string::npos)
@@ -68,7 +76,6 @@ TEST(ProfileTrace, RangesNestAndRecordOnlyWhileATraceRecords) {
   EXPECT_EQ(
       std::distance(std::sregex_iterator(json.begin(), json.end(), event), std::sregex_iterator()),
       3);
-  std::filesystem::remove(path);
   expect_error([&] { trace.write("/nonexistent/dir/t.json"); },
                {"profile::Trace::write: cannot write /nonexistent/dir/t.json"});
 }
@@ -99,13 +106,7 @@ TEST(ProfileTrace, OpRangesAndDeviceIntervals) {
   EXPECT_EQ(events[2].thread, 7u);
   EXPECT_EQ(events[2].duration_ns, 2750);
 
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ember_trace_dev_" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  trace.write(path);
-  std::ifstream in(path);
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove(path);
+  const std::string json = written(trace);
   EXPECT_NE(json.find(R"("name":"gemm_kernel","cat":"kernel","ph":"X")"), std::string::npos)
       << json;
   EXPECT_NE(json.find(R"("dur":2.750,"pid":2,"tid":7})"), std::string::npos) << json;
@@ -135,13 +136,7 @@ TEST(ProfileTrace, NothingStartsBeforeTheTrace) {
     EXPECT_GE(e.start_ns, 0) << e.name;
     EXPECT_GE(e.duration_ns, 0) << e.name;
   }
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ember_trace_cut_" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  trace.write(path);
-  std::ifstream in(path);
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove(path);
+  const std::string json = written(trace);
   EXPECT_NE(json.find(R"("name":"across the restart \u00ff")"), std::string::npos) << json;
 }
 
