@@ -364,11 +364,23 @@ void GradScaler::run_update(Stream& stream, const ScaleRule& rule) {
   } else {
 #if EMBER_WITH_CUDA
     if (!(stream == last_stream_)) stream.wait(last_stream_);
-    while (static_cast<int64_t>(pending_.size()) >= kSlots) drain_one(/*wait=*/true);
+    // In a CUDA graph (ember::Graph) the update runs on the device at each replay; the host's
+    // record of it (history(), skipped_steps(), the collapse checks) follows eager updates only:
+    // an event recorded in a capture cannot be waited for.
+    const bool capturing = stream.capturing();
+    while (!capturing && static_cast<int64_t>(pending_.size()) >= kSlots) drain_one(true);
     const auto handle = static_cast<cudaStream_t>(stream.native());
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
     cuda::update(rule, scale_.data<float>(), state_of_tensor(state_), record_of_tensor(state_),
                  handle);
+    if (capturing) {
+      last_stream_ = stream;
+      keep_scale_ordered();
+      for (auto& [opt, st] : optimizers_) st->stage = Stage::ready;
+      unscaled_order_.clear();
+      ++updates_;
+      return;
+    }
     const int64_t slot = update % kSlots;
     auto pending = std::make_unique<Pending>(device_);
     pending->update = update;

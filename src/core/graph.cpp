@@ -75,10 +75,12 @@ Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
 uint64_t Graph::pool() const {
+  EMBER_CHECK(impl_ != nullptr, "Graph::pool: the graph was moved from");
   return impl_->pool;
 }
 
 size_t Graph::nodes() const {
+  EMBER_CHECK(impl_ != nullptr, "Graph::nodes: the graph was moved from");
   return impl_->nodes;
 }
 
@@ -96,12 +98,15 @@ Graph Graph::capture(Stream& stream, const std::function<void()>& record, Option
   {
     PoolUsers& users = pool_users();
     std::lock_guard lock(users.mutex);
-    auto& n = users.count[{impl->device.index(), impl->pool}];
-    EMBER_CHECK(options.pool == 0 || n > 0,
-                "Graph::capture: pool {} belongs to no live graph on {}; share the pool() of a "
-                "graph that is still alive",
-                options.pool, impl->device.to_string());
-    ++n;  // from here on, the Impl's destructor releases the pool if this is its only graph
+    const std::pair<int, uint64_t> key{impl->device.index(), impl->pool};
+    if (options.pool != 0 && !users.count.contains(key)) {
+      impl->pool = 0;  // not ours to release
+      EMBER_THROW(
+          "Graph::capture: pool {} belongs to no live graph on {}; share the pool() of a graph "
+          "that is still alive",
+          options.pool, impl->device.to_string());
+    }
+    ++users.count[key];  // from here on, the Impl's destructor releases the pool with its last
   }
   const std::shared_ptr<Allocator> allocator = allocator_for(stream.device());
   const auto native = static_cast<cudaStream_t>(stream.native());
@@ -146,6 +151,7 @@ Graph Graph::capture(Stream& stream, const std::function<void()>& record, Option
 }
 
 void Graph::replay(Stream& stream) {
+  EMBER_CHECK(impl_ != nullptr, "Graph::replay: the graph was moved from");
   EMBER_CHECK(stream.device() == impl_->device,
               "Graph::replay: the graph was captured on {}, not {}", impl_->device.to_string(),
               stream.device().to_string());

@@ -403,6 +403,7 @@ size_t CachingAllocator::Impl::release_cached(size_t enough) {
   size_t freed = 0;
   for (Segment* seg : order) {
     if (freed >= enough) break;
+    if ((seg->stream >> 63) != 0) continue;  // a graph pool's: its graphs' until release_pool
     if (seg->expandable) {
       freed += unmap_free_ranges(seg, enough - freed);
       if (seg->first == nullptr) {
@@ -578,9 +579,13 @@ void CachingAllocator::Impl::free(void* ptr) {
   if (it == allocated_blocks.end()) owned(ptr, "free");  // throws
   Block* b = it->second;
   if (any_capture()) {
-    // The capturing stream's own memory freed during the capture: the graph's replays may read
-    // it, so it stays allocated until its pool is released.
-    if (const auto c = capturing.find(b->stream); c != capturing.end()) {
+    // Memory the capturing stream uses (its own, or recorded onto it) freed during the capture:
+    // the graph's replays may read it, so it stays allocated until its pool is released.
+    auto c = capturing.find(b->stream);
+    for (size_t i = 0; c == capturing.end() && i < b->stream_uses.size(); ++i) {
+      c = capturing.find(b->stream_uses[i]);
+    }
+    if (c != capturing.end()) {
       graph_pools[c->second].deferred.push_back(b);
       return;
     }

@@ -37,6 +37,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     EMBER_SHIM_NAME(cudaErrorStreamCaptureUnsupported)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureInvalidated)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureIsolation)
+    EMBER_SHIM_NAME(cudaErrorCapturedEvent)
     EMBER_SHIM_NAME(cudaErrorInvalidValue)
     EMBER_SHIM_NAME(cudaErrorMemoryAllocation)
     EMBER_SHIM_NAME(cudaErrorInitializationError)
@@ -76,6 +77,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
     case cudaErrorStreamCaptureIsolation:
       return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorInvalidValue:

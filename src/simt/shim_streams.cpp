@@ -43,6 +43,7 @@ struct EventState {
   uint64_t completed = 0;  // the latest record that has executed
   Clock::time_point stamp{};
   ember::simt::race::VectorClock vc;  // the recording stream's, at the latest record
+  bool captured = false;  // last recorded during a capture: CUDA refuses to query or wait on it
 };
 
 struct Item {
@@ -841,7 +842,11 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
-  if (stream->capturing) return cudaSuccess;  // joins the graph: never runs here, never awaited
+  if (stream->capturing) {  // joins the graph: never runs here, never awaited
+    e->captured = true;
+    return cudaSuccess;
+  }
+  e->captured = false;
   stamp(s, *stream, {}, {});
   e->vc = stream->vc;
   stream->backlog.push_back(
@@ -855,6 +860,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard lock(s.mutex);
   EventState* e = resolve(s, event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->captured) return fail(cudaErrorCapturedEvent);
   // Like the real runtime, "not ready" is also left as the last error: callers clear it.
   if (e->completed < e->issued) return fail(cudaErrorNotReady);
   race::merge(s.host, e->vc);
@@ -866,6 +872,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::unique_lock lock(s.mutex);
   EventState* e = resolve(s, event);
   if (!e) return fail(cudaErrorInvalidResourceHandle);
+  if (e->captured) return fail(cudaErrorCapturedEvent);
   const std::shared_ptr<EventState> keep = event->state;  // the handle may be destroyed meanwhile
   const uint64_t target = keep->issued;
   ++s.counts.event_synchronize;

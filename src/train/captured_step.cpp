@@ -15,6 +15,8 @@ CapturedStep::CapturedStep(Stream stream, std::function<void()> step, Options op
               "CapturedStep: warmup must be at least 1 (state made on the first step cannot be "
               "made inside a graph), not {}",
               options_.warmup);
+  // A schedule's set_lr between replays reaches the graph only through device memory.
+  for (Optimizer* o : options_.optimizers) o->keep_lr_on_device();
   if (!options_.enabled) {
     go_eager("CUDA graphs are off");
   } else if (!stream_.device().is_cuda()) {

@@ -141,14 +141,13 @@ void Optimizer::keep_lr_on_device() {
 }
 
 void Optimizer::write_lr_memory() {
-  if (!lr_on_device_) return;
   for (DeviceGroup& group : groups_) {
-    const float lr = settings_[group.param_group].lr;
-    EMBER_CHECK(!group.lr.stream().capturing(),
+    const Stream& s = lr_on_device_ ? group.lr.stream() : group.counters.stream();
+    EMBER_CHECK(!s.capturing(),
                 "{}::set_lr: the stream is capturing a CUDA graph, which would hold the rate as a "
                 "constant; set the learning rate (schedule.apply) outside the captured step",
                 kind());
-    group.lr.fill_(lr);  // a fill queued on the stream: the next step reads it
+    if (lr_on_device_) group.lr.fill_(settings_[group.param_group].lr);  // before the next step
   }
 }
 

@@ -1,6 +1,5 @@
 // train::CapturedStep: a training step run as one CUDA graph launch after warm-up.
 //
-//   optimizer.keep_lr_on_device();  // when a schedule sets the rate between steps
 //   train::CapturedStep step(stream, [&] {  // ..., {.optimizers = {&optimizer}}
 //     optimizer.zero_grad();
 //     const Tensor loss = criterion.forward(ctx, model->forward(ctx, x), y);  // x, y: fixed

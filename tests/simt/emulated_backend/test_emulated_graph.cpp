@@ -173,8 +173,31 @@ TEST(EmulatedGraph, ThePoolKeepsTheGraphsMemoryUntilTheGraphIsGone) {
   EXPECT_GE(stats.graph_pool_reserved, int64_t{2} << 18);
   Tensor eager = Tensor::empty({1 << 16}, DType::f32, s);
   EXPECT_NE(eager.data(), freed_address);  // still the graph's
+  // Releasing cached memory (what an out-of-memory retry does) leaves the pool alone.
+  allocator->release_unused();
+  EXPECT_EQ(allocator->stats().graph_pool_reserved, stats.graph_pool_reserved);
   graph->replay(s);
   EXPECT_EQ(out.to_vector<float>(), std::vector<float>(1 << 16, 3.0f));
+  // Memory of another stream recorded onto the capturing one and freed during the capture is
+  // kept too.
+  {
+    Stream other(kGpu);
+    Tensor recorded = Tensor::full({1 << 14}, 2.0, DType::f32, other);
+    s.wait(other);
+    recorded.record_stream(s);
+    void* const recorded_address = recorded.data();
+    Tensor doubled;
+    Graph reads = Graph::capture(s, [&] {
+      doubled = Tensor::empty({1 << 14}, DType::f32, s);
+      ember::ops::scale(s, doubled.view(), recorded.view(), 2.0f);
+      recorded = Tensor();
+    });
+    other.synchronize();
+    Tensor taker = Tensor::empty({1 << 14}, DType::f32, other);
+    EXPECT_NE(taker.data(), recorded_address);
+    reads.replay(s);
+    EXPECT_EQ(doubled.to_vector<float>(), std::vector<float>(1 << 14, 4.0f));
+  }  // its graph (and pool) goes
   // A second graph sharing the pool (never run at the same time) takes the same memory.
   Graph second = Graph::capture(s, [&] { Tensor t = Tensor::full({1 << 16}, 1.0, DType::f32, s); },
                                 {.pool = graph->pool()});

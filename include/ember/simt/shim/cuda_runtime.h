@@ -42,6 +42,7 @@ enum cudaError {
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorCapturedEvent = 907,
   cudaErrorUnknown = 999,
 };
 typedef enum cudaError cudaError_t;
