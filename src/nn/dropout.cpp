@@ -30,6 +30,11 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
               "advance ctx.step for every micro-batch (and keep it across optimizer steps), or "
               "micro-batches would draw the same masks",
               name(), path().empty() ? "" : " at ", path(), ctx.step, *finished_step_);
+  EMBER_CHECK(!ctx.stream.capturing(),
+              "{}{}{}: dropout in a CUDA graph would draw the same mask at every replay (its "
+              "Philox offset, Context::step, is a host value fixed at the capture); run steps "
+              "with dropout without a graph",
+              name(), path().empty() ? "" : " at ", path());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
   Tensor mask = Tensor::empty(x.shape(), DType::u8, ctx.stream);
   ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);

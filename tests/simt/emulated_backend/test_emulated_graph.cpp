@@ -23,8 +23,10 @@
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
 #include "ember/simt/shim.hpp"
+#include "ember/train/accumulation.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/captured_step.hpp"
+#include "ember/train/residual_mlp.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -257,6 +259,74 @@ TEST(EmulatedGraph, WhatAGraphCannotHoldIsAnErrorNamingIt) {
             cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(g, nullptr);
   cudaGetLastError();
+}
+
+// Gradient accumulation (two micro-batches) through a checkpointed residual MLP (its blocks'
+// forwards recomputed in the backward) in one graph: the eager run's parameters, bitwise. Dropout
+// under capture is refused by name (its offset is a host value).
+TEST(EmulatedGraph, AccumulationAndCheckpointingReplayBitwise) {
+  Stream s = ember::current_stream(kGpu);
+  auto make = [&](float dropout) {
+    return ember::train::make_residual_mlp({.inputs = 6,
+                                            .width = 32,
+                                            .depth = 2,
+                                            .outputs = 5,
+                                            .dropout = dropout,
+                                            .checkpoint = true,
+                                            .seed = 3,
+                                            .device = kGpu});
+  };
+  auto eager_model = make(0.0f), graphed_model = make(0.0f);
+  ember::train::AdamW eager_opt(eager_model->parameters()),
+      graphed_opt(graphed_model->parameters());
+  ember::nn::SoftmaxCrossEntropy eager_loss, graphed_loss;
+  const ember::train::Accumulation accumulation(2);
+  std::vector<Tensor> xs, ys;
+  for (uint32_t i = 0; i < 10; ++i) {
+    xs.push_back(Tensor::from_vector(random_values(16 * 6, 40 + i), Shape{16, 6}, s));
+    std::vector<int32_t> labels(16);
+    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j + i) % 5);
+    ys.push_back(Tensor::from_vector(labels, Shape{16}, s));
+  }
+  auto step = [&](ember::nn::Module& model, ember::train::AdamW& opt,
+                  ember::nn::SoftmaxCrossEntropy& criterion, ember::nn::Context& ctx,
+                  const Tensor* x, const Tensor* y) {
+    opt.zero_grad();
+    accumulation.run(ctx, [&](const ember::train::MicroBatch& mb) {
+      (void)criterion.forward(ctx, model.forward(ctx, x[mb.index]), y[mb.index]);
+      model.backward(ctx, criterion.backward(ctx, mb.dloss));
+    });
+    opt.step(s);
+  };
+  ember::nn::Context eager_ctx{s}, graphed_ctx{s};
+  for (int i = 0; i < 5; ++i) {
+    step(*eager_model, eager_opt, eager_loss, eager_ctx, &xs[2 * i], &ys[2 * i]);
+  }
+  Tensor gx[2] = {Tensor::empty({16, 6}, DType::f32, s), Tensor::empty({16, 6}, DType::f32, s)};
+  Tensor gy[2] = {Tensor::empty({16}, DType::i32, s), Tensor::empty({16}, DType::i32, s)};
+  ember::train::CapturedStep captured(
+      s, [&] { step(*graphed_model, graphed_opt, graphed_loss, graphed_ctx, gx, gy); },
+      ember::train::CapturedStep::Options{.optimizers = {&graphed_opt}});
+  for (int i = 0; i < 5; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      gx[m].copy_(xs[2 * i + m]);
+      gy[m].copy_(ys[2 * i + m]);
+    }
+    captured.run();
+  }
+  EXPECT_EQ(captured.replays(), 4);
+  const auto p = graphed_model->parameters(), q = eager_model->parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i]->value.to_vector<float>(), q[i]->value.to_vector<float>()) << p[i]->name;
+  }
+
+  auto dropping = make(0.1f);
+  ember::train::AdamW dropping_opt(dropping->parameters());
+  ember::nn::Context ctx{s};
+  step(*dropping, dropping_opt, graphed_loss, ctx, &xs[0], &ys[0]);
+  expect_error(
+      [&] { Graph::capture(s, [&] { step(*dropping, dropping_opt, graphed_loss, ctx, gx, gy); }); },
+      {"dropout in a CUDA graph would draw the same mask at every replay"});
 }
 
 // train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
