@@ -47,6 +47,8 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
+}  // namespace
+
 void nvtx_push(const char* name) {
 #if EMBER_NVTX
   nvtxRangePushA(name);
@@ -60,8 +62,6 @@ void nvtx_pop() {
   nvtxRangePop();
 #endif
 }
-
-}  // namespace
 
 Trace* active() {
   return g_active.load(std::memory_order_acquire);

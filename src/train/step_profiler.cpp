@@ -9,41 +9,17 @@
 #include "ember/core/error.hpp"
 #include "ember/core/profile.hpp"
 
-// NVTX ranges for Nsight Systems (the step, and each phase inside it): NVTX 3 is header-only and
-// costs a branch when no tool is attached. Where the CUDA toolkit's headers are not seen (a
-// CPU-only build, the emulated one), no ranges.
-#if __has_include(<nvtx3/nvToolsExt.h>)
-#include <nvtx3/nvToolsExt.h>
-#define EMBER_NVTX 1
-#else
-#define EMBER_NVTX 0
-#endif
-
 namespace ember::train {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
-void range_push(const char* name) {
-#if EMBER_NVTX
-  nvtxRangePushA(name);
-#else
-  (void)name;
-#endif
-}
-
 // A profile::Trace event of [start, now) on this thread, when a trace records.
 void trace_event(const char* name, const char* category, Clock::time_point start) {
   profile::Trace* trace = profile::active();
   if (trace == nullptr) return;
   profile::Range::record(trace, name, category, start);
-}
-
-void range_pop() {
-#if EMBER_NVTX
-  nvtxRangePop();
-#endif
 }
 
 }  // namespace
@@ -143,7 +119,7 @@ void StepProfiler::begin_step() {
   EMBER_CHECK(!m.in_step, "StepProfiler::begin_step: the previous step did not end (end_step)");
   m.in_step = true;
   m.current = StepPhase::other;
-  range_push("step");
+  profile::nvtx_push("step");
   m.phase_range = false;
   m.host_step_start = m.host_phase_start = Clock::now();
   if (m.gpu()) {
@@ -163,8 +139,8 @@ void StepProfiler::phase(StepPhase phase) {
   trace_event(step_phase_name(m.current), "phase", m.host_phase_start);
   m.host_phase_start = Clock::now();
   m.current = phase;
-  if (m.phase_range) range_pop();
-  range_push(step_phase_name(phase));
+  if (m.phase_range) profile::nvtx_pop();
+  profile::nvtx_push(step_phase_name(phase));
   m.phase_range = true;
 }
 
@@ -172,9 +148,9 @@ void StepProfiler::end_step() {
   Impl& m = *impl_;
   EMBER_CHECK(m.in_step, "StepProfiler::end_step: no step began (begin_step)");
   m.in_step = false;
-  if (m.phase_range) range_pop();
+  if (m.phase_range) profile::nvtx_pop();
   m.phase_range = false;
-  range_pop();  // the step
+  profile::nvtx_pop();  // the step
   trace_event(step_phase_name(m.current), "phase", m.host_phase_start);
   trace_event("step", "step", m.host_step_start);
   if (m.gpu()) {
