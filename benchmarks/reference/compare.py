@@ -15,6 +15,13 @@ Runs ember's benchmark (or example) and its PyTorch twin in this directory one a
 
 PyTorch is not a build dependency: run this with a Python that has it (python3 -m venv v;
 v/bin/pip install torch; v/bin/python benchmarks/reference/compare.py --build build/release).
+
+With --device cuda (on a GPU machine; tools/gpu_check runs it) the same for the GPU rows:
+  train_step   bench_train_step's cuda f32 / bf16 rows, eager and CUDA graph  vs  PyTorch's
+               eager step with fused AdamW, and its whole step in a CUDA graph
+  gpt2         bench_gpt2's cuda rows  vs  gpt2_torch.py --device cuda (eager; --compile too)
+--bin DIR takes the benchmarks from one directory (the GPU check's bin/), and
+EMBER_BENCH_LD_LIBRARY_PATH, when set, is their LD_LIBRARY_PATH (PyTorch runs without it).
 """
 import argparse
 import json
@@ -51,6 +58,8 @@ def run(cmd, env=None):
 
 def gbench(binary, pattern, counter, min_time, env=None, strip="/ember"):
     """Google Benchmark rows matching pattern: {name without `strip` and /real_time: counter}."""
+    if "EMBER_BENCH_LD_LIBRARY_PATH" in os.environ:
+        env = dict(env or {}, LD_LIBRARY_PATH=os.environ["EMBER_BENCH_LD_LIBRARY_PATH"])
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         run([binary, f"--benchmark_filter={pattern}", f"--benchmark_out={out.name}",
              "--benchmark_out_format=json", f"--benchmark_min_time={min_time}"], env)
@@ -97,8 +106,12 @@ def main():
     parser.add_argument("--python", default=sys.executable, help="a Python with torch")
     parser.add_argument("--gpt2-models", default="small",
                         help="gpt2: the models, |-separated: small, d12 (seconds per step)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--bin", help="the benchmarks' directory (instead of --build's)")
     args = parser.parse_args()
     only = set(args.only.split(","))
+    if args.device == "cuda":
+        return compare_gpu(args, only)
     bench = lambda name: os.path.join(args.build, "benchmarks", name)
     example = lambda name: os.path.join(args.build, "examples", name)
     version = run([args.python, "-c", "import torch; print(torch.__version__, torch.get_num_threads())"])
@@ -187,6 +200,44 @@ def main():
                 rows.append((k, v, m[("torch", k + "_compiled")], "torch.compile (goal >= 1.0x)"))
         table("GPT-2 training step (tokens/s): ember vs PyTorch, fused AdamW, SDPA", "tokens/s",
               rows)
+
+
+def compare_gpu(args, only):
+    """The GPU rows, one round each (a lent GPU's minutes are few); same names on both sides."""
+    bench = lambda name: os.path.join(args.bin or os.path.join(args.build, "benchmarks"), name)
+    gpu = run([args.python, "-c", "import torch; print(torch.__version__, "
+               "torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"])
+    print(f"GPU rows; PyTorch {gpu.strip()}; 1 round, ember and PyTorch one after the other")
+    mt = str(args.min_time)
+    if "train_step" in only:
+        ours = gbench(bench("bench_train_step"), "^cuda_step_(graph_)?(f32|bf16)/", "samples/s",
+                      mt)
+        theirs = torch_script(args.python, "torch_train_step.py", "--device", "cuda", "--graph",
+                              "--min-time", mt)
+        rows = []
+        for k, v in sorted(ours.items()):
+            if k in theirs:
+                ref = "PyTorch CUDA graph" if "_graph_" in k else "PyTorch eager, fused AdamW"
+                rows.append((k, v, theirs[k], ref))
+            if "_graph_" in k and k.replace("_graph_", "_") in theirs:
+                rows.append((k, v, theirs[k.replace("_graph_", "_")], "PyTorch eager, fused AdamW"))
+        table("MLP training step on the GPU (samples/s): ember vs PyTorch", "samples/s", rows)
+    if "gpt2" in only:
+        ours = gbench(bench("bench_gpt2"),
+                      f"^cuda_gpt2_(graph_)?(f32|bf16)/.*({args.gpt2_models})/", "tokens/s", mt)
+        theirs = torch_script(args.python, "gpt2_torch.py", "--device", "cuda", "--min-time", mt,
+                              "--models", args.gpt2_models, "--compile-rows", "bf16/d12/T:1024",
+                              *(["--compile"] if args.compile else []))
+        rows = []
+        for k, v in sorted(ours.items()):
+            eager = k.replace("_graph_", "_")
+            if eager != k and eager in ours:
+                rows.append((k, v, ours[eager], "ember eager (goal, small: >= 1.3x)"))
+            if eager in theirs:
+                rows.append((k, v, theirs[eager], "PyTorch eager, SDPA, fused AdamW"))
+            if eager + "_compiled" in theirs:
+                rows.append((k, v, theirs[eager + "_compiled"], "torch.compile"))
+        table("GPT-2 training step on the GPU (tokens/s): ember vs PyTorch", "tokens/s", rows)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 nanoGPT's initialization), the same token pattern, one training step (forward, cross-entropy,
 backward, fused AdamW with beta2 0.95) in f32 and under CPU bf16 autocast, with
 F.scaled_dot_product_attention; eager, and torch.compile'd with --compile. Tokens/s, named as
-bench_gpt2's rows."""
+bench_gpt2's rows. With --device cuda: bench_gpt2's GPU cases under CUDA bf16 autocast (f32 keeps
+PyTorch's default: no TF32, as ember)."""
 import argparse
 import math
+import re
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -13,8 +16,9 @@ from common import emit, seconds_per_call, setup_threads
 
 CONFIGS = {"small": dict(vocab=256, context=256, layers=4, heads=4, dim=256),
            "d12": dict(vocab=50257, context=1024, layers=12, heads=12, dim=768)}
-CASES = [("small", 128, 16), ("small", 256, 8), ("small", 1024, 2), ("d12", 256, 1),
-         ("d12", 1024, 1)]
+CASES = {"cpu": [("small", 128, 16), ("small", 256, 8), ("small", 1024, 2), ("d12", 256, 1),
+                 ("d12", 1024, 1)],
+         "cuda": [("small", 256, 32), ("small", 1024, 8), ("d12", 256, 32), ("d12", 1024, 8)]}
 
 
 class Block(torch.nn.Module):
@@ -53,7 +57,7 @@ class Gpt(torch.nn.Module):
                 torch.nn.init.zeros_(p)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # the tied head
@@ -63,38 +67,49 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--min-time", type=float, default=0.5)
     parser.add_argument("--compile", action="store_true", help="also torch.compile'd")
+    parser.add_argument("--compile-rows", default="",
+                        help="a regex: compile only the rows it matches (compiling takes minutes)")
     parser.add_argument("--models", default="small|d12", help="|-separated: small, d12")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
     setup_threads()
-    for model_name, seq, batch in CASES:
+    dev = args.device
+    for model_name, seq, batch in CASES[dev]:
         if model_name not in args.models.split("|"):
             continue
         cfg = dict(CONFIGS[model_name])
         cfg["context"] = max(cfg["context"], seq)  # the small model at T = 1024, as bench_gpt2
         tokens = (torch.arange(batch * (seq + 1)) * 7919) % cfg["vocab"]
         tokens = tokens.view(batch, seq + 1)
-        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].reshape(-1)
+        x, y = tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].reshape(-1).to(dev)
         for dtype in ("f32", "bf16"):
-            variants = [("eager", False)] + ([("compiled", True)] if args.compile else [])
+            row = f"{dev}_gpt2_{dtype}/{model_name}/T:{seq}/batch:{batch}"
+            compile_it = args.compile and re.search(args.compile_rows, row)
+            variants = [("eager", False)] + ([("compiled", True)] if compile_it else [])
             for variant, compiled in variants:
                 torch.manual_seed(1)
-                model = Gpt(**cfg)
+                model = Gpt(**cfg).to(dev)
                 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
                 forward = torch.compile(model) if compiled else model
 
                 def step():
                     opt.zero_grad(set_to_none=True)
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+                    with torch.autocast(dev, dtype=torch.bfloat16, enabled=dtype == "bf16"):
                         logits = forward(x)
                     loss = F.cross_entropy(logits.float().view(-1, cfg["vocab"]), y)
                     loss.backward()
                     opt.step()
                     return loss
 
-                t = seconds_per_call(lambda: step().item(), args.min_time)
+                try:
+                    t = seconds_per_call(lambda: step().item(), args.min_time)
+                except Exception as error:  # torch.compile needs a compiler and Triton
+                    if not compiled:
+                        raise
+                    print(f"{row}: torch.compile failed: {error}", file=sys.stderr)
+                    continue
                 suffix = "" if variant == "eager" else "_compiled"
-                emit("gpt2", f"cpu_gpt2_{dtype}/{model_name}/T:{seq}/batch:{batch}{suffix}",
-                     batch * seq / t, "tokens/s")
+                emit("gpt2", row + suffix, batch * seq / t, "tokens/s")
 
 
 if __name__ == "__main__":

@@ -12,13 +12,15 @@ def mlp(inputs, hidden, depth, outputs):
     return torch.nn.Sequential(*layers)
 
 
-def train_step_fn(model, optimizer, dtype):
-    """One step: zero_grad, forward (under CPU autocast for bf16), cross-entropy, backward, step."""
+def train_step_fn(model, optimizer, dtype, device="cpu", graphed=False):
+    """One step: zero_grad, forward (under autocast for bf16), cross-entropy, backward, step.
+    A step to capture into a CUDA graph keeps no autocast cache (PyTorch's graph rule)."""
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16",
+                            cache_enabled=not graphed):
             loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
@@ -28,9 +30,13 @@ def train_step_fn(model, optimizer, dtype):
 
 
 def optimizer_variant(params, variant, lr=1e-3, weight_decay=1e-2):
-    """AdamW as PyTorch offers it: 'foreach' (eager default), 'fused', or plain 'for-loop'."""
+    """AdamW as PyTorch offers it: 'foreach' (eager default), 'fused', plain 'for-loop', or
+    'capturable' (fused, its step count and lr on the device: what a CUDA graph replays)."""
     if variant == "fused":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    if variant == "capturable":
+        return torch.optim.AdamW(params, lr=torch.tensor(lr, device="cuda"),
+                                 weight_decay=weight_decay, fused=True, capturable=True)
     if variant == "forloop":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=False)
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)

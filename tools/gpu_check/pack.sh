@@ -61,7 +61,7 @@ mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 
 binaries=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
-          bench_elementwise bench_allocator bench_loader)
+          bench_elementwise bench_allocator bench_loader bench_gpt2)
 
 # ---- build ------------------------------------------------------------------------------
 if [ "$no_build" -eq 0 ]; then
@@ -124,6 +124,8 @@ cp "$here/run.sh" "$stage/run.sh"
 mkdir -p "$stage/traces" "$stage/reference"
 cp "$root"/benchmarks/traces/checkpointed_varlen/*.trace.gz "$stage/traces/" 2>/dev/null || true
 cp "$root/benchmarks/reference/replay_trace_torch.py" "$stage/reference/"
+# ember against PyTorch on the GPU (compare.py --device cuda) and the scripts it runs.
+cp "$root"/benchmarks/reference/{compare,common,models,torch_train_step,gpt2_torch}.py "$stage/reference/"
 # The timeline check of train_gpt2 --trace.
 mkdir -p "$stage/scripts"
 cp "$root/tests/examples/check_trace.py" "$stage/scripts/"

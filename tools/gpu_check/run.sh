@@ -63,21 +63,24 @@ done
 # Cases whose kernels racecheck and synccheck look at: ember's own matmul, map, reduction,
 # softmax and layer-norm kernels, on cuda:0.
 kernel_suites=(Matmul BiasActivation Map MapReduce Sum Max ColumnSums Argmax Reductions
-               SoftmaxCrossEntropy LayerNormOp)
+               SoftmaxCrossEntropy LayerNormOp LayerNormEdges Attention Embedding Dropout FusedOps)
 kernel_filter="$(printf 'Devices/%s.*/cuda0:' "${kernel_suites[@]}")"
 kernel_filter="${kernel_filter%:}"
 
+# In priority order: a --budget too short for all of them skips the last ones. First what never
+# ran on a GPU (or changed since it last did), then what a GPU run has checked before.
 steps=(binaries_start gpu device_cases
-       train_mlp_f32 train_mlp_bf16 train_mlp_f16
-       train_resmlp_none train_resmlp_full train_resmlp_selective
-       train_ddp train_gpt2_d12 train_gpt2_d12_cudnn train_gpt2_trace train_gpt2_timeline
-       bench_matmul bench_train_step bench_elementwise bench_allocator bench_loader
-       memcheck racecheck synccheck initcheck)
+       train_mlp_f32 train_mlp_graph_f32 train_mlp_bf16 train_mlp_graph_bf16
+       train_gpt2_d12 train_gpt2_timeline torch_reference
+       train_resmlp_none train_resmlp_selective train_gpt2_d12_cudnn bench_gpt2_trace bench_loader
+       memcheck racecheck bench_train_step train_gpt2_trace bench_allocator
+       train_mlp_f16 train_resmlp_full train_ddp bench_matmul bench_elementwise synccheck initcheck)
 describe() {
   case "$1" in
     binaries_start) echo "every binary starts (ember_tests --gtest_list_tests, --help, ldd)" ;;
     gpu) echo "nvidia-smi and ember see a GPU that the kernels are built for (else the GPU steps skip)" ;;
     device_cases) echo "ember_tests --gtest_filter='*cuda0*' (the device cases on cuda:0)" ;;
+    train_mlp_graph_*) echo "train_mlp --device cuda --cuda-graph --amp ${1#train_mlp_graph_}: the same losses as eager" ;;
     train_mlp_*) echo "train_mlp --device cuda --amp ${1#train_mlp_}" ;;
     train_resmlp_*) echo "train_resmlp --device cuda --checkpoint ${1#train_resmlp_}" ;;
     train_ddp) echo "train_ddp --device cuda, one rank without a launcher" ;;
@@ -85,6 +88,8 @@ describe() {
     train_gpt2_d12_cudnn) echo "the same with cuDNN's fused attention (EMBER_ATTENTION_KERNEL=cudnn)" ;;
     train_gpt2_trace) echo "train_gpt2 d12 with variable lengths and full checkpointing, recording its allocations" ;;
     train_gpt2_timeline) echo "train_gpt2 --trace on the GPU: host ranges and CUPTI's kernel intervals, checked by check_trace.py" ;;
+    torch_reference) echo "compare.py --device cuda: bench_train_step's and bench_gpt2's GPU rows against PyTorch (eager, CUDA graph, torch.compile)" ;;
+    bench_gpt2_trace) echo "bench_gpt2's GPU trace_overhead rows: a step with profile::Trace recording (CUPTI) against without" ;;
     bench_matmul) echo "bench_matmul's GPU rows (ember tiled and cuBLASLt against cuBLAS)" ;;
     bench_train_step) echo "bench_train_step's GPU rows (f32, bf16, f16 training steps)" ;;
     bench_elementwise) echo "bench_elementwise's GPU rows (fused chain against separate ops)" ;;
@@ -124,7 +129,7 @@ fi
 
 # ---- the binaries and their libraries ---------------------------------------------------
 names=(ember_tests train_mlp train_resmlp train_ddp train_gpt2 bench_matmul bench_train_step
-       bench_elementwise bench_allocator bench_loader)
+       bench_elementwise bench_allocator bench_loader bench_gpt2)
 declare -A bin=()
 if [ -n "$build_dir" ]; then
   [ -d "$build_dir" ] || die "--build-dir $build_dir is not a directory"
@@ -449,6 +454,30 @@ mlp_min=90 resmlp_min=85 ddp_min=80
 
 resmlp_none_loss=""
 step_train_mlp() { train_step "$1" "$mlp_min" "${bin[train_mlp]}" "${mlp_args[@]}" --amp "${1#train_mlp_}"; }
+# The whole step as one CUDA graph: replay gives the eager run's losses and accuracy, bitwise
+# (the same run as train_mlp_<amp>, whose log this compares with when it ran).
+step_train_mlp_graph() {
+  local amp="${1#train_mlp_graph_}"
+  train_step "$1" "$mlp_min" "${bin[train_mlp]}" "${mlp_args[@]}" --amp "$amp" --cuda-graph
+  [ "$res" = PASS ] || return 0
+  local pattern='s/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p'
+  local graphed eager
+  graphed="$(grep '^done: ' "$logs/$1.log" | sed -nE "$pattern")"
+  eager="$(grep -s '^done: ' "$logs/train_mlp_$amp.log" | sed -nE "$pattern")"
+  local graph_line
+  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/$1.log" | cut -c 13-130)"
+  if ! grep -q 'replayed' <<<"$graph_line"; then
+    res=FAIL
+    detail="no graph replayed:${graph_line:- no cuda graph line}"
+  elif [ -z "$eager" ]; then
+    detail="$detail; no eager run to compare with"
+  elif [ "$graphed" = "$eager" ]; then
+    detail="$detail;${graph_line}; same losses as eager"
+  else
+    res=FAIL
+    detail="losses differ from eager's ($eager): $graphed"
+  fi
+}
 step_train_resmlp() {
   local mode="${1#train_resmlp_}"
   train_step "$1" "$resmlp_min" "${bin[train_resmlp]}" "${resmlp_args[@]}" --checkpoint "$mode"
@@ -498,8 +527,12 @@ gpt2_step() {
 step_train_gpt2_d12() {
   local steps=30
   [ "$quick" -eq 1 ] && steps=12
+  local metrics="$out_dir/gpt2_d12_metrics.prom"
   gpt2_step train_gpt2_d12 --seq 1024 --batch 8 --amp bf16 --steps "$steps" --log-every 10 \
-    --eval-every 1000
+    --eval-every 1000 --metrics-file "$metrics"
+  # NVML's figures in the metrics (absent only where libnvidia-ml cannot be loaded).
+  cp "$metrics" "$logs/" 2>/dev/null
+  [ "$res" = PASS ] && detail="$detail; NVML metrics: $(grep -cE '^ember_gpu_' "$metrics" 2>/dev/null) lines"
 }
 step_train_gpt2_d12_cudnn() {
   local steps=30
@@ -645,6 +678,38 @@ step_bench_allocator() {
   fi
 }
 
+# ember against PyTorch on the same GPU, in one run (benchmarks/reference/compare.py): the MLP
+# step (eager and CUDA graph) and GPT-2 (eager; torch.compile for d12 bf16 at T = 1024). PyTorch
+# runs without the carried lib/, ember's benchmarks with it.
+step_torch_reference() {
+  local log="$logs/torch_reference.log" rc script="$here/reference/compare.py" min_time=0.3
+  [ -n "$build_dir" ] && script="$here/../../benchmarks/reference/compare.py"
+  [ "$quick" -eq 1 ] && min_time=0.15
+  if ! env -u LD_LIBRARY_PATH python3 -c 'import torch; assert torch.cuda.is_available()' >>"$log" 2>&1; then
+    res=SKIP
+    detail="no python3 with a CUDA PyTorch"
+    return 0
+  fi
+  local bindir="$here/bin"
+  [ -n "$build_dir" ] && bindir="$(dirname "${bin[bench_gpt2]}")"
+  run_logged "$log" "$step_limit" env -u LD_LIBRARY_PATH EMBER_BENCH_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" \
+    python3 "$script" --device cuda --bin "$bindir" --only train_step,gpt2 --gpt2-models 'small|d12' \
+    --compile --min-time "$min_time"
+  rc=$?
+  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
+    res=FAIL
+    detail="exit code $rc: $(first_error_line "$log" 'Error|error|failed')"
+  else
+    res=PASS
+    detail="$(grep -E 'width:256/.*graph|bf16/d12/T:1024' "$log" | awk '{ printf "%s%s %s", sep, $1, $4; sep = ", " }' | cut -c 1-300)"
+  fi
+}
+step_bench_gpt2_trace() {
+  bench_step bench_gpt2 '^cuda_gpt2_trace_overhead' 'cuda_gpt2_trace_overhead'
+  local log="$logs/bench_gpt2.log"
+  [ "$res" = PASS ] && detail="overhead%: $(grep -oE 'overhead%=[-0-9.]+[a-z]*' "$log" | tr '\n' ' ')"
+}
+
 step_bench_loader() {
   local log="$logs/bench_loader.log" rc
   run_logged "$log" "$step_limit" "${bin[bench_loader]}" --device cuda:0 --steps 100
@@ -715,6 +780,7 @@ own_timeout() {
     device_cases) full=240 quick_s=180 ;;
     train_gpt2_*) full=120 quick_s=90 ;;
     train_*) full=90 quick_s=45 ;;
+    torch_reference) full=240 quick_s=200 ;;
     bench_matmul) full=150 quick_s=60 ;;
     bench_allocator) full=180 quick_s=60 ;;
     bench_*) full=90 quick_s=45 ;;
@@ -728,6 +794,8 @@ needs_binary() {
   case "$1" in
     device_cases|memcheck|racecheck|synccheck) echo ember_tests ;;
     train_mlp_*|initcheck) echo train_mlp ;;
+    torch_reference) echo bench_gpt2 ;;
+    bench_gpt2_trace) echo bench_gpt2 ;;
     train_resmlp_*) echo train_resmlp ;;
     train_ddp) echo train_ddp ;;
     train_gpt2_*) echo train_gpt2 ;;
@@ -787,6 +855,7 @@ for step in "${steps[@]}"; do
   echo "... $step (timeout $step_limit s)"
   t0="$(now)"
   case "$step" in
+    train_mlp_graph_*) step_train_mlp_graph "$step" ;;
     train_mlp_*) step_train_mlp "$step" ;;
     train_resmlp_*) step_train_resmlp "$step" ;;
     *) "step_$step" ;;
