@@ -6,7 +6,10 @@ the modules' forward and backward ranges and the ops named are there, and with -
 device intervals are there too: on streams (process 2), named, in order on each stream, and
 inside the trace's time.
 
-    check_trace.py TRACE_FILE [--modules a,b] [--ops x,y] [--device] -- EXAMPLE [options...]
+    check_trace.py TRACE_FILE [--modules a,b] [--ops x,y] [--device] [--top N] -- EXAMPLE ...
+
+--top N also prints where the steps' time went: the N device intervals (kernels, copies) with the
+most time in all, and the N ops with the most host time.
 """
 import argparse
 import json
@@ -40,6 +43,7 @@ def main():
     parser.add_argument("--modules", default="")
     parser.add_argument("--ops", default="")
     parser.add_argument("--device", action="store_true")
+    parser.add_argument("--top", type=int, default=0)
     split = sys.argv.index("--")
     args = parser.parse_args(sys.argv[1:split])
     command = sys.argv[split + 1:]
@@ -102,6 +106,25 @@ def main():
         assert not device, "device intervals from a CPU run"
     print(f"{len(host)} host ranges ({len(ops)} ops), {len(device)} device intervals; nested, "
           "2 steps in order, every phase, module and op there")
+    if args.top:
+        print_top(args.top, steps, host, device)
+
+
+def print_top(n, steps, host, device):
+    """The time of the 2 traced steps by device interval name and by op (microseconds)."""
+    wall = sum(e["dur"] for e in steps)
+    busy = sum(e["dur"] for e in device)
+    print(f"2 steps: {wall / 1e3:.2f} ms wall, device busy {busy / 1e3:.2f} ms "
+          f"({100 * busy / max(wall, 1e-9):.1f}%), {len(device)} device intervals")
+    for title, events in (("device", device), ("op (host)", [e for e in host if e["cat"] == "op"])):
+        totals = {}
+        for e in events:
+            t = totals.setdefault(e["name"], [0.0, 0])
+            t[0] += e["dur"]
+            t[1] += 1
+        print(f"top {n} by {title} time: total ms, count, % of the 2 steps' wall time")
+        for name, (dur, count) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:n]:
+            print(f"  {dur / 1e3:9.3f} {count:6d} {100 * dur / max(wall, 1e-9):6.1f}%  {name[:110]}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ inline std::vector<float> host_f32(const Tensor& t) {
   return values(t.to(Device::cpu()));
 }
 
+// raw(t) of a floating-point tensor with every NaN as one pattern: a GPU stores its canonical NaN
+// (all mantissa bits set) where the CPU keeps the input NaN's payload; both are the same NaN.
+inline std::vector<uint8_t> raw_nans_alike(const Tensor& t) {
+  std::vector<uint8_t> bytes = raw(t);
+  const std::vector<float> v = host_f32(t);
+  const size_t width = dtype_size(t.dtype());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(v[i])) std::memset(bytes.data() + i * width, 0xFF, width);
+  }
+  return bytes;
+}
+
 // v (f32 values) as a host tensor of `dtype` (rank 1, or `shape`), rounded as the CPU backend
 // rounds.
 inline Tensor host_tensor(const std::vector<float>& v, DType dtype) {

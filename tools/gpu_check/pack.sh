@@ -100,9 +100,11 @@ mkdir -p "$stage/bin" "$stage/lib"
 
 found=()
 for name in "${binaries[@]}"; do
-  # Wherever the generator put it: a regular executable of that name outside CMakeFiles/.
-  path="$(find "$build_dir" -path '*/CMakeFiles' -prune -o -type f -name "$name" -perm -u+x -print |
-          head -n 1)"
+  # Wherever the generator put it: a regular executable of that name outside CMakeFiles/ and
+  # outside unpacked tarballs (the gpu_check_pack test leaves one, with older binaries, in the
+  # build tree).
+  path="$(find "$build_dir" \( -path '*/CMakeFiles' -o -name ember-gpu-check \) -prune -o \
+          -type f -name "$name" -perm -u+x -print | head -n 1)"
   if [ -z "$path" ]; then
     echo "pack.sh: warning: $name is not in $build_dir: left out" >&2
     continue
