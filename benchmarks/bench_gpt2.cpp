@@ -26,7 +26,9 @@ struct Case {
   int64_t seq, batch;
 };
 
-enum class Mode { plain, traced, graph };
+// traced_host: a trace of host ranges only (Trace::start(false)), to tell the host ranges' cost
+// from the device collector's (CUPTI's) on a GPU.
+enum class Mode { plain, traced, traced_host, graph };
 
 void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision precision, Mode mode) {
   Stream stream = current_stream(device);
@@ -81,7 +83,7 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
       return;
     }
   }
-  if (mode != Mode::traced) {
+  if (mode != Mode::traced && mode != Mode::traced_host) {
     for (auto _ : state) benchmark::DoNotOptimize(run().item());
   } else {
     // The trace's overhead, interleaved so that a noisy machine's drift falls on both: each
@@ -102,7 +104,7 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
     const auto timed = [&](bool record) {
       if (record) {
         const auto start = Clock::now();
-        trace.start();
+        trace.start(mode == Mode::traced);
         start_stop += seconds_since(start);
       }
       const auto start = Clock::now();
@@ -163,6 +165,14 @@ void register_all(Device device, const std::string& prefix, const std::vector<Ca
       benchmark::RegisterBenchmark(traced.c_str(), gpt2_step, device, c, p, Mode::traced)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+      if (device.is_cuda()) {
+        const std::string host_only =
+            fmt::format("{}gpt2_trace_overhead_host_only_{}/{}/T:{}/batch:{}", prefix,
+                        nn::precision_name(p), c.model, c.seq, c.batch);
+        benchmark::RegisterBenchmark(host_only.c_str(), gpt2_step, device, c, p, Mode::traced_host)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
     }
   }
 }

@@ -665,6 +665,22 @@ void backward_cuda(Stream& stream, const TensorView& dqkv, const TensorView& dou
   });
 }
 
+// Whether automatic takes cuDNN's fused attention: f16/bf16 on a GPU where libcudnn loads, every
+// tensor 16-byte aligned, and cuDNN's support check takes both the forward and the backward of
+// the case (so that a forward and its backward run the same kernel). The first H100 run measured
+// it at 49 ms per GPT-2 d12 step (bf16, 8 x 1024) against 58 ms with ember's tensor-core kernels.
+bool automatic_takes_cudnn(Stream& stream, const Dims& s, const TensorView& qkv,
+                           std::initializer_list<const TensorView*> tensors) {
+  if (qkv.dtype != DType::f16 && qkv.dtype != DType::bf16) return false;
+  if (s.rows() == 0 || !cudnn_attention::unavailable().empty()) return false;
+  for (const TensorView* t : tensors) {
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  }
+  const cudnn_attention::Case c = cudnn_case(qkv, s);
+  return cudnn_attention::unsupported(stream, c, false).empty() &&
+         cudnn_attention::unsupported(stream, c, true).empty();
+}
+
 // The kernel a call runs: the option, or for automatic EMBER_ATTENTION_KERNEL's when set.
 AttentionKernel chosen_kernel(AttentionKernel requested) {
   if (requested != AttentionKernel::automatic) return requested;
@@ -699,8 +715,12 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
   mark_written(out);
   mark_written(lse);
 #if EMBER_WITH_CUDA
-  const AttentionKernel kernel = chosen_kernel(options.kernel);
+  AttentionKernel kernel = chosen_kernel(options.kernel);
   if (!stream.device().is_cpu()) {
+    if (kernel == AttentionKernel::automatic &&
+        automatic_takes_cudnn(stream, s, qkv, {&qkv, &out, &lse})) {
+      kernel = AttentionKernel::cudnn;
+    }
     check_kernel_option(qkv, s, kernel);
     if (kernel == AttentionKernel::cudnn)
       check_cudnn(kOp, stream, s, false, {&qkv, &out, &lse}, qkv);
@@ -736,7 +756,11 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
   for (const TensorView* in : {&dout, &qkv, &out, &lse}) detail::check_disjoint(kOp, dqkv, *in);
   mark_written(dqkv);
 #if EMBER_WITH_CUDA
-  const AttentionKernel kernel = chosen_kernel(options.kernel);
+  AttentionKernel kernel = chosen_kernel(options.kernel);
+  if (!stream.device().is_cpu() && kernel == AttentionKernel::automatic &&
+      automatic_takes_cudnn(stream, s, qkv, {&qkv, &out, &lse, &dout, &dqkv})) {
+    kernel = AttentionKernel::cudnn;
+  }
   if (!stream.device().is_cpu() && kernel == AttentionKernel::cudnn) {
     check_cudnn(kOp, stream, s, true, {&qkv, &out, &lse, &dout, &dqkv}, qkv);
   }

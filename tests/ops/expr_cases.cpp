@@ -108,7 +108,16 @@ TEST_P(Expr, MatchesAHandWrittenMapFunctorBitwise) {
         ex::max((ex::gelu(ex::tensor(x) * k + ex::row(b)) - y) / (ex::abs(y) + 1.0f), -0.5f) +
             ex::sqrt(ex::abs(x)) * ex::exp(-ex::tensor(y)) - ex::log(ex::tensor(y) * y + 2));
     ops::map(s, want, Chain{k}, x, ops::row(b), y);
-    EXPECT_EQ(raw(got), raw(want)) << cols;
+    if (host_math()) {
+      EXPECT_EQ(raw(got), raw(want)) << cols;
+    } else {
+      // On a GPU nvcc contracts multiplies and adds into FMAs where the inlined code lets it,
+      // which differs between the expression's functors and the hand-written one: an ulp or two.
+      const std::vector<float> g = host_f32(got), w = host_f32(want);
+      for (size_t i = 0; i < g.size(); ++i) {
+        ASSERT_NEAR(g[i], w[i], 4 * std::ldexp(std::abs(w[i]), -23)) << cols << " " << i;
+      }
+    }
   }
 }
 
@@ -308,7 +317,14 @@ TEST_P(Expr, ConstantsAndFunctorsAreExpressionsToo) {
   Tensor got = Tensor::zeros({3, 9}, DType::f32, device());
   ex::assign(s, got, ex::apply(Hypot{}, xd, ex::tensor(yd) * 2));
   const auto vx = host_f32(x), vy = host_f32(y), vg = host_f32(got);
-  for (size_t i = 0; i < vx.size(); ++i) ASSERT_EQ(vg[i], Hypot{}(vx[i], vy[i] * 2)) << i;
+  for (size_t i = 0; i < vx.size(); ++i) {
+    const float want = Hypot{}(vx[i], vy[i] * 2);
+    if (host_math()) {
+      ASSERT_EQ(vg[i], want) << i;
+    } else {  // a * a + b * b is one FMA on a GPU: within an ulp
+      ASSERT_NEAR(vg[i], want, std::ldexp(want, -23)) << i;
+    }
+  }
 }
 
 TEST_P(Expr, WhereComparisonsAndNans) {

@@ -68,7 +68,8 @@ kernel_filter="$(printf 'Devices/%s.*/cuda0:' "${kernel_suites[@]}")"
 kernel_filter="${kernel_filter%:}"
 # cuDNN's own kernels are left out of racecheck and synccheck: its warp-specialized flash
 # attention kernels report divergent barriers and races there (the first H100 run of the
-# attention cases), and they are not ember's. The automatic attention kernel is ember's SIMT one.
+# attention cases), and they are not ember's. The automatic attention kernel (cuDNN on a GPU) is
+# ember's SIMT one there (EMBER_ATTENTION_KERNEL); the tensor-core cases name their kernel.
 kernel_filter="$kernel_filter-*Cudnn*:*TheEnvironmentChoosesTheAutomaticKernel*"
 
 # In priority order: a --budget too short for all of them skips the last ones. First what never

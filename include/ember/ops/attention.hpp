@@ -23,9 +23,11 @@ namespace ember::ops {
 // deterministic backward, for f16 and bf16 with 16-byte aligned tensors where cuDNN's support
 // check takes the case; an Error naming why where it cannot run (cudnn_attention_unavailable()).
 // cuDNN's log-sum-exp is ember's (natural log, of the scaled scores), but its arithmetic is its
-// own: run the backward with the forward's kernel. automatic does not pick cuDNN yet (it has not
-// run on a GPU; docs/transformer.md). EMBER_ATTENTION_KERNEL=simt|tensor_core|cudnn replaces
-// automatic for a whole run. The CPU ignores the option.
+// own: run the backward with the forward's kernel. automatic takes cuDNN wherever it can run the
+// case's forward and backward (faster on an H100; docs/transformer.md), and ember's kernels
+// elsewhere (the emulator, f32, misaligned tensors, no libcudnn).
+// EMBER_ATTENTION_KERNEL=simt|tensor_core|cudnn replaces automatic for a whole run. The CPU
+// ignores the option.
 enum class AttentionKernel { automatic, simt, tensor_core, cudnn };
 
 struct AttentionOptions {

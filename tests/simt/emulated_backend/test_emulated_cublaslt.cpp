@@ -5,6 +5,7 @@
 // GELU stays ember's function (ops::gelu_forward) on the automatic backend.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -191,6 +192,55 @@ TEST(EmulatedCublasLt, AutomaticGeluIsEmbersGeluOfThePreActivation) {
   o.pre_activation = ember::TensorView();
   ember::ops::matmul(stream, y2, x, w, o);
   EXPECT_EQ(bits(y2), bits(y));
+}
+
+// A Linear's forward under autocast: bf16 operands and output, the f32 master bias, with and
+// without GELU and its saved pre-activation. cuBLASLt's epilogue takes only a bias of D's type,
+// so automatic runs cuBLASLt's product with the bias in f32, then ember's rounding or GELU: one
+// cuBLASLt call, and the output is ember's GELU of the f32 sum rounded once (not of the rounded
+// pre-activation), within bf16 rounding of the tiled kernels.
+TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasRunsOnCublasLt) {
+  if (tiled_forced()) GTEST_SKIP() << "EMBER_MATMUL_BACKEND=tiled";
+  ember::Stream stream = ember::current_stream(kGpu);
+  const Tensor x = random_tensor({37, 24}, DType::bf16, 31),
+               w = random_tensor({45, 24}, DType::bf16, 32);
+  const Tensor bias = random_tensor({45}, DType::f32, 33);
+  for (const Activation act : {Activation::none, Activation::gelu}) {
+    Tensor y = Tensor::zeros({37, 45}, DType::bf16, kGpu),
+           pre = Tensor::zeros({37, 45}, DType::bf16, kGpu);
+    MatmulOptions o;
+    o.transpose_b = true;
+    o.bias = bias;
+    o.activation = act;
+    if (act == Activation::gelu) o.pre_activation = pre;
+    const uint64_t before = cublaslt_matmul_calls();
+    ember::ops::matmul(stream, y, x, w, o);
+    EXPECT_EQ(cublaslt_matmul_calls(), before + 1);
+    // The f32 sum the output was made from, on cuBLASLt too.
+    Tensor sum = Tensor::zeros({37, 45}, DType::f32, kGpu);
+    MatmulOptions product;
+    product.transpose_b = true;
+    product.bias = bias;
+    ember::ops::matmul(stream, sum, x, w, product);
+    Tensor want = Tensor::zeros({37, 45}, DType::bf16, kGpu);
+    if (act == Activation::gelu) {
+      ember::ops::gelu_forward(stream, want, sum);
+      EXPECT_EQ(bits(pre), bits(sum.to(DType::bf16))) << "the pre-activation, rounded once";
+    } else {
+      ember::ops::cast(stream, want, sum);
+    }
+    EXPECT_EQ(bits(y), bits(want));
+    // The tiled kernels' epilogue computes the same function: within bf16 rounding.
+    Tensor tiled = Tensor::zeros({37, 45}, DType::bf16, kGpu);
+    o.backend = MatmulBackend::tiled;
+    o.pre_activation = ember::TensorView();
+    ember::ops::matmul(stream, tiled, x, w, o);
+    const std::vector<float> a = tiled.to(Device::cpu()).to(DType::f32).to_vector<float>(),
+                             b = y.to(Device::cpu()).to(DType::f32).to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], b[i], 1e-2 * (1 + std::abs(a[i]))) << i;
+    }
+  }
 }
 
 // Linear's backward accumulates dW (beta 1) and db (row sums of dY^T, accumulated): cuBLASLt runs
