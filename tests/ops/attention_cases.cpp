@@ -143,11 +143,14 @@ Results run_attention(Stream& s, const Tensor& qkv, const Tensor& dout,
 }
 
 // Whether automatic runs cuDNN for these operands on s's device: where the forced cuDNN kernel
-// runs them, forward and backward.
+// runs them, forward and backward (a defined dout: the backward's check too).
 bool automatic_runs_cudnn(Stream& s, const Tensor& qkv, const Tensor& dout, bool causal) {
   if (s.device().is_cpu() || !ops::cudnn_attention_unavailable().empty()) return false;
   try {
-    run_attention(s, qkv, dout, {.causal = causal, .kernel = ops::AttentionKernel::cudnn});
+    const Shape& q = qkv.shape();
+    const Tensor any_dout =
+        dout.defined() ? dout : Tensor::zeros({q[0], q[1], q[3], q[4]}, qkv.dtype(), s);
+    run_attention(s, qkv, any_dout, {.causal = causal, .kernel = ops::AttentionKernel::cudnn});
   } catch (const ember::Error&) {
     return false;
   }
@@ -220,7 +223,8 @@ TEST_P(Attention, TheTensorCoreKernelsMatchTheReferenceAndTheSimtKernels) {
         // automatic takes cuDNN where it runs the case (a GPU with libcudnn), else tensor cores;
         // EMBER_ATTENTION_KERNEL replaces it (the GPU check's sanitizer runs set it to simt).
         const bool env_steers = std::getenv("EMBER_ATTENTION_KERNEL") != nullptr;
-        const bool automatic_is_cudnn = automatic_runs_cudnn(s, on(qkv), on(dout), causal);
+        const bool automatic_is_cudnn =
+            !env_steers && automatic_runs_cudnn(s, on(qkv), on(dout), causal);
         if (!automatic_is_cudnn && !env_steers) {
           EXPECT_EQ(raw(automatic.dqkv), raw(tc.dqkv)) << what;
         }
@@ -288,6 +292,10 @@ TEST_P(Attention, ANanValueReachesNoEarlierBlock) {
     std::vector<float> x = ember::testing::random_floats(70 * 3 * 32, 70, -1.0f, 1.0f);
     x[qkv_at(d, 0, 66, 2, 0, 3)] = kNan;
     const Tensor qkv = Tensor::from_vector(x, Shape{1, 70, 3, 1, 32}).to(dtype);
+    // cuDNN (automatic's choice on a GPU for bf16) multiplies whole key tiles of 128: its masked
+    // zero probabilities times the NaN value reach every row of the tile (the first H100 run).
+    const bool cudnn = dtype != DType::f32 && std::getenv("EMBER_ATTENTION_KERNEL") == nullptr &&
+                       automatic_runs_cudnn(s, on(qkv), Tensor(), true);
     for (auto kernel : {ops::AttentionKernel::automatic, ops::AttentionKernel::simt}) {
       const std::vector<float> out =
           values(run_attention(s, on(qkv), Tensor(), {.kernel = kernel}).out);
@@ -297,7 +305,7 @@ TEST_P(Attention, ANanValueReachesNoEarlierBlock) {
         if (t >= 66) {
           EXPECT_TRUE(nan) << dtype_name(dtype) << " row " << t;
         }
-        if (t < 64) {
+        if (t < 64 && !(cudnn && kernel == ops::AttentionKernel::automatic)) {
           EXPECT_FALSE(nan) << dtype_name(dtype) << " row " << t;
         }
         if (t < 66 && kernel == ops::AttentionKernel::simt && !device().is_cpu()) {
