@@ -9,11 +9,11 @@
 //                                        benchmarks/traces/record_gpt2_varlen.sh)
 //   bench_allocator --micro [--benchmark_...]   Google Benchmark microbenchmarks
 //
-// Trace mode replays an allocation trace (shared/traces/FORMAT.md) over
+// Trace mode replays an allocation trace (docs/allocation_traces.md) over
 // simulated upstreams (address ranges, no memory; 2 MiB pages; physical memory
 // as the CUDA driver hands it out: one allocation per map call, freed only
 // whole, unless --physical page) and prints the
-// FORMAT.md figures for ember's configuration and, unless --no-compare-pytorch,
+// figures of docs/allocation_traces.md for ember's configuration and, unless --no-compare-pytorch,
 // for PyTorch's default policy and for PyTorch's policy with expandable
 // segments, side by side with the ratios ember / PyTorch.
 //
@@ -368,7 +368,7 @@ void usage(std::FILE* out) {
       "                       [--physical map-call|page]\n"
       "       bench_allocator --all [DIR] [same options]\n"
       "       bench_allocator --micro [--benchmark_filter=... and other Google Benchmark flags]\n"
-      "Replays allocation traces (shared/traces/FORMAT.md; .gz read through gzip) over\n"
+      "Replays allocation traces (docs/allocation_traces.md; .gz read through gzip) over\n"
       "simulated upstreams and prints peak requested/allocated/reserved, reserved/requested,\n"
       "external fragmentation, upstream calls, retries, ns per malloc+free, and the smallest\n"
       "capacity (2 MiB steps) the trace completes in; for ember's config (--conf, default\n"

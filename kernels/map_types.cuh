@@ -2,7 +2,7 @@
 // wrapper, the reductions of map_reduce, and the plain-data launch parameters of the CUDA kernels.
 // Everything here compiles under nvcc, g++ and the SIMT emulator alike.
 // These data types sit at the kernels layer (below ops) because ember/kernels/map.cuh uses them;
-// they keep their public names in ember::ops, re-exported by ember/ops/map_types.hpp.
+// they keep their public names in ember::ops (ember/ops/map.hpp includes this file).
 #pragma once
 
 #if defined(EMBER_SIMT)

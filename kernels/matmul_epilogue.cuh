@@ -1,7 +1,7 @@
 // The matmul epilogue shared by ember's GEMM kernels: finishes one output element from its f32
 // accumulator, following MatmulProblem's definition (ember/kernels/matmul_problem.cuh). The
-// activation formulas are the CPU backend's (src/ops/elementwise/elementwise_cpu.cpp), so the
-// backends agree to a few ulps.
+// activation formulas are the CPU backend's (kernels/activation_math.cuh, which both compile), so
+// the backends agree to a few ulps.
 #pragma once
 
 #include "ember/kernels/activation_math.cuh"

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "ember/kernels/element_type.cuh"
+#include "ember/core/dtype.hpp"
 
 #if defined(EMBER_SIMT)
 #include <vector>

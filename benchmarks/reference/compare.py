@@ -65,7 +65,7 @@ def gbench(binary, pattern, counter, min_time, env=None, strip="/ember"):
              "--benchmark_out_format=json", f"--benchmark_min_time={min_time}"], env)
         rows = json.load(open(out.name))["benchmarks"]
     return {r["name"].replace(strip, "").replace("/real_time", ""): float(r[counter])
-            for r in rows}
+            for r in rows if counter in r and not r.get("error_occurred")}
 
 
 def torch_script(python, script, *args):

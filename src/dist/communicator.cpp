@@ -42,7 +42,7 @@ void throw_timeout(const std::string& what, int rank, int world, double seconds,
 }
 
 void backoff(int iteration) {
-  // MPI moves a non-blocking collective along only inside MPI calls (MPI_Test): keep polling
+  // Waiting on an engine with no completion callback (NCCL's event queries): keep polling
   // (yielding the core to other ranks on an oversubscribed node) for the first ~100k polls, a
   // large collective's whole life; sleep only when waiting long (a slow or lost peer).
   if (iteration < 1024) return;

@@ -247,7 +247,7 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
     if (syncing_) {
       --buckets_[static_cast<size_t>(slot.bucket)].pending;
       launch_ready_buckets(true);
-      // MPI moves non-blocking collectives along inside MPI calls: poll the ones in flight.
+      // Surface a failed collective early (a peer's error, a timeout): test the ones in flight.
       for (int b = 0; b < next_launch_; ++b) (void)buckets_[static_cast<size_t>(b)].work.done();
     }
   }

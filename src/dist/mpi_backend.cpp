@@ -1,5 +1,6 @@
-// The MPI engine: CPU tensors, with MPI's non-blocking collectives on a duplicate of
-// MPI_COMM_WORLD, polled with the communicator's timeout.
+// The MPI engine: CPU tensors, reduced by MPI's blocking collectives on a duplicate of
+// MPI_COMM_WORLD, run in call order on a communication thread; waits have the communicator's
+// timeout.
 #include "dist/backend.hpp"
 
 #include <cstdio>

@@ -87,7 +87,7 @@ std::vector<TraceEvent> parse_trace(std::string_view text, const std::string& na
     if (line_number == 1) {
       EMBER_CHECK(line == kTraceHeader,
                   "{}:1: expected the header line '{}', found '{}'; this is not an ember "
-                  "allocation trace of version 1 (see shared/traces/FORMAT.md)",
+                  "allocation trace of version 1 (see docs/allocation_traces.md)",
                   name, kTraceHeader, line.substr(0, 80));
       continue;
     }

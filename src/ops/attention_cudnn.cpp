@@ -105,6 +105,21 @@ const Library& library() {
   return lib;
 }
 
+// Making a handle or a plan calls the CUDA runtime (allocations, queries), which a stream capture
+// in progress on this thread would refuse, abandoning the capture and caching a failure: the
+// automatic kernel's first call may come inside ember::Graph::capture. Relaxed capture mode
+// around them, as cuBLAS and PyTorch do for their handles and workspaces.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // One cuDNN handle per device, made on first use with that device current; calls on it are
 // serialized (a handle has one stream at a time).
 struct Handle {
@@ -121,6 +136,7 @@ Handle& handle_for(const Stream& stream) {
   if (it != handles.end()) return *it->second;
   // Made whole before it is kept: a failure leaves a handle that says why.
   auto h = std::make_unique<Handle>();
+  const RelaxedCaptureMode relaxed;
   try {
     ember::ops::cuda::enter(stream);  // the handle belongs to the current device
     const cudnnStatus_t status = fe::detail::create_handle(&h->handle);
@@ -266,6 +282,7 @@ const Plan& plan_for(Stream& stream, Handle& h, const Case& c, bool backward) {
   Plan plan;
   {
     std::lock_guard handle_lock(h.mutex);
+    const RelaxedCaptureMode relaxed;
     ember::ops::cuda::enter(stream);
     plan = build_plan(h.handle, c, backward, sm_version(stream));
   }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -142,6 +143,13 @@ Results run_attention(Stream& s, const Tensor& qkv, const Tensor& dout,
   return r;
 }
 
+// Whether EMBER_ATTENTION_KERNEL replaces the automatic kernel (the GPU check's sanitizer runs set
+// it to simt).
+bool environment_steers_automatic() {
+  const char* env = std::getenv("EMBER_ATTENTION_KERNEL");
+  return env != nullptr && *env != '\0' && std::string_view(env) != "automatic";
+}
+
 // Whether automatic runs cuDNN for these operands on s's device: where the forced cuDNN kernel
 // runs them, forward and backward (a defined dout: the backward's check too).
 bool automatic_runs_cudnn(Stream& s, const Tensor& qkv, const Tensor& dout, bool causal) {
@@ -222,7 +230,7 @@ TEST_P(Attention, TheTensorCoreKernelsMatchTheReferenceAndTheSimtKernels) {
                         2 * tolerance(dtype), what + " dqkv against the SIMT kernels");
         // automatic takes cuDNN where it runs the case (a GPU with libcudnn), else tensor cores;
         // EMBER_ATTENTION_KERNEL replaces it (the GPU check's sanitizer runs set it to simt).
-        const bool env_steers = std::getenv("EMBER_ATTENTION_KERNEL") != nullptr;
+        const bool env_steers = environment_steers_automatic();
         const bool automatic_is_cudnn =
             !env_steers && automatic_runs_cudnn(s, on(qkv), on(dout), causal);
         if (!automatic_is_cudnn && !env_steers) {
@@ -240,6 +248,7 @@ TEST_P(Attention, TheTensorCoreKernelsMatchTheReferenceAndTheSimtKernels) {
           const Results cudnn = run_attention(
               s, on(qkv), on(dout), {.causal = causal, .kernel = ops::AttentionKernel::cudnn});
           EXPECT_EQ(raw(automatic.out), raw(cudnn.out)) << what << ": automatic takes cuDNN";
+          EXPECT_EQ(raw(automatic.lse), raw(cudnn.lse)) << what;
           EXPECT_EQ(raw(automatic.dqkv), raw(cudnn.dqkv)) << what;
         } else {
           EXPECT_EQ(raw(automatic.out), raw(tc.out)) << what << ": automatic takes tensor cores";
@@ -294,7 +303,7 @@ TEST_P(Attention, ANanValueReachesNoEarlierBlock) {
     const Tensor qkv = Tensor::from_vector(x, Shape{1, 70, 3, 1, 32}).to(dtype);
     // cuDNN (automatic's choice on a GPU for bf16) multiplies whole key tiles of 128: its masked
     // zero probabilities times the NaN value reach every row of the tile (the first H100 run).
-    const bool cudnn = dtype != DType::f32 && std::getenv("EMBER_ATTENTION_KERNEL") == nullptr &&
+    const bool cudnn = dtype != DType::f32 && !environment_steers_automatic() &&
                        automatic_runs_cudnn(s, on(qkv), Tensor(), true);
     for (auto kernel : {ops::AttentionKernel::automatic, ops::AttentionKernel::simt}) {
       const std::vector<float> out =

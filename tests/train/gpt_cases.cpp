@@ -88,7 +88,8 @@ TEST_P(GptOnDevice, TrainsAsOnTheCpuAndTheSameEveryRun) {
         ++elements;
         if (diff <= bound) continue;
         ++beyond_tol;
-        ASSERT_TRUE(precision == nn::Precision::bf16 && diff <= 2 * 3 * 1e-2 + bound)
+        ASSERT_TRUE(!host_math() && precision == nn::Precision::bf16 &&
+                    diff <= 2 * 3 * 1e-2 + bound)
             << "parameter " << p << " element " << j << ": " << here.parameters[p][j]
             << " against the CPU's " << cpu.parameters[p][j];
       }

@@ -5,12 +5,13 @@
 //   w.wait(stream);                                    // or w.wait() on the host
 //
 // Every collective is asynchronous and returns a Work (ember/dist/work.hpp). Which engine runs
-// it follows the tensor's device: MPI (non-blocking MPI collectives) for CPU tensors, NCCL for
-// CUDA tensors (on a communication stream ordered with the calling stream by events; the GPU is
-// cuda:<local rank>). A single process without a launcher needs neither. Collectives must be
-// called in the same order with matching tensors on every rank, as in MPI and NCCL; with
-// CommOptions::check_metadata each call first compares every rank's (collective, dtype,
-// elements, root) and a mismatch is an Error listing them, instead of corrupted results.
+// it follows the tensor's device: MPI for CPU tensors (blocking collectives on a communication
+// thread, in call order), NCCL for CUDA tensors (on a communication stream ordered with the
+// calling stream by events; the GPU is cuda:<local rank>). A single process without a launcher
+// needs neither. Collectives must be called in the same order with matching tensors on every
+// rank, as in MPI and NCCL; with CommOptions::check_metadata each call first compares every
+// rank's (collective, dtype, elements, root) and a mismatch is an Error listing them, instead
+// of corrupted results.
 #pragma once
 
 #include <atomic>

@@ -1,8 +1,8 @@
 // Replaying an allocation trace (trace.hpp) through a CachingAllocator over
 // simulated upstreams (simulated_upstream.hpp: address ranges, no memory), and
-// the figures shared/traces/FORMAT.md asks for.
+// the figures docs/allocation_traces.md asks for.
 //
-// Replay semantics (FORMAT.md): events are applied in order on one thread; all
+// Replay semantics (docs/allocation_traces.md): events are applied in order on one thread; all
 // stream work is complete at every event (ImmediateStreamEvents), so a freed
 // block is reusable at once on any stream. Streams are the trace's numbers.
 // The physical memory is one budget of `capacity` bytes shared by the plain

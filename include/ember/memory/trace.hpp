@@ -1,5 +1,5 @@
 // Allocation traces: every allocate, free and record_stream a program made, in
-// the text format of shared/traces/FORMAT.md (version 1):
+// the text format of docs/allocation_traces.md (version 1):
 //
 //   # ember-alloc-trace v1
 //   # free-form comment lines

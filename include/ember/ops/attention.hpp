@@ -47,9 +47,10 @@ struct AttentionOptions {
 // attention does: they agree with the f32 arithmetic within that rounding. A row whose scores
 // are all -inf comes out nan with lse -inf (no key to attend to); rows with nan inputs come out
 // nan. On the CPU and on tensor cores a non-finite value can also reach what the causal mask
-// hides from it within its block of 64 positions (a masked weight 0 times inf or nan is nan in
-// the products): a key's or value's, the rows before it; a query's or dout's, the gradients of
-// the keys and values after it. The SIMT kernels never read masked positions.
+// hides from it within its block of 64 positions (within cuDNN's tile of 128 keys) (a masked
+// weight 0 times inf or nan is nan in the products): a key's or value's, the rows before it; a
+// query's or dout's, the gradients of the keys and values after it. The SIMT kernels never read
+// masked positions.
 void attention_forward(Stream& stream, const TensorView& out, const TensorView& lse,
                        const TensorView& qkv, const AttentionOptions& options = {});
 

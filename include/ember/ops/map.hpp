@@ -50,8 +50,8 @@
 #include "ember/core/scratch.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "ember/kernels/map_types.cuh"
 #include "ember/ops/map_cpu.hpp"
-#include "ember/ops/map_types.hpp"
 
 // The kernels are available where this translation unit is compiled for CUDA: by nvcc, or by
 // g++ for the SIMT emulator (after ember/simt/prelude.hpp, which defines __global__).

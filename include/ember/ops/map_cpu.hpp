@@ -15,7 +15,7 @@
 
 #include "ember/core/denormals.hpp"
 #include "ember/core/tensor.hpp"
-#include "ember/ops/map_types.hpp"
+#include "ember/kernels/map_types.cuh"
 
 // OpenMP where the compiler has it on (nvcc compiles a .cu's host code without -fopenmp: the
 // CPU path then runs on one thread, with the same results).

@@ -10,7 +10,7 @@
 #include "ember/core/macros.hpp"
 #include "ember/core/philox.hpp"
 #include "ember/kernels/activation_math.cuh"
-#include "ember/ops/map_types.hpp"
+#include "ember/kernels/map_types.cuh"
 
 namespace ember::ops::fn {
 

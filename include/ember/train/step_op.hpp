@@ -1,4 +1,4 @@
-// One optimizer step as a multi-tensor operation, the same on the CPU (src/train/apply_cpu.hpp)
+// One optimizer step as a multi-tensor operation, the same on the CPU (src/train/apply_rule.hpp)
 // and in one CUDA launch (ember/kernels/multi_tensor.cuh): a rule (update_rules.hpp) plus what the
 // step reads besides the tensors.
 //

@@ -24,7 +24,7 @@ void max(const TensorView& out, const TensorView& x);  // x is not empty
 
 // ---- shared helpers ----------------------------------------------------------------------------
 
-// 16-bit <-> f32 conversion of n elements (elementwise_cpu.cpp).
+// 16-bit <-> f32 conversion of n elements (cpu_convert.cpp).
 void f16_to_f32(const half* in, int64_t n, float* out);
 void bf16_to_f32(const bfloat16* in, int64_t n, float* out);
 void f32_to_f16(const float* in, int64_t n, half* out);

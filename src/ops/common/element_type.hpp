@@ -1,9 +1,8 @@
-// Internal: the element type kernels read and write for an operand's DType (ember/kernels/
-// element_type.cuh), for the host code of the CUDA ops.
+// Internal: the element type kernels read and write for an operand's DType (ember::DType's
+// floating members; kernels treat anything but f16 and bf16 as f32), for the CUDA ops' host code.
 #pragma once
 
 #include "ember/core/dtype.hpp"
-#include "ember/kernels/element_type.cuh"
 
 namespace ember::ops::cuda {
 

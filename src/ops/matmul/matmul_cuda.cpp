@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -101,9 +102,10 @@ MatmulBackend automatic_choice() {
 // epilogue compute bit for bit. cuBLASLt's GELU epilogue computes it with other arithmetic, so the
 // automatic backend runs an f32 GELU product as cuBLASLt's product (with its bias) into the
 // pre-activation (or C), then ember's GELU: a remade output (selective checkpointing recomputes
-// gelu_forward(pre)) is then bitwise the forward's on every backend. 16-bit outputs keep the
-// fused epilogue (rounding before the GELU would lose accuracy; nothing remakes them). False when
-// this does not apply or cuBLASLt cannot run the product (nothing enqueued then).
+// gelu_forward(pre)) is then bitwise the forward's on every backend. 16-bit outputs with a bias
+// of their own type keep cuBLASLt's fused epilogue (rounding before the GELU would lose accuracy;
+// nothing remakes them); with an f32 bias, sixteen_bit_output_after_cublaslt. False when this
+// does not apply or cuBLASLt cannot run the product (nothing enqueued then).
 bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& a,
                          const TensorView& b, const detail::MatmulDims& dims,
                          const MatmulOptions& options) {
@@ -169,20 +171,24 @@ bool sixteen_bit_output_after_cublaslt(Stream& stream, const TensorView& c, cons
       options.activation_grad != Activation::none || options.bias_grad.data != nullptr) {
     return false;
   }
-  const Scratch scratch(stream, static_cast<size_t>(c.numel()) * sizeof(float));
-  const TensorView sum{scratch.data(), DType::f32, c.shape, c.device};
   MatmulOptions product = options;
   product.activation = Activation::none;
   product.pre_activation = TensorView();
-  const kernels::MatmulProblem problem = make_problem(sum, a, b, dims, product);
-  if (!cublaslt_unsupported_reason(problem).empty()) return false;
+  // Whether cuBLASLt takes the product, asked before the scratch is allocated (an allocator's
+  // 256-byte aligned address stands in for it), so that a refusal falls back without allocating.
+  TensorView sum{reinterpret_cast<void*>(uintptr_t{256}), DType::f32, c.shape, c.device};
+  if (!cublaslt_unsupported_reason(make_problem(sum, a, b, dims, product)).empty()) return false;
+  const Scratch scratch(stream, static_cast<size_t>(c.numel()) * sizeof(float));
+  sum.data = scratch.data();
   try {
-    matmul_cublaslt(problem, static_cast<cudaStream_t>(stream.native()), stream.device().index());
+    matmul_cublaslt(make_problem(sum, a, b, dims, product),
+                    static_cast<cudaStream_t>(stream.native()), stream.device().index());
   } catch (const CublasLtNoAlgorithm&) {
     return false;
   }
+  // The pre-activation is the sum whatever the activation (MatmulProblem's contract).
+  if (options.pre_activation.data != nullptr) cast(stream, options.pre_activation, sum);
   if (options.activation == Activation::gelu) {
-    if (options.pre_activation.data != nullptr) cast(stream, options.pre_activation, sum);
     gelu_forward(stream, c, sum);
   } else {
     cast(stream, c, sum);

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 // By path, not by name, like matmul_cublaslt.hpp.
-#include "ember/kernels/element_type.cuh"
+#include "ember/core/dtype.hpp"
 
 namespace ember::ops::cuda {
 

@@ -243,6 +243,36 @@ TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasRunsOnCublasLt) {
   }
 }
 
+// The same path batched (C [2, 19, 45], the weight shared), with alpha and a pre-activation but no
+// activation: the pre-activation is the f32 sum rounded, as MatmulProblem defines it.
+TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasBatchedScaledWithAPreActivation) {
+  if (tiled_forced()) GTEST_SKIP() << "EMBER_MATMUL_BACKEND=tiled";
+  ember::Stream stream = ember::current_stream(kGpu);
+  const Tensor x = random_tensor({2, 19, 24}, DType::bf16, 41),
+               w = random_tensor({45, 24}, DType::bf16, 42);
+  const Tensor bias = random_tensor({45}, DType::f32, 43);
+  Tensor y = Tensor::zeros({2, 19, 45}, DType::bf16, kGpu),
+         pre = Tensor::zeros({2, 19, 45}, DType::bf16, kGpu);
+  MatmulOptions o;
+  o.transpose_b = true;
+  o.alpha = 0.5f;
+  o.bias = bias;
+  o.pre_activation = pre;
+  const uint64_t before = cublaslt_matmul_calls();
+  ember::ops::matmul(stream, y, x, w, o);
+  EXPECT_EQ(cublaslt_matmul_calls(), before + 1);
+  Tensor sum = Tensor::zeros({2, 19, 45}, DType::f32, kGpu);
+  MatmulOptions product = o;
+  product.pre_activation = ember::TensorView();
+  ember::ops::matmul(stream, sum, x, w, product);
+  const std::vector<uint32_t> want = bits(sum.to(DType::bf16));
+  EXPECT_EQ(bits(y), want);
+  EXPECT_EQ(bits(pre), want);
+  const auto reference = matmul_reference(y.view(), x.view(), w.view(), o);
+  expect_close(y, reference.c, matmul_tolerance(DType::bf16, 24));
+  expect_close(pre, reference.pre, matmul_tolerance(DType::bf16, 24));
+}
+
 // Linear's backward accumulates dW (beta 1) and db (row sums of dY^T, accumulated): cuBLASLt runs
 // both products (its BGRADB epilogue cannot accumulate, so ember's row-sum kernel adds db), and
 // the gradients match the CPU's.
