@@ -30,6 +30,19 @@ void expect_error(F&& f, const std::string& part) {
   expect_error(std::forward<F>(f), {part});
 }
 
+// Runs f, which must throw ember::Error, and returns its message (a test failure, and "", when f
+// throws none).
+template <class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.message();
+  }
+  ADD_FAILURE() << "no ember::Error was thrown";
+  return {};
+}
+
 // Sets the OpenMP thread count for a scope and restores the previous one.
 class OmpThreads {
  public:

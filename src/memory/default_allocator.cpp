@@ -2,7 +2,7 @@
 // (src/core/default_allocator_hook.hpp): one CachingAllocator per device.
 #include <fmt/format.h>
 
-#include "../core/default_allocator_hook.hpp"
+#include "core/default_allocator_hook.hpp"
 #include "ember/core/error.hpp"
 #include "ember/memory/caching_allocator.hpp"
 #include "ember/memory/cuda_stream_events.hpp"

@@ -5,22 +5,13 @@
 #include "ember/core/device.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
+#include "test_support.hpp"
 
 namespace {
 
-using ember::Device;
+using ember::testing::error_message;
 
-// Runs f, which must throw ember::Error, and returns the message.
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
+using ember::Device;
 
 TEST(DeviceParse, AcceptsCpuAndCuda) {
   EXPECT_EQ(Device::parse("cpu"), Device::cpu());

@@ -5,21 +5,13 @@
 
 #include "ember/core/error.hpp"
 #include "ember/core/shape.hpp"
+#include "test_support.hpp"
 
 namespace {
 
-using ember::Shape;
+using ember::testing::error_message;
 
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
+using ember::Shape;
 
 TEST(Shape, ScalarHasRankZeroAndOneElement) {
   const Shape s;

@@ -7,23 +7,15 @@
 
 #include "ember/core/error.hpp"
 #include "ember/core/stream.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::error_message;
 
 using ember::Device;
 using ember::Event;
 using ember::Stream;
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
 
 TEST(Stream, CpuStreamRunsInline) {
   Stream stream;

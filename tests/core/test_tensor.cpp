@@ -15,6 +15,8 @@
 
 namespace {
 
+using ember::testing::error_message;
+
 using ember::testing::OmpThreads;
 
 using ember::bfloat16;
@@ -26,17 +28,6 @@ using ember::TensorView;
 
 constexpr DType kAllDTypes[] = {DType::f32, DType::f16, DType::bf16,
                                 DType::i32, DType::i64, DType::u8};
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
 
 // The elements of any tensor, as doubles.
 std::vector<double> values_of(const Tensor& t) {

@@ -9,8 +9,11 @@
 #include <vector>
 
 #include "ember/data/dataset.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::error_message;
 
 using ember::DType;
 using ember::Tensor;
@@ -18,17 +21,6 @@ using ember::data::Dataset;
 using ember::data::gather;
 using ember::data::permutation;
 using ember::data::split;
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
 
 // n rows of 3 features; row i holds {i, 10 i, 100 i} and label i % classes, so every row of a
 // gathered or split set can be traced back to where it came from.

@@ -10,25 +10,17 @@
 #include <vector>
 
 #include "ember/data/idx.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::error_message;
 
 namespace fs = std::filesystem;
 using ember::DType;
 using ember::Shape;
 using ember::data::load_mnist;
 using ember::data::read_idx;
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
-}
 
 using Bytes = std::vector<uint8_t>;
 

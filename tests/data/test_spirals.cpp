@@ -10,8 +10,11 @@
 
 #include "ember/data/dataset.hpp"
 #include "ember/data/spirals.hpp"
+#include "test_support.hpp"
 
 namespace {
+
+using ember::testing::error_message;
 
 using ember::data::Dataset;
 using ember::data::make_spirals;
@@ -26,17 +29,6 @@ SpiralsOptions spirals(int64_t classes, int64_t points_per_class, uint64_t seed 
   o.seed = seed;
   o.noise = noise;
   return o;
-}
-
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ember::Error was thrown";
-  return {};
 }
 
 std::vector<uint32_t> input_bits(const Dataset& d) {

@@ -40,7 +40,7 @@ run("${WORK_DIR}/prefix/bin/memory_snapshot_svg" --help)
 file(GLOB build_libs "${BUILD_DIR}/lib/libember.so" "${BUILD_DIR}/lib/*/libember.so")
 list(TRANSFORM tools PREPEND "${WORK_DIR}/prefix/bin/" OUTPUT_VARIABLE installed_tools)
 foreach(file "${WORK_DIR}/prefix/lib/libember.so" ${installed_tools} ${build_libs}
-        "${BUILD_DIR}/examples/memory_snapshot_svg")
+        "${BUILD_DIR}/tools/memory_snapshot_svg")
   execute_process(COMMAND readelf -d "${file}" RESULT_VARIABLE code OUTPUT_VARIABLE dynamic)
   string(REGEX MATCH "R(UN)?PATH\\)[^[]*\\[([^]]*)\\]" found "${dynamic}")
   set(runpath "${CMAKE_MATCH_2}")
