@@ -5,10 +5,10 @@
 
 #include "ember/core/error.hpp"
 
-#define EMBER_CUDA_CHECK(expr)                                                               \
-  do {                                                                                       \
-    const cudaError_t ember_status_ = (expr);                                                \
-    if (ember_status_ != cudaSuccess) [[unlikely]]                                           \
+#define EMBER_CUDA_CHECK(expr)                                                              \
+  do {                                                                                      \
+    const cudaError_t ember_status_ = (expr);                                               \
+    if (ember_status_ != cudaSuccess) [[unlikely]]                                          \
       EMBER_THROW("CUDA call '{}' failed: {} ({})", #expr, cudaGetErrorName(ember_status_), \
-                  cudaGetErrorString(ember_status_));                                        \
+                  cudaGetErrorString(ember_status_));                                       \
   } while (0)
