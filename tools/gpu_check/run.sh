@@ -249,6 +249,17 @@ timeout_detail() {
     echo "timed out after $step_limit s"
   fi
 }
+# finish_step RC LOG ERROR_REGEX PASS_DETAIL: FAIL with the log's first error line where the
+# command timed out or failed, else PASS with PASS_DETAIL (sets res and detail).
+finish_step() {
+  if [ "$timed_out" -eq 1 ] || [ "$1" -ne 0 ]; then
+    res=FAIL
+    detail="exit code $1: $(first_error_line "$2" "$3")"
+  else
+    res=PASS
+    detail="$4"
+  fi
+}
 first_error_line() {  # first_error_line LOG REGEX: the first output line matching, shortened
   grep -vE '^\$ |^\[run.sh' "$1" | grep -m 1 -E "$2" | sed -e 's/^=* *//' | cut -c 1-160
 }
@@ -570,13 +581,8 @@ step_train_gpt2_timeline() {
     --text "$corpus" --seq 1024 --batch 8 --amp bf16 --steps 4 --log-every 2 --eval-every 1000 \
     --sample-tokens 0
   rc=$?
-  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
-    res=FAIL
-    detail="exit code $rc: $(first_error_line "$log" 'Error|error|assert|missing|overlap')"
-  else
-    res=PASS
-    detail="$(grep -m 1 'host ranges' "$log" | cut -c 1-150)"
-  fi
+  finish_step "$rc" "$log" 'Error|error|assert|missing|overlap' \
+    "$(grep -m 1 'host ranges' "$log" | cut -c 1-150)"
 }
 
 # A benchmark: its GPU rows (FILTER), with the ratio tables; DETAIL_PATTERN picks the ratio
@@ -702,13 +708,8 @@ step_torch_reference() {
     python3 "$script" --device cuda --bin "$bindir" --only train_step,gpt2 --gpt2-models 'small|d12' \
     --compile --min-time "$min_time"
   rc=$?
-  if [ "$timed_out" -eq 1 ] || [ "$rc" -ne 0 ]; then
-    res=FAIL
-    detail="exit code $rc: $(first_error_line "$log" 'Error|error|failed')"
-  else
-    res=PASS
-    detail="$(grep -E 'width:256/.*graph|bf16/d12/T:1024' "$log" | awk '{ printf "%s%s %s", sep, $1, $4; sep = ", " }' | cut -c 1-300)"
-  fi
+  finish_step "$rc" "$log" 'Error|error|failed' \
+    "$(grep -E 'width:256/.*graph|bf16/d12/T:1024' "$log" | awk '{ printf "%s%s %s", sep, $1, $4; sep = ", " }' | cut -c 1-300)"
 }
 step_bench_gpt2_trace() {
   # Blocks of 4 steps traced and 4 not, interleaved: a second of them for a steady figure.

@@ -98,6 +98,18 @@ MatmulBackend automatic_choice() {
   EMBER_THROW("{}: EMBER_MATMUL_BACKEND must be auto, tiled or cublaslt, not '{}'", kOp, value);
 }
 
+// Runs the product on cuBLASLt; false, with nothing enqueued, where cuBLASLt cannot express it or
+// finds no algorithm for the layout.
+bool ran_on_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream, int device) {
+  if (!cublaslt_unsupported_reason(problem).empty()) return false;
+  try {
+    matmul_cublaslt(problem, stream, device);
+  } catch (const CublasLtNoAlgorithm&) {
+    return false;
+  }
+  return true;
+}
+
 // GELU is one function in ember: ops::gelu_forward's, which the CPU and the tiled kernels'
 // epilogue compute bit for bit. cuBLASLt's GELU epilogue computes it with other arithmetic, so the
 // automatic backend runs an f32 GELU product as cuBLASLt's product (with its bias) into the
@@ -118,12 +130,8 @@ bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& 
   product.activation = Activation::none;
   product.pre_activation = TensorView();
   const TensorView& pre = separate_pre ? options.pre_activation : c;
-  const kernels::MatmulProblem problem = make_problem(pre, a, b, dims, product);
-  if (!cublaslt_unsupported_reason(problem).empty()) return false;
-  const int device = stream.device().index();
-  try {
-    matmul_cublaslt(problem, static_cast<cudaStream_t>(stream.native()), device);
-  } catch (const CublasLtNoAlgorithm&) {
+  if (!ran_on_cublaslt(make_problem(pre, a, b, dims, product),
+                       static_cast<cudaStream_t>(stream.native()), stream.device().index())) {
     return false;
   }
   gelu_forward(stream, c, pre);
@@ -142,12 +150,7 @@ bool bias_grad_after_cublaslt(const kernels::MatmulProblem& problem, cudaStream_
   if (problem.activation != kernels::EpilogueActivation::none) return false;
   kernels::MatmulProblem product = problem;
   product.bias_grad = kernels::MatrixRef{};
-  if (!cublaslt_unsupported_reason(product).empty()) return false;
-  try {
-    matmul_cublaslt(product, stream, device);
-  } catch (const CublasLtNoAlgorithm&) {
-    return false;
-  }
+  if (!ran_on_cublaslt(product, stream, device)) return false;
   matmul_row_sums(problem, stream);
   return true;
 }
@@ -180,10 +183,8 @@ bool sixteen_bit_output_after_cublaslt(Stream& stream, const TensorView& c, cons
   if (!cublaslt_unsupported_reason(make_problem(sum, a, b, dims, product)).empty()) return false;
   const Scratch scratch(stream, static_cast<size_t>(c.numel()) * sizeof(float));
   sum.data = scratch.data();
-  try {
-    matmul_cublaslt(make_problem(sum, a, b, dims, product),
-                    static_cast<cudaStream_t>(stream.native()), stream.device().index());
-  } catch (const CublasLtNoAlgorithm&) {
+  if (!ran_on_cublaslt(make_problem(sum, a, b, dims, product),
+                       static_cast<cudaStream_t>(stream.native()), stream.device().index())) {
     return false;
   }
   // The pre-activation is the sum whatever the activation (MatmulProblem's contract).
@@ -232,14 +233,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
       // Any other f32 GELU product: ember's tiled kernels, never cuBLASLt's own GELU epilogue.
       if (options.activation == Activation::gelu && c.dtype == DType::f32) break;
       if (bias_grad_after_cublaslt(problem, handle, device)) return;
-      if (cublaslt_unsupported_reason(problem).empty()) {
-        try {
-          matmul_cublaslt(problem, handle, device);
-          return;
-        } catch (const CublasLtNoAlgorithm&) {
-          // nothing was enqueued: fall through to the tiled kernels
-        }
-      }
+      if (ran_on_cublaslt(problem, handle, device)) return;
   }
   run_tiled(problem, handle, device);
 }
