@@ -136,6 +136,74 @@ TEST(MatmulCpu, EngineChoice) {
   EXPECT_STREQ(ember::ops::cpu_gemm_engine_name(CpuGemmEngine::openblas), "openblas");
 }
 
+// op(A[e]) op(B[e]) in double from the operands' (already rounded) values: alpha * AB + beta * C.
+std::vector<double> reference_product(const Tensor& a, const Tensor& b, const Tensor& c0, bool ta,
+                                      bool tb, float alpha, float beta) {
+  const std::vector<float> av = a.to(DType::f32).to_vector<float>(),
+                           bv = b.to(DType::f32).to_vector<float>(), cv = c0.to_vector<float>();
+  const int64_t batch = c0.shape()[0], m = c0.shape()[1], n = c0.shape()[2];
+  const int64_t k = ta ? a.shape()[a.rank() - 2] : a.shape()[a.rank() - 1];
+  const int64_t a_step = a.rank() == 3 ? m * k : 0, b_step = b.rank() == 3 ? k * n : 0;
+  std::vector<double> out(cv.size());
+  for (int64_t e = 0; e < batch; ++e) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          sum += double(av[e * a_step + (ta ? p * m + i : i * k + p)]) *
+                 bv[e * b_step + (tb ? j * k + p : p * n + j)];
+        }
+        out[(e * m + i) * n + j] = alpha * sum + beta * double(cv[(e * m + i) * n + j]);
+      }
+    }
+  }
+  return out;
+}
+
+// 16-bit products of many row tiles, where oneDNN's operands are rearranged once per product (A
+// transposed into rows, B packed into the kernel's layout, per batch entry when B is batched):
+// every transpose, a batched and a shared B, alpha and beta, a last tile shorter than the others,
+// and a B of 2 MiB (tiles of at least 64 rows). Against double sums of the rounded operands.
+TEST(MatmulCpu, SixteenBitProductsOfManyRowTiles) {
+  ember::Stream stream;
+  struct Case {
+    int64_t m, k, n;
+    bool batched_b;
+  };
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    for (const Case& shape :
+         {Case{200, 96, 80, true}, Case{200, 96, 80, false}, Case{150, 1024, 1024, false}}) {
+      for (auto [ta, tb] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+        if (shape.k == 1024 && ta != tb) continue;  // the big shape: two combinations suffice
+        SCOPED_TRACE(::testing::Message() << ember::dtype_name(dtype) << " m=" << shape.m
+                                          << " k=" << shape.k << " n=" << shape.n << " batched B="
+                                          << shape.batched_b << " ta=" << ta << " tb=" << tb);
+        const int64_t m = shape.m, k = shape.k, n = shape.n;
+        const Tensor a = random_tensor(ta ? Shape{2, k, m} : Shape{2, m, k}, 21).to(dtype);
+        const Shape b_shape = tb ? Shape{n, k} : Shape{k, n};
+        const Tensor b =
+            random_tensor(shape.batched_b ? Shape{2, b_shape[0], b_shape[1]} : b_shape, 22)
+                .to(dtype);
+        const Tensor c0 = random_tensor({2, m, n}, 23);
+        MatmulOptions o;
+        o.transpose_a = ta;
+        o.transpose_b = tb;
+        o.alpha = 0.5f;
+        o.beta = -0.25f;
+        Tensor c = c0.clone();
+        ember::ops::matmul(stream, c, a, b, o);
+        const std::vector<float> got = c.to_vector<float>();
+        const std::vector<double> want = reference_product(a, b, c0, ta, tb, o.alpha, o.beta);
+        // f32 accumulation of k products of magnitude below 1
+        const double tolerance = 4e-7 * static_cast<double>(k);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], tolerance) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulCpu, CudaBackendsAreRefused) {
   ember::Stream stream;
   Tensor a = Tensor::zeros({4, 3}), b = Tensor::zeros({3, 2}), c = Tensor::zeros({4, 2});

@@ -1,11 +1,14 @@
 #include "ops/matmul/matmul_onednn.hpp"
 
+#include "ember/core/scratch.hpp"
 #include "ops/matmul/cpu_output_tiles.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -47,10 +50,11 @@ memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool tra
 }
 
 // The product of an [m, k] tile of op(A) and a [k, n] tile of op(B) into an [m, n] tile of C,
-// whose rows are ldc apart.
+// whose rows are ldc apart. With packed_b, B is in whatever layout oneDNN's kernel reads best
+// (format_tag::any; pack_b makes it), and transpose_b and ldb are not used.
 dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::data_type type,
                                       bool transpose_a, bool transpose_b, int64_t lda, int64_t ldb,
-                                      int64_t ldc, float alpha, float beta) {
+                                      int64_t ldc, float alpha, float beta, bool packed_b = false) {
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -59,7 +63,8 @@ dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::d
     attr.set_post_ops(ops);
   }
   const dnnl::matmul::desc desc(matrix(m, k, type, transpose_a, lda),
-                                matrix(k, n, type, transpose_b, ldb),
+                                packed_b ? memory::desc({k, n}, type, memory::format_tag::any)
+                                         : matrix(k, n, type, transpose_b, ldb),
                                 memory::desc({m, n}, memory::data_type::f32, {ldc, 1}));
   return dnnl::matmul::primitive_desc(desc, attr, onednn().engine);
 }
@@ -92,11 +97,12 @@ struct TileKey {
   int type;
   bool transpose_a, transpose_b;
   float alpha, beta;
+  bool packed_b = false;  // then transpose_b and ldb are 0
   // alpha and beta by their bits, as the hash: -0 and 0 are different keys, a nan one key.
   bool operator==(const TileKey& o) const {
     return rows == o.rows && cols == o.cols && k == o.k && lda == o.lda && ldb == o.ldb &&
            ldc == o.ldc && type == o.type && transpose_a == o.transpose_a &&
-           transpose_b == o.transpose_b &&
+           transpose_b == o.transpose_b && packed_b == o.packed_b &&
            std::bit_cast<uint32_t>(alpha) == std::bit_cast<uint32_t>(o.alpha) &&
            std::bit_cast<uint32_t>(beta) == std::bit_cast<uint32_t>(o.beta);
   }
@@ -107,7 +113,7 @@ struct TileKeyHash {
     size_t h = 0;
     for (const int64_t v :
          {key.rows, key.cols, key.k, key.lda, key.ldb, key.ldc, int64_t{key.type},
-          int64_t{key.transpose_a}, int64_t{key.transpose_b},
+          int64_t{key.transpose_a}, int64_t{key.transpose_b}, int64_t{key.packed_b},
           int64_t{std::bit_cast<int32_t>(key.alpha)}, int64_t{std::bit_cast<int32_t>(key.beta)}}) {
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     }
@@ -132,20 +138,14 @@ const TilePrimitive& tile_primitive(const TileKey& key) {
   if (cache.size() >= 1024) cache.clear();
   auto pd =
       describe(key.rows, key.cols, key.k, static_cast<memory::data_type>(key.type), key.transpose_a,
-               key.transpose_b, key.lda, key.ldb, key.ldc, key.alpha, key.beta);
+               key.transpose_b, key.lda, key.ldb, key.ldc, key.alpha, key.beta, key.packed_b);
   return cache.emplace(key, TilePrimitive{pd, dnnl::matmul(pd)}).first->second;
 }
 
-}  // namespace
-
-bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, int64_t cols,
-                 int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
-                 float beta, float* c, int64_t ldc) {
-  if (!onednn_available(dtype)) return false;
+// C = alpha * A B + beta * C for one tile on the calling thread, B packed if key.packed_b.
+void run_tile(const TileKey& key, const void* a, const void* b, float* c) {
   OneDnn& dnn = onednn();
-  const TilePrimitive& tile =
-      tile_primitive({rows, cols, k, lda, ldb, ldc, static_cast<int>(data_type(dtype)), transpose_a,
-                      transpose_b, alpha, beta});
+  const TilePrimitive& tile = tile_primitive(key);
   memory src(tile.pd.src_desc(), dnn.engine, const_cast<void*>(a));
   memory weights(tile.pd.weights_desc(), dnn.engine, const_cast<void*>(b));
   memory dst(tile.pd.dst_desc(), dnn.engine, c);
@@ -154,6 +154,37 @@ bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, 
   tile.product.execute(stream,
                        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
   stream.wait();
+}
+
+// op(A) of a 16-bit product as row-major [m, k] copies, one per batch entry of A: oneDNN 2.6's
+// AMX kernels (brgemm) take A only row-major; with A transposed it runs its AVX-512 gemm, at
+// less than half the speed (a weight gradient dY^T X: 245 against 600+ GFLOP/s per thread).
+// Moving 16-bit values is exact, so only the summation order of that fallback is lost.
+void transpose16(const uint16_t* a, int64_t entries, int64_t m, int64_t k, uint16_t* out) {
+  constexpr int64_t kSide = 64;
+  const int64_t row_blocks = (m + kSide - 1) / kSide, col_blocks = (k + kSide - 1) / kSide;
+  const int64_t blocks = entries * row_blocks * col_blocks;
+#pragma omp parallel for schedule(static) if (entries * m * k >= (int64_t{1} << 16))
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t e = block / (row_blocks * col_blocks), rest = block % (row_blocks * col_blocks);
+    const int64_t i0 = rest / col_blocks * kSide, p0 = rest % col_blocks * kSide;
+    const uint16_t* source = a + e * m * k;  // [k, m]
+    uint16_t* target = out + e * m * k;      // [m, k]
+    for (int64_t i = i0; i < std::min(m, i0 + kSide); ++i) {
+      for (int64_t p = p0; p < std::min(k, p0 + kSide); ++p) target[i * k + p] = source[p * m + i];
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm16_tile(DType dtype, bool transpose_a, bool transpose_b, int64_t rows, int64_t cols,
+                 int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc) {
+  if (!onednn_available(dtype)) return false;
+  run_tile({rows, cols, k, lda, ldb, ldc, static_cast<int>(data_type(dtype)), transpose_a,
+            transpose_b, alpha, beta},
+           a, b, c);
   return true;
 }
 
@@ -162,20 +193,84 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
                    float beta) {
   if (a.dtype != b.dtype || !onednn_available(a.dtype)) return false;
   const int64_t m = dims.m, n = dims.n, k = dims.k;
-  const int64_t lda = transpose_a ? m : k, ldb = transpose_b ? k : n;
-  const size_t element = dtype_size(a.dtype);
+  const int64_t element = static_cast<int64_t>(dtype_size(a.dtype));
+  const int type = static_cast<int>(data_type(a.dtype));
   // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
   // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
   // once (tile_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
-  const OutputTiles tiles = n <= kWholeRowsMax ? whole_row_tiles(m, n) : output_tiles(m, n);
+  const bool whole_rows = n <= kWholeRowsMax;
+  const OutputTiles tiles =
+      whole_rows ? whole_row_tiles(m, n, k * n * element) : output_tiles(m, n);
+
+  // Tiles of whole rows run on AMX: A row-major (transpose16), and B packed once into the
+  // kernel's own layout when several tiles read it. Unpacked, each call repacks all of B: a
+  // 32-row tile of a 2048-wide layer repacked 8 MB for 268 MFLOP.
+  const void* a_data = a.data;
+  int64_t lda = transpose_a ? m : k;
+  std::optional<Scratch> a_rows;
+  if (whole_rows && transpose_a) {
+    const int64_t entries = dims.a_batched ? dims.batch : 1;
+    a_rows.emplace(Stream(), static_cast<size_t>(entries * m * k * element));
+    transpose16(static_cast<const uint16_t*>(a.data), entries, m, k,
+                static_cast<uint16_t*>(a_rows->data()));
+    a_data = a_rows->data();
+    transpose_a = false;
+    lda = k;
+  }
+  const int64_t ldb = transpose_b ? k : n;
+  const TileKey plain{tiles.rows, tiles.cols,  k,           lda,   ldb, n,
+                      type,       transpose_a, transpose_b, alpha, beta};
+  TileKey packed = plain;
+  packed.packed_b = true;
+  packed.transpose_b = false;
+  packed.ldb = 0;
+  std::optional<Scratch> b_packed;
+  int64_t packed_bytes = 0;
+  // The last row tile may be shorter; it reads the packed B only where its kernel wants the
+  // same layout.
+  const int64_t last_rows = m - (tiles.row_tiles - 1) * tiles.rows;
+  bool last_packed = false;
+  if (whole_rows && tiles.row_tiles > 1) {
+    const memory::desc layout = tile_primitive(packed).pd.weights_desc();
+    const memory::desc plain_layout = tile_primitive(plain).pd.weights_desc();
+    if (layout != plain_layout) {
+      TileKey last = packed;
+      last.rows = last_rows;
+      last_packed = tile_primitive(last).pd.weights_desc() == layout;
+      packed_bytes = static_cast<int64_t>(layout.get_size());
+      const int64_t entries = dims.b_batched ? dims.batch : 1;
+      b_packed.emplace(Stream(), static_cast<size_t>(entries * packed_bytes));
+      OneDnn& dnn = onednn();
+      dnnl::stream stream(dnn.engine);
+      for (int64_t e = 0; e < entries; ++e) {
+        memory source(plain_layout, dnn.engine,
+                      const_cast<char*>(static_cast<const char*>(b.data) + e * k * n * element));
+        memory target(layout, dnn.engine, static_cast<char*>(b_packed->data()) + e * packed_bytes);
+        dnnl::reorder(source, target).execute(stream, source, target);
+      }
+      stream.wait();
+    }
+  }
+
   for_each_output_tile(
       dims.batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
         const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
+        const char* a_tile = static_cast<const char*>(a_data) + a_offset * element;
+        float* c_tile = c32 + e * m * n + i0 * n + j0;
+        if (b_packed && (rows == tiles.rows || last_packed)) {
+          TileKey key = packed;
+          key.rows = rows;
+          run_tile(
+              key, a_tile,
+              static_cast<const char*>(b_packed->data()) + (dims.b_batched ? e * packed_bytes : 0),
+              c_tile);
+          return;
+        }
         const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
-        gemm16_tile(a.dtype, transpose_a, transpose_b, rows, cols, k, alpha,
-                    static_cast<const char*>(a.data) + a_offset * element, lda,
-                    static_cast<const char*>(b.data) + b_offset * element, ldb, beta,
-                    c32 + e * m * n + i0 * n + j0, n);
+        TileKey key = plain;
+        key.rows = rows;
+        key.cols = cols;
+        run_tile(key, a_tile, static_cast<const char*>(b.data) + b_offset * element, c_tile);
       });
   return true;
 }
