@@ -156,24 +156,14 @@ void run_tile(const TileKey& key, const void* a, const void* b, float* c) {
   stream.wait();
 }
 
-// op(A) of a 16-bit product as row-major [m, k] copies, one per batch entry of A: oneDNN 2.6's
-// AMX kernels (brgemm) take A only row-major; with A transposed it runs its AVX-512 gemm, at
-// less than half the speed (a weight gradient dY^T X: 245 against 600+ GFLOP/s per thread).
-// Moving 16-bit values is exact, so only the summation order of that fallback is lost.
-void transpose16(const uint16_t* a, int64_t entries, int64_t m, int64_t k, uint16_t* out) {
-  constexpr int64_t kSide = 64;
-  const int64_t row_blocks = (m + kSide - 1) / kSide, col_blocks = (k + kSide - 1) / kSide;
-  const int64_t blocks = entries * row_blocks * col_blocks;
-#pragma omp parallel for schedule(static) if (entries * m * k >= (int64_t{1} << 16))
-  for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t e = block / (row_blocks * col_blocks), rest = block % (row_blocks * col_blocks);
-    const int64_t i0 = rest / col_blocks * kSide, p0 = rest % col_blocks * kSide;
-    const uint16_t* source = a + e * m * k;  // [k, m]
-    uint16_t* target = out + e * m * k;      // [m, k]
-    for (int64_t i = i0; i < std::min(m, i0 + kSide); ++i) {
-      for (int64_t p = p0; p < std::min(k, p0 + kSide); ++p) target[i * k + p] = source[p * m + i];
-    }
-  }
+// dst = src on the calling thread's oneDNN stream: a layout change (a transpose, a packing),
+// exact for any data.
+void reorder(const memory::desc& from, const void* src, const memory::desc& to, void* dst) {
+  OneDnn& dnn = onednn();
+  memory source(from, dnn.engine, const_cast<void*>(src)), target(to, dnn.engine, dst);
+  dnnl::stream stream(dnn.engine);
+  dnnl::reorder(source, target).execute(stream, source, target);
+  stream.wait();
 }
 
 }  // namespace
@@ -202,17 +192,23 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   const OutputTiles tiles =
       whole_rows ? whole_row_tiles(m, n, k * n * element) : output_tiles(m, n);
 
-  // Tiles of whole rows run on AMX: A row-major (transpose16), and B packed once into the
-  // kernel's own layout when several tiles read it. Unpacked, each call repacks all of B: a
-  // 32-row tile of a 2048-wide layer repacked 8 MB for 268 MFLOP.
+  // Tiles of whole rows run on AMX: A row-major, and B packed once into the kernel's own layout
+  // when several tiles read it. oneDNN 2.6's AMX kernels (brgemm) take A only row-major; with A
+  // transposed it runs its AVX-512 gemm at less than half the speed (a weight gradient dY^T X:
+  // 245 against 600+ GFLOP/s per thread). And each call repacks all of B: a 32-row tile of a
+  // 2048-wide layer repacked 8 MB for 268 MFLOP. Both copies are exact and made by oneDNN's
+  // reorders.
   const void* a_data = a.data;
   int64_t lda = transpose_a ? m : k;
   std::optional<Scratch> a_rows;
   if (whole_rows && transpose_a) {
     const int64_t entries = dims.a_batched ? dims.batch : 1;
     a_rows.emplace(Stream(), static_cast<size_t>(entries * m * k * element));
-    transpose16(static_cast<const uint16_t*>(a.data), entries, m, k,
-                static_cast<uint16_t*>(a_rows->data()));
+    const memory::data_type t = data_type(a.dtype);
+    for (int64_t e = 0; e < entries; ++e) {
+      reorder(matrix(m, k, t, true, m), static_cast<const char*>(a.data) + e * m * k * element,
+              matrix(m, k, t, false, k), static_cast<char*>(a_rows->data()) + e * m * k * element);
+    }
     a_data = a_rows->data();
     transpose_a = false;
     lda = k;
@@ -240,15 +236,10 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
       packed_bytes = static_cast<int64_t>(layout.get_size());
       const int64_t entries = dims.b_batched ? dims.batch : 1;
       b_packed.emplace(Stream(), static_cast<size_t>(entries * packed_bytes));
-      OneDnn& dnn = onednn();
-      dnnl::stream stream(dnn.engine);
       for (int64_t e = 0; e < entries; ++e) {
-        memory source(plain_layout, dnn.engine,
-                      const_cast<char*>(static_cast<const char*>(b.data) + e * k * n * element));
-        memory target(layout, dnn.engine, static_cast<char*>(b_packed->data()) + e * packed_bytes);
-        dnnl::reorder(source, target).execute(stream, source, target);
+        reorder(plain_layout, static_cast<const char*>(b.data) + e * k * n * element, layout,
+                static_cast<char*>(b_packed->data()) + e * packed_bytes);
       }
-      stream.wait();
     }
   }
 
