@@ -83,6 +83,20 @@ TEST(Map, LargeOutputsAreStreamedWithTheSameValues) {
   }
 }
 
+// A program's own map runs the CPU's widest clone (AVX-512 here), compiled with the program's
+// flags, which let GCC fuse a * b + c into one FMA in C++ (-ffp-contract=fast). The clones carry
+// fp-contract=off, so every CPU gives the same bits: (1 + 2^-12)^2 rounds to 1 + 2^-11 (the
+// 2^-24 is a tie, to even), and adding -(1 + 2^-11) gives 0, where an FMA would give 2^-24.
+TEST(Map, AProgramsOwnMapNeverFusesAMultiplyAdd) {
+  Stream stream;
+  const int64_t n = 4099;  // vector bodies and a remainder
+  const float a = 1.0f + std::ldexp(1.0f, -12), c = -(1.0f + std::ldexp(1.0f, -11));
+  Tensor x = Tensor::full({n}, a), out = Tensor::full({n}, 1.0f);
+  ops::map(
+      stream, out, [c](float v) { return v * v + c; }, x);
+  for (const float v : out.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+}
+
 TEST(MapReduce, SumDoesNotDependOnThreadCount) {
   // The blocks' partial sums are combined in a fixed order, whichever thread made them.
   Stream stream;

@@ -30,19 +30,27 @@
 #define EMBER_MAP_OMP_SIMD
 #endif
 
-// ember's own instantiations (EMBER_MAP_CPU_CLONES, defined when the library builds) compile
-// each block's loop for AVX-512, AVX2 and baseline x86-64 and run the best one for the CPU
-// (GCC function multiversioning, as src/core/cpu_clones.hpp): 2-4x faster for maps that
-// compute (GELU's exp). The library builds with -ffp-contract=off, so every version gives the
-// same bits. Other code keeps one baseline version: a user's flags might let GCC contract
-// a * b + c into an FMA in a clone. The inline namespaces keep the two kinds of instantiation
-// apart (they are different functions, and their names differ).
-#if defined(EMBER_MAP_CPU_CLONES) && defined(__GNUC__) && !defined(__clang__) && \
-    defined(__x86_64__) && defined(__ELF__)
+// Each block's loop is compiled for AVX-512, AVX2 and baseline x86-64, and the best one for the
+// CPU runs (GCC function multiversioning, as src/core/cpu_clones.hpp): 2-4x faster for maps that
+// compute (GELU's exp) and for cache-resident ones. Every version must give the same bits, so no
+// version may contract a * b + c into an FMA: the library builds with -ffp-contract=off
+// (EMBER_MAP_CPU_CLONES, defined when it builds), and a program's own instantiations, built with
+// whatever flags it chose, carry optimize("fp-contract=off"). The inline namespaces keep the two
+// kinds of instantiation apart (they are different functions, and their names differ). Other
+// compilers, and nvcc's host passes of a program's .cu files, keep one baseline version.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#if defined(EMBER_MAP_CPU_CLONES)
 #define EMBER_MAP_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define EMBER_MAP_CPU_VARIANT cloned
-#else
+#elif !defined(__CUDACC__)
+#define EMBER_MAP_CLONES                                                       \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("fp-contract=off")))
+#define EMBER_MAP_CPU_VARIANT cloned_uncontracted
+#endif
+#endif
+#if !defined(EMBER_MAP_CLONES)
 #define EMBER_MAP_CLONES
 #define EMBER_MAP_CPU_VARIANT baseline
 #endif
