@@ -1,9 +1,6 @@
 // The SIMT emulator's speed: fiber switches, thread-barrier crossings (one
 // worker thread, so per core) and an emulated 256x256x256 tiled matmul.
 #include "ember/simt/prelude.hpp"
-// clang-format off
-#include "../tests/simt/kernels/matmul.cuh"
-// clang-format on
 
 #include <benchmark/benchmark.h>
 
@@ -13,6 +10,25 @@
 #include "ember/core/launch.hpp"
 
 namespace {
+
+// The emulated workload: C = A * B (row-major, n x n) with 16x16 shared-memory tiles.
+constexpr int kMatmulTile = 16;
+
+__global__ void tiled_matmul_kernel(const float* a, const float* b, float* c, int n) {
+  __shared__ float as[kMatmulTile][kMatmulTile];
+  __shared__ float bs[kMatmulTile][kMatmulTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * kMatmulTile + ty, col = blockIdx.x * kMatmulTile + tx;
+  float acc = 0.0f;
+  for (int k0 = 0; k0 < n; k0 += kMatmulTile) {
+    as[ty][tx] = row < n && k0 + tx < n ? a[row * n + k0 + tx] : 0.0f;
+    bs[ty][tx] = col < n && k0 + ty < n ? b[(k0 + ty) * n + col] : 0.0f;
+    __syncthreads();
+    for (int k = 0; k < kMatmulTile; ++k) acc += as[ty][k] * bs[k][tx];
+    __syncthreads();
+  }
+  if (row < n && col < n) c[row * n + col] = acc;
+}
 
 __global__ void barrier_kernel(int rounds) {
   for (int i = 0; i < rounds; ++i) __syncthreads();
