@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ember/core/error.hpp"
+#include "test_support.hpp"
 #if EMBER_WITH_CUDA
 #include "ember/core/check_cuda.hpp"
 #endif
@@ -16,19 +17,11 @@
 
 namespace {
 
-std::string error_of(void (*f)()) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  return "no error";
-}
-
 #if EMBER_WITH_CUDA
 TEST(CheckMacros, CudaNamesTheCallAndTheError) {
   EXPECT_NO_THROW(EMBER_CUDA_CHECK(cudaSuccess));
-  const std::string m = error_of([] { EMBER_CUDA_CHECK(cudaErrorInvalidValue); });
+  const std::string m =
+      ember::testing::error_message([] { EMBER_CUDA_CHECK(cudaErrorInvalidValue); });
   EXPECT_NE(m.find("CUDA call 'cudaErrorInvalidValue' failed: cudaErrorInvalidValue"),
             std::string::npos)
       << m;
@@ -38,7 +31,8 @@ TEST(CheckMacros, CudaNamesTheCallAndTheError) {
 #if EMBER_TEST_HAS_NCCL
 TEST(CheckMacros, NcclNamesTheResult) {
   EXPECT_NO_THROW(EMBER_NCCL_CHECK(ncclSuccess));
-  const std::string m = error_of([] { EMBER_NCCL_CHECK(ncclInvalidArgument); });
+  const std::string m =
+      ember::testing::error_message([] { EMBER_NCCL_CHECK(ncclInvalidArgument); });
   EXPECT_NE(m.find("NCCL call 'ncclInvalidArgument' failed"), std::string::npos) << m;
   EXPECT_NE(m.find("code 4"), std::string::npos) << m;
 }
@@ -53,7 +47,8 @@ TEST(CheckMacros, MpiSuccessPasses) {
 #endif
 
 TEST(CheckMacros, ConditionCheckFormatsArguments) {
-  const std::string m = error_of([] { EMBER_CHECK(2 < 1, "{} is not below {}", 2, 1); });
+  const std::string m =
+      ember::testing::error_message([] { EMBER_CHECK(2 < 1, "{} is not below {}", 2, 1); });
   EXPECT_EQ(m, "2 is not below 1");
 }
 

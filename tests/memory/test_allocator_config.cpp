@@ -9,12 +9,7 @@ namespace ember::memory {
 namespace {
 
 std::string error_of(std::string_view text) {
-  try {
-    parse_allocator_config(text);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
+  return ember::testing::error_message([&] { parse_allocator_config(text); });
 }
 
 TEST(AllocatorConfig, ParsesEveryKey) {

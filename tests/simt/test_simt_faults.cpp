@@ -40,25 +40,16 @@ __global__ void different_collectives_kernel(int* out) {
 #include "ember/core/launch.hpp"
 #include "ember/simt/runtime.hpp"
 #include "ember/simt/shim/cuda_runtime.h"
+#include "test_support.hpp"
 
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ember::Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-
 TEST(SimtFaults, ThreadsThatExitBeforeABarrier) {
   std::vector<int> out(64);
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(early_exit_kernel, dim3(2), dim3(32), 0, nullptr, out.data()); });
   EXPECT_THAT(message, AllOf(HasSubstr("barrier divergence"), HasSubstr("early_exit_kernel"),
                              HasSubstr("block (0,0,0)"), HasSubstr("(0,0,0)..(7,0,0)"),
@@ -72,7 +63,7 @@ TEST(SimtFaults, SpinWaitOnAnotherBlockIsAnErrorNotAHang) {
   ember::simt::set_watchdog_seconds(0.3);
   ember::simt::set_worker_threads(1);  // block 1 runs only after block 0
   int flag = 0;
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(spin_on_other_block_kernel, dim3(2), dim3(32), 0, nullptr, &flag); });
   ember::simt::set_worker_threads(saved_threads);
   ember::simt::set_watchdog_seconds(saved);
@@ -89,7 +80,7 @@ TEST(SimtFaults, SpinWaitOnAnotherWarpOfTheBlockCompletes) {
 
 TEST(SimtFaults, TwoDifferentBarriers) {
   std::vector<int> out(32);
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(two_barriers_kernel, dim3(1), dim3(32), 0, nullptr, out.data()); });
   EXPECT_THAT(message, AllOf(HasSubstr("barrier divergence"), HasSubstr("two_barriers_kernel"),
                              HasSubstr("faults.cuh:14"), HasSubstr("faults.cuh:16")));
@@ -97,7 +88,7 @@ TEST(SimtFaults, TwoDifferentBarriers) {
 
 TEST(SimtFaults, WarpCollectiveDeadlock) {
   std::vector<int> out(32);
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(warp_deadlock_kernel, dim3(1), dim3(32), 0, nullptr, out.data()); });
   EXPECT_THAT(message,
               AllOf(HasSubstr("warp collective deadlock"), HasSubstr("warp_deadlock_kernel"),
@@ -107,7 +98,7 @@ TEST(SimtFaults, WarpCollectiveDeadlock) {
 
 TEST(SimtFaults, CollectiveWaitsForLanesAtTheBlockBarrier) {
   std::vector<int> out(32);
-  const auto message = error_of([&] {
+  const auto message = ember::testing::error_message([&] {
     ember::launch(barrier_and_collective_kernel, dim3(1), dim3(32), 0, nullptr, out.data());
   });
   EXPECT_THAT(
@@ -120,7 +111,7 @@ TEST(SimtFaults, CollectiveWaitsForLanesAtTheBlockBarrier) {
 
 TEST(SimtFaults, OverlappingDifferentMasks) {
   std::vector<int> out(32);
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(mismatched_masks_kernel, dim3(1), dim3(32), 0, nullptr, out.data()); });
   EXPECT_THAT(message, AllOf(HasSubstr("warp divergence"), HasSubstr("mismatched_masks_kernel"),
                              HasSubstr("warp 0"), HasSubstr("0xffffffff"), HasSubstr("0xffffff00"),
@@ -129,7 +120,7 @@ TEST(SimtFaults, OverlappingDifferentMasks) {
 
 TEST(SimtFaults, DifferentCollectivesWithTheSameMask) {
   std::vector<int> out(32);
-  const auto message = error_of([&] {
+  const auto message = ember::testing::error_message([&] {
     ember::launch(different_collectives_kernel, dim3(1), dim3(32), 0, nullptr, out.data());
   });
   EXPECT_THAT(message,
@@ -139,7 +130,7 @@ TEST(SimtFaults, DifferentCollectivesWithTheSameMask) {
 
 TEST(SimtFaults, DynamicSharedOutOfRange) {
   std::vector<int> out(32);
-  const auto message = error_of([&] {
+  const auto message = ember::testing::error_message([&] {
     ember::launch(dynamic_shared_oob_kernel, dim3(1), dim3(32), 16 * sizeof(float), nullptr,
                   out.data());
   });
@@ -150,17 +141,20 @@ TEST(SimtFaults, DynamicSharedOutOfRange) {
 
 TEST(SimtFaults, LaunchConfigurationErrorsAsCuda) {
   int out = 0;
-  EXPECT_THAT(
-      error_of([&] { ember::launch(nothing_kernel, dim3(1), dim3(1025), 0, nullptr, &out); }),
-      AllOf(HasSubstr("invalid configuration argument (cudaErrorInvalidConfiguration)"),
-            HasSubstr("nothing_kernel"), HasSubstr("1025 threads")));
-  EXPECT_THAT(
-      error_of([&] { ember::launch(nothing_kernel, dim3(1), dim3(32, 1, 65), 0, nullptr, &out); }),
-      HasSubstr("cudaErrorInvalidConfiguration"));
-  EXPECT_THAT(error_of([&] { ember::launch(nothing_kernel, dim3(0), dim3(32), 0, nullptr, &out); }),
+  EXPECT_THAT(ember::testing::error_message(
+                  [&] { ember::launch(nothing_kernel, dim3(1), dim3(1025), 0, nullptr, &out); }),
+              AllOf(HasSubstr("invalid configuration argument (cudaErrorInvalidConfiguration)"),
+                    HasSubstr("nothing_kernel"), HasSubstr("1025 threads")));
+  EXPECT_THAT(ember::testing::error_message([&] {
+                ember::launch(nothing_kernel, dim3(1), dim3(32, 1, 65), 0, nullptr, &out);
+              }),
+              HasSubstr("cudaErrorInvalidConfiguration"));
+  EXPECT_THAT(ember::testing::error_message(
+                  [&] { ember::launch(nothing_kernel, dim3(0), dim3(32), 0, nullptr, &out); }),
               AllOf(HasSubstr("cudaErrorInvalidConfiguration"), HasSubstr("empty grid (0,1,1)")));
   EXPECT_THAT(
-      error_of([&] { ember::launch(nothing_kernel, dim3(1), dim3(32), 49153, nullptr, &out); }),
+      ember::testing::error_message(
+          [&] { ember::launch(nothing_kernel, dim3(1), dim3(32), 49153, nullptr, &out); }),
       AllOf(HasSubstr("invalid argument (cudaErrorInvalidValue)"), HasSubstr("49153 bytes")));
 }
 
@@ -170,7 +164,7 @@ TEST(SimtFaults, FuncSetAttributeRaisesTheDynamicSharedLimit) {
       cudaFuncSetAttribute(nothing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024),
       cudaSuccess);
   EXPECT_NO_THROW(ember::launch(nothing_kernel, dim3(1), dim3(32), 100 * 1024, nullptr, &out));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(ember::testing::error_message([&] {
                 ember::launch(nothing_kernel, dim3(1), dim3(32), 100 * 1024 + 1, nullptr, &out);
               }),
               AllOf(HasSubstr("cudaErrorInvalidValue"), HasSubstr("allows it 102400 bytes")));
@@ -182,7 +176,7 @@ TEST(SimtFaults, FuncSetAttributeRaisesTheDynamicSharedLimit) {
 TEST(SimtFaults, TheFirstFailingBlockIsReportedAndTheRuntimeRecovers) {
   ember::simt::set_worker_threads(3);
   std::vector<int> out(8 * 32);
-  const auto message = error_of(
+  const auto message = ember::testing::error_message(
       [&] { ember::launch(early_exit_kernel, dim3(8), dim3(32), 0, nullptr, out.data()); });
   EXPECT_THAT(message, HasSubstr("block (0,0,0)"));
   std::vector<int> ok(64, 0);

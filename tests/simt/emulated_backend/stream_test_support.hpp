@@ -1,10 +1,8 @@
 // Helpers shared by the emulated-backend tests of stream behaviour: lazy streams and the race
-// checker for a test's length, and the message of an expected ember::Error.
+// checker for a test's length.
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <string>
 
 #include "ember/core/error.hpp"
 #include "ember/simt/race_check.hpp"
@@ -27,15 +25,5 @@ struct RaceCheck {
   RaceCheck() { simt::set_race_check(true); }
   ~RaceCheck() { simt::set_race_check(saved); }
 };
-
-// The message of the ember::Error f throws; "" when it throws none.
-inline std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "";
-}
 
 }  // namespace ember::testing

@@ -36,7 +36,6 @@ namespace nn = ember::nn;
 namespace train = ember::train;
 
 using ember::testing::LazyStreams;
-using ember::testing::message_of;
 using ember::testing::RaceCheck;
 
 const Device kGpu = Device::cuda(0);
@@ -65,12 +64,11 @@ TEST(AmpStreams, ZeroGradAfterUnscaleOnAnotherStreamIsOrdered) {
   a.grad.copy_(Tensor::from_vector<float>({65536.0f, 131072.0f}, {2}));
   Stream other(kGpu);
   other.wait(a.grad.stream());
-  const std::string m = message_of([&] {
+  EXPECT_NO_THROW({
     scaler.unscale_(other, sgd);
     scaler.update(other);
     sgd.zero_grad(/*fill=*/true);
   });
-  EXPECT_EQ(m, "") << m;
   other.synchronize();
 }
 
@@ -101,13 +99,12 @@ TEST(AmpStreams, ScaleOnAnotherStreamThenUpdate) {
   Stream other(kGpu);
   other.wait(s);
   Tensor y;
-  const std::string m = message_of([&] {
+  EXPECT_NO_THROW({
     y = scaler.scale(other, x);
     x.record_stream(other);
     scaler.step(s, sgd);
     scaler.update(s);
   });
-  EXPECT_EQ(m, "") << m;
   other.synchronize();
   s.synchronize();
 }
@@ -146,12 +143,11 @@ TEST(AmpStreams, WorkingCopyReuseRaceCheck) {
   layer.forward(ca, x);
   b.wait(a);
   Tensor yb;
-  const std::string m = message_of([&] {
+  EXPECT_NO_THROW({
     yb = layer.forward(cb, x);
     layer.weight().value.fill_(2.0);
     layer.forward(ca, x);
   });
-  EXPECT_EQ(m, "") << m;
   b.synchronize();
 }
 

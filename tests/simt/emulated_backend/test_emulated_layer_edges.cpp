@@ -17,6 +17,7 @@
 #include "ember/train/accumulation.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "stream_test_support.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -30,8 +31,8 @@ namespace nn = ember::nn;
 namespace train = ember::train;
 namespace ops = ember::ops;
 
+using ember::testing::error_message;
 using ember::testing::LazyStreams;
-using ember::testing::message_of;
 using ember::testing::RaceCheck;
 
 const Device kGpu = Device::cuda(0);

@@ -28,6 +28,7 @@
 #include "ember/simt/shim.hpp"
 #include "ember/train/adamw.hpp"
 #include "stream_test_support.hpp"
+#include "test_support.hpp"
 
 namespace {
 
@@ -37,8 +38,8 @@ using ember::Stream;
 using ember::Tensor;
 namespace simt = ember::simt;
 
+using ember::testing::error_message;
 using ember::testing::LazyStreams;
-using ember::testing::message_of;
 using ember::testing::RaceCheck;
 
 const Device kGpu = Device::cuda(0);
@@ -429,7 +430,7 @@ TEST(EmulatedStreamRaces, AnOpOnAnotherStreamWithoutAWaitIsReported) {
   Tensor x = Tensor::full({64}, 1.0, DType::f32, kGpu);  // written on the current stream
   Stream other(kGpu);
   Tensor y = Tensor::empty({64}, DType::f32, other);
-  const std::string message = message_of([&] { ember::ops::scale(other, y, x, 2.0f); });
+  const std::string message = error_message([&] { ember::ops::scale(other, y, x, 2.0f); });
   EXPECT_NE(message.find("stream race on device memory"), std::string::npos) << message;
   EXPECT_NE(message.find("kernel ember::kernels::map_kernel"), std::string::npos) << message;
   EXPECT_NE(message.find("it, but kernel ember::kernels::fill_kernel"), std::string::npos)
@@ -451,7 +452,7 @@ TEST(EmulatedStreamRaces, WritingWhatAnotherStreamStillReadsIsReported) {
   other.wait(s);
   ember::ops::scale(other, y, x, 2.0f);  // other reads x
   Stream writer = s;
-  const std::string message = message_of([&] { ember::ops::scale(writer, x, x, 3.0f); });
+  const std::string message = error_message([&] { ember::ops::scale(writer, x, x, 3.0f); });
   EXPECT_NE(message.find("writes it, but kernel"), std::string::npos) << message;
   EXPECT_NE(message.find("still reads it"), std::string::npos) << message;
   // Once the host has waited for the reader, the write is ordered after it.
@@ -474,8 +475,8 @@ TEST(EmulatedStreamRaces, ReadsFromTwoStreamsAndEventOrderingAreClean) {
   EXPECT_NO_THROW(ember::ops::scale(b, yb, x, 4.0f));
   // Raw copies are checked too: a third stream writes ya's bytes with no ordering at all.
   Stream raw(kGpu);
-  const std::string message =
-      message_of([&] { ASSERT_EQ(cudaMemsetAsync(ya.data(), 0, 256, native(raw)), cudaSuccess); });
+  const std::string message = error_message(
+      [&] { ASSERT_EQ(cudaMemsetAsync(ya.data(), 0, 256, native(raw)), cudaSuccess); });
   EXPECT_NE(message.find("cudaMemsetAsync of 256 bytes on stream"), std::string::npos) << message;
   // A copy between the two results, ordered by copy_'s own wait.
   EXPECT_NO_THROW(yb.copy_(ya));
