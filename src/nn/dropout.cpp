@@ -30,14 +30,24 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
               "advance ctx.step for every micro-batch (and keep it across optimizer steps), or "
               "micro-batches would draw the same masks",
               name(), path().empty() ? "" : " at ", path(), ctx.step, *finished_step_);
-  EMBER_CHECK(!ctx.stream.capturing(),
+  const bool counted = ctx.step_counter.defined();
+  EMBER_CHECK(counted || !ctx.stream.capturing(),
               "{}{}{}: dropout in a CUDA graph would draw the same mask at every replay (its "
-              "Philox offset, Context::step, is a host value fixed at the capture); run steps "
-              "with dropout without a graph",
+              "Philox offset, Context::step, is a host value fixed at the capture); give the "
+              "Context a step counter on the device (Context::step_counter, publish_step) or run "
+              "steps with dropout without a graph",
               name(), path().empty() ? "" : " at ", path());
+  EMBER_CHECK(!counted || ctx.step >= ctx.step_counter_base,
+              "{}{}{}: Context::step {} is before step_counter_base {} (publish_step sets both)",
+              name(), path().empty() ? "" : " at ", path(), ctx.step, ctx.step_counter_base);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
   Tensor mask = Tensor::empty(x.shape(), DType::u8, ctx.stream);
-  ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);
+  if (counted) {
+    ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step_counter,
+                         ctx.step - ctx.step_counter_base);
+  } else {
+    ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);
+  }
   if (ctx.training) {
     mask_ = mask;
     input_dtype_ = x.dtype();

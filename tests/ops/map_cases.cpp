@@ -311,6 +311,40 @@ TEST_P(Dropout, KeepsThePhiloxMaskAndScales) {
       "[0, 1]");
 }
 
+// The offset read on the device (counter[0] + delta, the overload CUDA graphs replay): the
+// masks and values of the host offset counter + delta; a counter that is not one i64 on the
+// stream's device is an Error.
+TEST_P(Dropout, AnOffsetReadOnTheDeviceDrawsTheHostOffsetsMask) {
+  Stream s = stream();
+  const int64_t n = 5003;
+  const Tensor x = on(random_tensor({n}, 17));
+  Tensor y = Tensor::zeros({n}, DType::f32, device()),
+         mask = Tensor::zeros({n}, DType::u8, device());
+  Tensor y_host = Tensor::zeros({n}, DType::f32, device()),
+         mask_host = Tensor::zeros({n}, DType::u8, device());
+  // Beyond 2^32: the offset's high word counts too.
+  const int64_t counter_value = (int64_t{1} << 33) + 5;
+  const Tensor counter =
+      Tensor::full({1}, static_cast<double>(counter_value), DType::i64, device());
+  ops::dropout_forward(s, y, mask, x, 0.4f, 9, counter, 3);
+  ops::dropout_forward(s, y_host, mask_host, x, 0.4f, 9, static_cast<uint64_t>(counter_value) + 3);
+  EXPECT_EQ(mask.to_vector<uint8_t>(), mask_host.to_vector<uint8_t>());
+  EXPECT_EQ(raw(y), raw(y_host));
+  Tensor other = Tensor::zeros({n}, DType::u8, device());
+  ops::dropout_forward(s, y, other, x, 0.4f, 9, counter, 4);
+  EXPECT_NE(other.to_vector<uint8_t>(), mask_host.to_vector<uint8_t>());
+  expect_error(
+      [&] {
+        ops::dropout_forward(s, y, mask, x, 0.4f, 9, Tensor::zeros({2}, DType::i64, device()), 0);
+      },
+      {"ops::dropout_forward", "offset counter", "must be one i64"});
+  expect_error(
+      [&] {
+        ops::dropout_forward(s, y, mask, x, 0.4f, 9, Tensor::zeros({1}, DType::i32, device()), 0);
+      },
+      {"offset counter", "must be one i64"});
+}
+
 INSTANTIATE_EMBER_DEVICES(Dropout);
 
 class FusedOps : public ember::testing::OnDevice {};

@@ -41,6 +41,19 @@ struct Context {
   // Decoding (inference only): attention layers keep keys and values in this cache and attend
   // over every cached position; positions are numbered from its position() (nn/kv_cache.hpp).
   KvCache* kv_cache = nullptr;
+  // For steps run as CUDA graphs (train::CapturedStep), whose host values are fixed at the
+  // capture: a step counter in device memory, an i64 [1] tensor on the stream's device. Where it
+  // is defined, dropout reads its Philox offset there, as step_counter + (step -
+  // step_counter_base), which is `step` again for a step that runs directly, and the replay's
+  // own step for a replayed one. publish_step() before each run sets both; a replay runs no host
+  // code, so `step` is then advanced by hand, by the micro-batches of one step.
+  Tensor step_counter;
+  uint64_t step_counter_base = 0;
+  // Writes `step` into step_counter (a fill queued on its stream) and makes it the base.
+  void publish_step() {
+    step_counter.fill_(static_cast<double>(step));
+    step_counter_base = step;
+  }
 };
 
 using GradReadyCallback = std::function<void(Parameter&)>;

@@ -74,6 +74,12 @@ void residual_add(Stream& stream, const TensorView& out, const TensorView& x, co
 // on the CPU and on CUDA; give each layer and step its own offset (or seed).
 void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
                      const TensorView& x, float p, uint64_t seed, uint64_t offset);
+// The same with the offset read on the device: offset_counter[0] + delta, offset_counter an i64
+// [1] tensor on the stream's device. A CUDA graph that captured it draws the masks of whatever
+// the counter holds when it replays (nn::Context::step_counter).
+void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
+                     const TensorView& x, float p, uint64_t seed, const TensorView& offset_counter,
+                     uint64_t delta);
 // dx = dy / (1 - p) where mask != 0, else 0.
 void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                       const TensorView& mask, float p);

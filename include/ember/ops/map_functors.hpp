@@ -71,6 +71,18 @@ struct Dropout {
     return {{select(keep, x * scale, 0.0f), keep ? 1.0f : 0.0f}};
   }
 };
+// The same with the offset read from device memory: *counter + delta (ops::dropout_forward's
+// counter overload).
+struct DropoutFromCounter {
+  uint64_t seed;
+  const int64_t* counter;
+  uint64_t delta;
+  float p, scale;
+  EMBER_HOST_DEVICE EMBER_INLINE Values<2> operator()(int64_t i, float x) const {
+    const bool keep = dropout_keep(seed, static_cast<uint64_t>(*counter) + delta, p, i);
+    return {{select(keep, x * scale, 0.0f), keep ? 1.0f : 0.0f}};
+  }
+};
 // dy * scale where the mask is set, else 0.
 struct DropoutGrad {
   float scale;

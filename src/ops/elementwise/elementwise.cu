@@ -361,6 +361,23 @@ void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask
   detail::map_named(kOp, stream, std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
 }
 
+void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
+                     const TensorView& x, float p, uint64_t seed, const TensorView& offset_counter,
+                     uint64_t delta) {
+  EMBER_OP_RANGE("dropout_forward");
+  constexpr std::string_view kOp = "ops::dropout_forward";
+  check_unary(kOp, stream, y, "y", x, "x");
+  check_mask(kOp, stream, mask, x);
+  detail::check_disjoint(kOp, mask, x);
+  detail::check_disjoint(kOp, mask, y);
+  detail::check_devices(kOp, stream, {&offset_counter});
+  EMBER_CHECK(offset_counter.dtype == DType::i64 && offset_counter.numel() == 1,
+              "{}: the offset counter {} must be one i64", kOp, offset_counter.describe());
+  const fn::DropoutFromCounter dropout{seed, static_cast<const int64_t*>(offset_counter.data),
+                                       delta, p, dropout_scale(kOp, p)};
+  detail::map_named(kOp, stream, std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
+}
+
 void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,
                       const TensorView& mask, float p) {
   EMBER_OP_RANGE("dropout_backward");

@@ -326,7 +326,108 @@ TEST(EmulatedGraph, AccumulationAndCheckpointingReplayBitwise) {
   step(*dropping, dropping_opt, graphed_loss, ctx, &xs[0], &ys[0]);
   expect_error(
       [&] { Graph::capture(s, [&] { step(*dropping, dropping_opt, graphed_loss, ctx, gx, gy); }); },
-      {"dropout in a CUDA graph would draw the same mask at every replay"});
+      {"dropout in a CUDA graph would draw the same mask at every replay",
+       "Context::step_counter"});
+}
+
+// Dropout in a replayed step, with its Philox offset in device memory (Context::step_counter):
+// every replay draws the masks the eager step of the same number draws (checkpointed blocks
+// re-draw theirs in the backward, two micro-batches per step), so the parameters are the eager
+// run's, bitwise, and differ from a run whose replays all drew the capture's masks.
+TEST(EmulatedGraph, DropoutReplaysDrawEachStepsMasks) {
+  Stream s = ember::current_stream(kGpu);
+  auto make = [&] {
+    return ember::train::make_residual_mlp({.inputs = 6,
+                                            .width = 32,
+                                            .depth = 2,
+                                            .outputs = 5,
+                                            .dropout = 0.25f,
+                                            .checkpoint = true,
+                                            .seed = 3,
+                                            .device = kGpu});
+  };
+  auto eager_model = make(), graphed_model = make();
+  ember::train::AdamW eager_opt(eager_model->parameters()),
+      graphed_opt(graphed_model->parameters());
+  ember::nn::SoftmaxCrossEntropy eager_loss, graphed_loss;
+  const ember::train::Accumulation accumulation(2);
+  std::vector<Tensor> xs, ys;
+  for (uint32_t i = 0; i < 10; ++i) {
+    xs.push_back(Tensor::from_vector(random_values(16 * 6, 60 + i), Shape{16, 6}, s));
+    std::vector<int32_t> labels(16);
+    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j + i) % 5);
+    ys.push_back(Tensor::from_vector(labels, Shape{16}, s));
+  }
+  auto step = [&](ember::nn::Module& model, ember::train::AdamW& opt,
+                  ember::nn::SoftmaxCrossEntropy& criterion, ember::nn::Context& ctx,
+                  const Tensor* x, const Tensor* y) {
+    opt.zero_grad();
+    accumulation.run(ctx, [&](const ember::train::MicroBatch& mb) {
+      (void)criterion.forward(ctx, model.forward(ctx, x[mb.index]), y[mb.index]);
+      model.backward(ctx, criterion.backward(ctx, mb.dloss));
+    });
+    opt.step(s);
+  };
+  ember::nn::Context eager_ctx{s}, graphed_ctx{s};
+  for (int i = 0; i < 5; ++i) {
+    step(*eager_model, eager_opt, eager_loss, eager_ctx, &xs[2 * i], &ys[2 * i]);
+  }
+  graphed_ctx.step_counter = Tensor::zeros({1}, DType::i64, s);
+  Tensor gx[2] = {Tensor::empty({16, 6}, DType::f32, s), Tensor::empty({16, 6}, DType::f32, s)};
+  Tensor gy[2] = {Tensor::empty({16}, DType::i32, s), Tensor::empty({16}, DType::i32, s)};
+  ember::train::CapturedStep captured(
+      s, [&] { step(*graphed_model, graphed_opt, graphed_loss, graphed_ctx, gx, gy); },
+      ember::train::CapturedStep::Options{.optimizers = {&graphed_opt}});
+  for (int i = 0; i < 5; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      gx[m].copy_(xs[2 * i + m]);
+      gy[m].copy_(ys[2 * i + m]);
+    }
+    const uint64_t first = graphed_ctx.step;
+    graphed_ctx.publish_step();
+    captured.run();
+    graphed_ctx.step = first + 2;  // a replay ran no host code
+  }
+  EXPECT_EQ(captured.replays(), 4);
+  const auto p = graphed_model->parameters(), q = eager_model->parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i]->value.to_vector<float>(), q[i]->value.to_vector<float>()) << p[i]->name;
+  }
+
+  // Without publishing, every replay reads the capture's counter: the capture's masks again.
+  auto stale_model = make();
+  ember::train::AdamW stale_opt(stale_model->parameters());
+  ember::nn::Context stale_ctx{s};
+  stale_ctx.step_counter = Tensor::zeros({1}, DType::i64, s);
+  ember::train::CapturedStep stale(
+      s, [&] { step(*stale_model, stale_opt, graphed_loss, stale_ctx, gx, gy); },
+      ember::train::CapturedStep::Options{.optimizers = {&stale_opt}});
+  for (int i = 0; i < 5; ++i) {
+    for (int m = 0; m < 2; ++m) {
+      gx[m].copy_(xs[2 * i + m]);
+      gy[m].copy_(ys[2 * i + m]);
+    }
+    if (i < 2) stale_ctx.publish_step();  // the warm-up and the capture only
+    stale.run();
+  }
+  bool any_differs = false;
+  const auto r = stale_model->parameters();
+  for (size_t i = 0; i < r.size(); ++i) {
+    any_differs |= r[i]->value.to_vector<float>() != q[i]->value.to_vector<float>();
+  }
+  EXPECT_TRUE(any_differs);
+
+  // A counter that is not one i64 on the device, and a step before the base, are Errors.
+  ember::nn::Context bad{s};
+  bad.step_counter = Tensor::zeros({1}, DType::f32, s);
+  const Tensor x = xs[0];
+  expect_error([&] { (void)make()->forward(bad, x); },
+               {"ops::dropout_forward", "offset counter", "must be one i64"});
+  bad.step_counter = Tensor::zeros({1}, DType::i64, s);
+  bad.step = 3;
+  bad.step_counter_base = 4;
+  expect_error([&] { (void)make()->forward(bad, x); },
+               {"Context::step 3 is before step_counter_base 4"});
 }
 
 // train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
