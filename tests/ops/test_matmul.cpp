@@ -204,6 +204,41 @@ TEST(MatmulCpu, SixteenBitProductsOfManyRowTiles) {
   }
 }
 
+// 16-bit products in one process whose thread count changes between calls: correct and bitwise
+// the same at each count. oneDNN chooses a primitive's blocking from the thread count it sees
+// when the primitive is made; B packed by a primitive made outside the team, at another count,
+// was read by the tiles' primitives in another layout (errors of 13 to 29 at 3 threads after a
+// first call at 1).
+TEST(MatmulCpu, SixteenBitProductsAsTheThreadCountChanges) {
+  ember::Stream stream;
+  const int saved = omp_get_max_threads();
+  struct Case {
+    int64_t m, k, n;
+  };
+  for (const Case shape :
+       {Case{97, 64, 64}, Case{97, 45, 60}, Case{200, 96, 80}, Case{300, 200, 250}}) {
+    SCOPED_TRACE(::testing::Message() << shape.m << "x" << shape.k << "x" << shape.n);
+    const Tensor a = random_tensor({1, shape.m, shape.k}, 31).to(DType::bf16);
+    const Tensor b = random_tensor({shape.k, shape.n}, 32).to(DType::bf16);
+    const Tensor c0 = Tensor::zeros({1, shape.m, shape.n});
+    const std::vector<double> want = reference_product(a, b, c0, false, false, 1.0f, 0.0f);
+    std::vector<float> first;
+    for (int threads : {1, 3, 2, 4, 1}) {
+      omp_set_num_threads(threads);
+      Tensor c = c0.clone();
+      ember::ops::matmul(stream, c, a, b);
+      const std::vector<float> got = c.to_vector<float>();
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 4e-7 * static_cast<double>(shape.k))
+            << "element " << i << " at " << threads << " threads";
+      }
+      if (first.empty()) first = got;
+      EXPECT_EQ(got, first) << threads << " threads";
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(MatmulCpu, CudaBackendsAreRefused) {
   ember::Stream stream;
   Tensor a = Tensor::zeros({4, 3}), b = Tensor::zeros({3, 2}), c = Tensor::zeros({4, 2});

@@ -7,10 +7,14 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
+
+#include <omp.h>
 
 #if EMBER_WITH_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -54,8 +58,10 @@ memory::desc matrix(int64_t rows, int64_t cols, memory::data_type type, bool tra
 // (format_tag::any; pack_b makes it), and transpose_b and ldb are not used.
 dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, int64_t k, memory::data_type type,
                                       bool transpose_a, bool transpose_b, int64_t lda, int64_t ldb,
-                                      int64_t ldc, float alpha, float beta, bool packed_b = false) {
+                                      int64_t ldc, float alpha, float beta, bool packed_b = false,
+                                      bool user_scratchpad = false) {
   dnnl::primitive_attr attr;
+  if (user_scratchpad) attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops ops;
@@ -124,6 +130,7 @@ struct TileKeyHash {
 struct TilePrimitive {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul product;
+  bool user_scratchpad = false;  // then each thread passes its own (execute)
 };
 
 // Primitives by tile, made once per thread: describing a primitive (oneDNN's dispatch over its
@@ -142,18 +149,54 @@ const TilePrimitive& tile_primitive(const TileKey& key) {
   return cache.emplace(key, TilePrimitive{pd, dnnl::matmul(pd)}).first->second;
 }
 
-// C = alpha * A B + beta * C for one tile on the calling thread, B packed if key.packed_b.
-void run_tile(const TileKey& key, const void* a, const void* b, float* c) {
+// Primitives for ops::matmul's tiles, made once per process on the calling thread, outside any
+// team, while OpenMP reports one thread, and shared by every thread with a scratchpad of each
+// thread's own. oneDNN chooses a primitive's implementation and blocking from the threading it
+// sees when the primitive is made: made inside a team of 3 the same tile ran AVX-512 where made
+// at 1 thread it ran AMX, so primitives made per thread gave bits that depended on the thread
+// count, and wanted another layout of a B packed elsewhere. Bounded: cleared at 1024 shapes.
+std::shared_ptr<const TilePrimitive> shared_primitive(const TileKey& key) {
+  static std::mutex mutex;
+  static std::unordered_map<TileKey, std::shared_ptr<const TilePrimitive>, TileKeyHash> cache;
+  const std::lock_guard lock(mutex);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 1024) cache.clear();  // tiles running now hold their own references
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  auto pd = describe(key.rows, key.cols, key.k, static_cast<memory::data_type>(key.type),
+                     key.transpose_a, key.transpose_b, key.lda, key.ldb, key.ldc, key.alpha,
+                     key.beta, key.packed_b, /*user_scratchpad=*/true);
+  auto tile = std::make_shared<const TilePrimitive>(TilePrimitive{pd, dnnl::matmul(pd), true});
+  omp_set_num_threads(threads);
+  return cache.emplace(key, std::move(tile)).first->second;
+}
+
+// C = alpha * A B + beta * C for one tile on the calling thread, B in the layout tile.pd wants.
+void execute(const TilePrimitive& tile, const void* a, const void* b, float* c) {
   OneDnn& dnn = onednn();
-  const TilePrimitive& tile = tile_primitive(key);
   memory src(tile.pd.src_desc(), dnn.engine, const_cast<void*>(a));
   memory weights(tile.pd.weights_desc(), dnn.engine, const_cast<void*>(b));
   memory dst(tile.pd.dst_desc(), dnn.engine, c);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+  if (tile.user_scratchpad) {
+    const memory::desc scratch = tile.pd.scratchpad_desc();
+    thread_local std::vector<unsigned char> buffer;
+    const size_t bytes = scratch.get_size();
+    if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+    const auto base = reinterpret_cast<uintptr_t>(buffer.data());
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(scratch, dnn.engine, reinterpret_cast<void*>((base + 63) / 64 * 64)));
+  }
   // One stream per thread: a stream is not shared between threads.
   thread_local dnnl::stream stream(dnn.engine);
-  tile.product.execute(stream,
-                       {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+  tile.product.execute(stream, args);
   stream.wait();
+}
+
+void run_tile(const TileKey& key, const void* a, const void* b, float* c) {
+  execute(tile_primitive(key), a, b, c);
 }
 
 // dst = src on the calling thread's oneDNN stream: a layout change (a transpose, a packing),
@@ -187,7 +230,7 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   const int type = static_cast<int>(data_type(a.dtype));
   // Output tiles as the f32 path (cpu_output_tiles.hpp): one single-threaded oneDNN call per
   // tile over the whole K, the same tiles at any thread count, each tile shape's primitive made
-  // once (tile_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
+  // once (shared_primitive). Tiles of whole rows where C is narrow enough (whole_row_tiles).
   const bool whole_rows = n <= kWholeRowsMax;
   const OutputTiles tiles =
       whole_rows ? whole_row_tiles(m, n, k * n * element) : output_tiles(m, n);
@@ -222,17 +265,18 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
   packed.ldb = 0;
   std::optional<Scratch> b_packed;
   int64_t packed_bytes = 0;
-  // The last row tile may be shorter; it reads the packed B only where its kernel wants the
-  // same layout.
+  // Each tile shape's primitive (the last row and column tiles may be shorter), made once on
+  // this thread (shared_primitive). B is packed when the main tile's primitive wants another
+  // layout than B's; a shorter tile whose primitive wants yet another reads B as it is.
   const int64_t last_rows = m - (tiles.row_tiles - 1) * tiles.rows;
-  bool last_packed = false;
+  const int64_t last_cols = n - (tiles.col_tiles - 1) * tiles.cols;
+  std::shared_ptr<const TilePrimitive> primitives[2][2];  // [shorter rows][shorter cols]
+  bool reads_packed[2][2] = {};
+  memory::desc layout;
   if (whole_rows && tiles.row_tiles > 1) {
-    const memory::desc layout = tile_primitive(packed).pd.weights_desc();
-    const memory::desc plain_layout = tile_primitive(plain).pd.weights_desc();
+    layout = shared_primitive(packed)->pd.weights_desc();
+    const memory::desc plain_layout = shared_primitive(plain)->pd.weights_desc();
     if (layout != plain_layout) {
-      TileKey last = packed;
-      last.rows = last_rows;
-      last_packed = tile_primitive(last).pd.weights_desc() == layout;
       packed_bytes = static_cast<int64_t>(layout.get_size());
       const int64_t entries = dims.b_batched ? dims.batch : 1;
       b_packed.emplace(Stream(), static_cast<size_t>(entries * packed_bytes));
@@ -242,26 +286,39 @@ bool matmul_onednn(float* c32, const TensorView& a, const TensorView& b,
       }
     }
   }
+  for (int r = 0; r < 2; ++r) {
+    for (int c = 0; c < 2; ++c) {
+      TileKey key = plain;
+      key.rows = r == 0 ? tiles.rows : last_rows;
+      key.cols = c == 0 ? tiles.cols : last_cols;
+      if (key.rows <= 0 || key.cols <= 0) continue;
+      if (b_packed) {
+        TileKey packed_key = packed;
+        packed_key.rows = key.rows;
+        auto tile = shared_primitive(packed_key);
+        if (tile->pd.weights_desc() == layout) {
+          primitives[r][c] = std::move(tile);
+          reads_packed[r][c] = true;
+          continue;
+        }
+      }
+      primitives[r][c] = shared_primitive(key);
+    }
+  }
 
   for_each_output_tile(
       dims.batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
         const int64_t a_offset = (dims.a_batched ? e * m * k : 0) + (transpose_a ? i0 : i0 * lda);
         const char* a_tile = static_cast<const char*>(a_data) + a_offset * element;
         float* c_tile = c32 + e * m * n + i0 * n + j0;
-        if (b_packed && (rows == tiles.rows || last_packed)) {
-          TileKey key = packed;
-          key.rows = rows;
-          run_tile(
-              key, a_tile,
-              static_cast<const char*>(b_packed->data()) + (dims.b_batched ? e * packed_bytes : 0),
-              c_tile);
-          return;
-        }
-        const int64_t b_offset = (dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0);
-        TileKey key = plain;
-        key.rows = rows;
-        key.cols = cols;
-        run_tile(key, a_tile, static_cast<const char*>(b.data) + b_offset * element, c_tile);
+        const int r = rows == tiles.rows ? 0 : 1, c = cols == tiles.cols ? 0 : 1;
+        const char* b_tile =
+            reads_packed[r][c]
+                ? static_cast<const char*>(b_packed->data()) +
+                      (dims.b_batched ? e * packed_bytes : 0)
+                : static_cast<const char*>(b.data) +
+                      ((dims.b_batched ? e * k * n : 0) + (transpose_b ? j0 * ldb : j0)) * element;
+        execute(*primitives[r][c], a_tile, b_tile, c_tile);
       });
   return true;
 }
