@@ -35,15 +35,21 @@
 // compute (GELU's exp) and for cache-resident ones. Every version must give the same bits, so no
 // version may contract a * b + c into an FMA: the library builds with -ffp-contract=off
 // (EMBER_MAP_CPU_CLONES, defined when it builds), and a program's own instantiations, built with
-// whatever flags it chose, carry optimize("fp-contract=off"). The inline namespaces keep the two
-// kinds of instantiation apart (they are different functions, and their names differ). Other
-// compilers, and nvcc's host passes of a program's .cu files, keep one baseline version.
+// whatever flags it chose, carry optimize("fp-contract=off"). A program's are cloned only where
+// its unit targets baseline x86-64 (no SSE3 and up, so the functor, compiled for a subset of
+// every clone's instructions, inlines into each) and not with -ffast-math (whose vector exp and
+// tanh differ between instruction sets); elsewhere they keep one version, built with the
+// program's flags. The inline namespaces keep the kinds of instantiation apart (they are
+// different functions, and their names differ). Other compilers, and nvcc's host passes of a
+// program's .cu files, keep one baseline version. The clones are ifuncs, which ELF exports
+// whatever the visibility: functors of two plugins must not share a name (an unnamed namespace
+// keeps each its own).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
 #if defined(EMBER_MAP_CPU_CLONES)
 #define EMBER_MAP_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define EMBER_MAP_CPU_VARIANT cloned
-#elif !defined(__CUDACC__)
+#elif !defined(__CUDACC__) && !defined(__SSE3__) && !defined(__FAST_MATH__)
 #define EMBER_MAP_CLONES                                                       \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
                  optimize("fp-contract=off")))

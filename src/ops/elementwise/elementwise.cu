@@ -349,16 +349,25 @@ void residual_add(Stream& stream, const TensorView& out, const TensorView& x, co
   run(kOp, stream, out, fn::Axpy{alpha}, x, y);
 }
 
+namespace {
+// Both dropout_forward overloads: (y, mask) = f(i, x), f a keep decision with its scale.
+template <class F>
+void dropout_forward_with(std::string_view op, Stream& stream, const TensorView& y,
+                          const TensorView& mask, const TensorView& x, const F& f) {
+  check_unary(op, stream, y, "y", x, "x");
+  check_mask(op, stream, mask, x);
+  detail::check_disjoint(op, mask, x);
+  detail::check_disjoint(op, mask, y);
+  detail::map_named(op, stream, std::array<TensorView, 2>{y, mask}, with_index(f), x);
+}
+}  // namespace
+
 void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
                      const TensorView& x, float p, uint64_t seed, uint64_t offset) {
   EMBER_OP_RANGE("dropout_forward");
   constexpr std::string_view kOp = "ops::dropout_forward";
-  check_unary(kOp, stream, y, "y", x, "x");
-  check_mask(kOp, stream, mask, x);
-  detail::check_disjoint(kOp, mask, x);
-  detail::check_disjoint(kOp, mask, y);
-  const fn::Dropout dropout{seed, offset, p, dropout_scale(kOp, p)};
-  detail::map_named(kOp, stream, std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
+  dropout_forward_with(kOp, stream, y, mask, x,
+                       fn::Dropout{seed, offset, p, dropout_scale(kOp, p)});
 }
 
 void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask,
@@ -366,16 +375,13 @@ void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask
                      uint64_t delta) {
   EMBER_OP_RANGE("dropout_forward");
   constexpr std::string_view kOp = "ops::dropout_forward";
-  check_unary(kOp, stream, y, "y", x, "x");
-  check_mask(kOp, stream, mask, x);
-  detail::check_disjoint(kOp, mask, x);
-  detail::check_disjoint(kOp, mask, y);
   detail::check_devices(kOp, stream, {&offset_counter});
   EMBER_CHECK(offset_counter.dtype == DType::i64 && offset_counter.numel() == 1,
               "{}: the offset counter {} must be one i64", kOp, offset_counter.describe());
-  const fn::DropoutFromCounter dropout{seed, static_cast<const int64_t*>(offset_counter.data),
-                                       delta, p, dropout_scale(kOp, p)};
-  detail::map_named(kOp, stream, std::array<TensorView, 2>{y, mask}, with_index(dropout), x);
+  dropout_forward_with(
+      kOp, stream, y, mask, x,
+      fn::DropoutFromCounter{seed, static_cast<const int64_t*>(offset_counter.data), delta, p,
+                             dropout_scale(kOp, p)});
 }
 
 void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy,

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -261,43 +262,55 @@ TEST(EmulatedGraph, WhatAGraphCannotHoldIsAnErrorNamingIt) {
   cudaGetLastError();
 }
 
+// The residual-MLP steps of the graph tests below: a checkpointed model (6 inputs, 5 classes),
+// ten micro-batches of 16 samples, and one AdamW step over two accumulated micro-batches.
+std::shared_ptr<ember::nn::Module> checkpointed_residual_mlp(float dropout) {
+  return ember::train::make_residual_mlp({.inputs = 6,
+                                          .width = 32,
+                                          .depth = 2,
+                                          .outputs = 5,
+                                          .dropout = dropout,
+                                          .checkpoint = true,
+                                          .seed = 3,
+                                          .device = kGpu});
+}
+
+struct MicroBatches {
+  std::vector<Tensor> x, y;
+  MicroBatches(Stream& s, uint32_t seed) {
+    for (uint32_t i = 0; i < 10; ++i) {
+      x.push_back(Tensor::from_vector(random_values(16 * 6, seed + i), Shape{16, 6}, s));
+      std::vector<int32_t> labels(16);
+      for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j + i) % 5);
+      y.push_back(Tensor::from_vector(labels, Shape{16}, s));
+    }
+  }
+};
+
+void accumulated_step(Stream& s, ember::nn::Module& model, ember::train::AdamW& opt,
+                      ember::nn::SoftmaxCrossEntropy& criterion, ember::nn::Context& ctx,
+                      const Tensor* x, const Tensor* y) {
+  opt.zero_grad();
+  ember::train::Accumulation(2).run(ctx, [&](const ember::train::MicroBatch& mb) {
+    (void)criterion.forward(ctx, model.forward(ctx, x[mb.index]), y[mb.index]);
+    model.backward(ctx, criterion.backward(ctx, mb.dloss));
+  });
+  opt.step(s);
+}
+
 // Gradient accumulation (two micro-batches) through a checkpointed residual MLP (its blocks'
 // forwards recomputed in the backward) in one graph: the eager run's parameters, bitwise. Dropout
 // under capture is refused by name (its offset is a host value).
 TEST(EmulatedGraph, AccumulationAndCheckpointingReplayBitwise) {
   Stream s = ember::current_stream(kGpu);
-  auto make = [&](float dropout) {
-    return ember::train::make_residual_mlp({.inputs = 6,
-                                            .width = 32,
-                                            .depth = 2,
-                                            .outputs = 5,
-                                            .dropout = dropout,
-                                            .checkpoint = true,
-                                            .seed = 3,
-                                            .device = kGpu});
-  };
+  const auto make = checkpointed_residual_mlp;
   auto eager_model = make(0.0f), graphed_model = make(0.0f);
   ember::train::AdamW eager_opt(eager_model->parameters()),
       graphed_opt(graphed_model->parameters());
   ember::nn::SoftmaxCrossEntropy eager_loss, graphed_loss;
-  const ember::train::Accumulation accumulation(2);
-  std::vector<Tensor> xs, ys;
-  for (uint32_t i = 0; i < 10; ++i) {
-    xs.push_back(Tensor::from_vector(random_values(16 * 6, 40 + i), Shape{16, 6}, s));
-    std::vector<int32_t> labels(16);
-    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j + i) % 5);
-    ys.push_back(Tensor::from_vector(labels, Shape{16}, s));
-  }
-  auto step = [&](ember::nn::Module& model, ember::train::AdamW& opt,
-                  ember::nn::SoftmaxCrossEntropy& criterion, ember::nn::Context& ctx,
-                  const Tensor* x, const Tensor* y) {
-    opt.zero_grad();
-    accumulation.run(ctx, [&](const ember::train::MicroBatch& mb) {
-      (void)criterion.forward(ctx, model.forward(ctx, x[mb.index]), y[mb.index]);
-      model.backward(ctx, criterion.backward(ctx, mb.dloss));
-    });
-    opt.step(s);
-  };
+  const MicroBatches data(s, 40);
+  const std::vector<Tensor>&xs = data.x, &ys = data.y;
+  auto step = [&](auto&&... args) { accumulated_step(s, args...); };
   ember::nn::Context eager_ctx{s}, graphed_ctx{s};
   for (int i = 0; i < 5; ++i) {
     step(*eager_model, eager_opt, eager_loss, eager_ctx, &xs[2 * i], &ys[2 * i]);
@@ -336,38 +349,14 @@ TEST(EmulatedGraph, AccumulationAndCheckpointingReplayBitwise) {
 // run's, bitwise, and differ from a run whose replays all drew the capture's masks.
 TEST(EmulatedGraph, DropoutReplaysDrawEachStepsMasks) {
   Stream s = ember::current_stream(kGpu);
-  auto make = [&] {
-    return ember::train::make_residual_mlp({.inputs = 6,
-                                            .width = 32,
-                                            .depth = 2,
-                                            .outputs = 5,
-                                            .dropout = 0.25f,
-                                            .checkpoint = true,
-                                            .seed = 3,
-                                            .device = kGpu});
-  };
+  const auto make = [] { return checkpointed_residual_mlp(0.25f); };
   auto eager_model = make(), graphed_model = make();
   ember::train::AdamW eager_opt(eager_model->parameters()),
       graphed_opt(graphed_model->parameters());
   ember::nn::SoftmaxCrossEntropy eager_loss, graphed_loss;
-  const ember::train::Accumulation accumulation(2);
-  std::vector<Tensor> xs, ys;
-  for (uint32_t i = 0; i < 10; ++i) {
-    xs.push_back(Tensor::from_vector(random_values(16 * 6, 60 + i), Shape{16, 6}, s));
-    std::vector<int32_t> labels(16);
-    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j + i) % 5);
-    ys.push_back(Tensor::from_vector(labels, Shape{16}, s));
-  }
-  auto step = [&](ember::nn::Module& model, ember::train::AdamW& opt,
-                  ember::nn::SoftmaxCrossEntropy& criterion, ember::nn::Context& ctx,
-                  const Tensor* x, const Tensor* y) {
-    opt.zero_grad();
-    accumulation.run(ctx, [&](const ember::train::MicroBatch& mb) {
-      (void)criterion.forward(ctx, model.forward(ctx, x[mb.index]), y[mb.index]);
-      model.backward(ctx, criterion.backward(ctx, mb.dloss));
-    });
-    opt.step(s);
-  };
+  const MicroBatches data(s, 60);
+  const std::vector<Tensor>&xs = data.x, &ys = data.y;
+  auto step = [&](auto&&... args) { accumulated_step(s, args...); };
   ember::nn::Context eager_ctx{s}, graphed_ctx{s};
   for (int i = 0; i < 5; ++i) {
     step(*eager_model, eager_opt, eager_loss, eager_ctx, &xs[2 * i], &ys[2 * i]);
