@@ -37,14 +37,23 @@ Tensor Dropout::forward(Context& ctx, const Tensor& x) {
               "Context a step counter on the device (Context::step_counter, publish_step) or run "
               "steps with dropout without a graph",
               name(), path().empty() ? "" : " at ", path());
-  EMBER_CHECK(!counted || ctx.step >= ctx.step_counter_base,
-              "{}{}{}: Context::step {} is before step_counter_base {} (publish_step sets both)",
-              name(), path().empty() ? "" : " at ", path(), ctx.step, ctx.step_counter_base);
+  if (counted) {
+    EMBER_CHECK(ctx.step_counter_base.has_value(),
+                "{}{}{}: Context::step_counter is set but publish_step was not called", name(),
+                path().empty() ? "" : " at ", path());
+    EMBER_CHECK(ctx.step >= *ctx.step_counter_base,
+                "{}{}{}: Context::step {} is before step_counter_base {} (publish_step sets both)",
+                name(), path().empty() ? "" : " at ", path(), ctx.step, *ctx.step_counter_base);
+    EMBER_CHECK(ctx.step_counter.device().is_cpu() || ctx.step_counter.stream() == ctx.stream,
+                "{}{}{}: Context::step_counter must be made on the Context's stream, which "
+                "orders publish_step's write against the step",
+                name(), path().empty() ? "" : " at ", path());
+  }
   Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
   Tensor mask = Tensor::empty(x.shape(), DType::u8, ctx.stream);
   if (counted) {
     ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step_counter,
-                         ctx.step - ctx.step_counter_base);
+                         ctx.step - *ctx.step_counter_base);
   } else {
     ops::dropout_forward(ctx.stream, y, mask, x, p_, seed_, ctx.step);
   }

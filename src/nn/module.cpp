@@ -2,7 +2,25 @@
 
 #include <fmt/format.h>
 
+#include "ember/core/error.hpp"
+
 namespace ember::nn {
+
+void Context::publish_step() {
+  EMBER_CHECK(step_counter.defined(), "Context::publish_step: step_counter is undefined");
+  EMBER_CHECK(!step_counter.stream().capturing(),
+              "Context::publish_step: inside a capture the graph would keep step {} for every "
+              "replay; publish before each run of the captured step",
+              step);
+  EMBER_CHECK(!step_counter_base || step > *step_counter_base,
+              "Context::publish_step: step {} is not after the last step published ({}); set "
+              "Context::step after each run of a captured step (a replay does not advance it), "
+              "or replays repeat the same dropout masks",
+              step, step_counter_base.value_or(0));
+  EMBER_CHECK(step < (uint64_t{1} << 53), "Context::publish_step: step {} is 2^53 or more", step);
+  step_counter.fill_(static_cast<double>(step));
+  step_counter_base = step;
+}
 
 std::vector<std::pair<std::string, Parameter*>> Module::named_parameters() {
   std::vector<std::pair<std::string, Parameter*>> named;

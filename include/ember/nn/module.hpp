@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,18 +43,21 @@ struct Context {
   // over every cached position; positions are numbered from its position() (nn/kv_cache.hpp).
   KvCache* kv_cache = nullptr;
   // For steps run as CUDA graphs (train::CapturedStep), whose host values are fixed at the
-  // capture: a step counter in device memory, an i64 [1] tensor on the stream's device. Where it
-  // is defined, dropout reads its Philox offset there, as step_counter + (step -
-  // step_counter_base), which is `step` again for a step that runs directly, and the replay's
-  // own step for a replayed one. publish_step() before each run sets both; a replay runs no host
-  // code, so `step` is then advanced by hand, by the micro-batches of one step.
+  // capture: a step counter in device memory, an i64 [1] tensor made on `stream` (kept the same
+  // tensor while a graph that read it lives). Where it is defined, dropout reads its Philox
+  // offset there, as step_counter + (step - step_counter_base), which is `step` again for a step
+  // that runs directly, and the replay's own step for a replayed one. Before each run of the
+  // step, publish_step() writes `step` into it and makes it the base; a replay runs no host
+  // code, so `step` is then set by hand to where the step leaves it:
+  //   const uint64_t first = ctx.step;
+  //   ctx.publish_step();
+  //   captured.run();
+  //   ctx.step = first + micro_batches;
   Tensor step_counter;
-  uint64_t step_counter_base = 0;
-  // Writes `step` into step_counter (a fill queued on its stream) and makes it the base.
-  void publish_step() {
-    step_counter.fill_(static_cast<double>(step));
-    step_counter_base = step;
-  }
+  std::optional<uint64_t> step_counter_base;  // none until publish_step
+  // Refused inside a capture (the graph would keep the value), for a step not after the last
+  // one published (a replay would repeat its masks) and for steps of 2^53 and more.
+  void publish_step();
 };
 
 using GradReadyCallback = std::function<void(Parameter&)>;

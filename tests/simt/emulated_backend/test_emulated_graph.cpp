@@ -406,17 +406,34 @@ TEST(EmulatedGraph, DropoutReplaysDrawEachStepsMasks) {
   }
   EXPECT_TRUE(any_differs);
 
-  // A counter that is not one i64 on the device, and a step before the base, are Errors.
+  // Misuse is an Error: a counter that is not one i64, one made on another stream, one never
+  // published, a step before the base, a step published twice (a replay does not advance
+  // Context::step), and publishing inside a capture.
+  const Tensor x = xs[0];
   ember::nn::Context bad{s};
   bad.step_counter = Tensor::zeros({1}, DType::f32, s);
-  const Tensor x = xs[0];
+  bad.publish_step();
   expect_error([&] { (void)make()->forward(bad, x); },
                {"ops::dropout_forward", "offset counter", "must be one i64"});
+  Stream other(kGpu);
+  bad.step_counter = Tensor::zeros({1}, DType::i64, other);
+  expect_error([&] { (void)make()->forward(bad, x); },
+               {"Context::step_counter must be made on the Context's stream"});
+  other.synchronize();  // the counter's fill, before its memory serves another stream
+  ember::nn::Context unpublished{s};
+  unpublished.step_counter = Tensor::zeros({1}, DType::i64, s);
+  expect_error([&] { (void)make()->forward(unpublished, x); },
+               {"Context::step_counter is set but publish_step was not called"});
   bad.step_counter = Tensor::zeros({1}, DType::i64, s);
   bad.step = 3;
   bad.step_counter_base = 4;
   expect_error([&] { (void)make()->forward(bad, x); },
                {"Context::step 3 is before step_counter_base 4"});
+  expect_error([&] { bad.publish_step(); },
+               {"Context::publish_step: step 3 is not after the last step published (4)"});
+  bad.step = 5;
+  expect_error([&] { Graph::capture(s, [&] { bad.publish_step(); }); },
+               {"Context::publish_step: inside a capture"});
 }
 
 // train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
