@@ -30,7 +30,14 @@ struct GptConfig {
   static GptConfig d12() { return {}; }
   // A model for the CPU on bytes: vocab 256, context 256, 4 layers of 4 heads, 256 wide (3.3 M).
   static GptConfig small_bytes() {
-    return {.vocab = 256, .context = 256, .layers = 4, .heads = 4, .dim = 256};
+    return {.vocab = 256,
+            .context = 256,
+            .layers = 4,
+            .heads = 4,
+            .dim = 256,
+            .dropout = 0.0f,
+            .seed = std::nullopt,
+            .device = Device()};
   }
 };
 
