@@ -56,8 +56,9 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
   auto step = [&] {
     optimizer.zero_grad();
     const Tensor logits = model->forward(ctx, x);
-    const Tensor loss = criterion.forward(ctx, logits.reshape({c.batch * c.seq, config.vocab}), y);
-    model->backward(ctx, criterion.backward(ctx).reshape({c.batch, c.seq, config.vocab}));
+    const Tensor loss =
+        criterion.forward(ctx, logits.reshape({c.batch * c.seq, config.padded_vocab()}), y);
+    model->backward(ctx, criterion.backward(ctx).reshape({c.batch, c.seq, config.padded_vocab()}));
     optimizer.step(stream);
     return loss;
   };

@@ -6,6 +6,7 @@
 //   gpt2_logits [--device D] [--export FILE] MODEL.safetensors TOKEN_IDS OUT.safetensors
 //
 // TOKEN_IDS is comma-separated (e.g. 464,2068,7586); OUT holds "logits", f32 [T, vocab].
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <string_view>
@@ -79,7 +80,13 @@ int run(const Config& c) {
   Stream stream = current_stream(device);
   nn::Context ctx{stream, /*training=*/false};
   const Tensor ids = Tensor::from_vector(c.tokens, Shape{1, t}).to(stream);
-  const Tensor logits = model->forward(ctx, ids).reshape({t, config.vocab}).to(Device::cpu());
+  // The vocabulary's columns, without the padding's (-inf).
+  const int64_t vocab = config.vocab, padded = config.padded_vocab();
+  const Tensor all = model->forward(ctx, ids).reshape({t, padded}).to(Device::cpu());
+  Tensor logits = Tensor::empty({t, vocab}, DType::f32, Device::cpu());
+  for (int64_t r = 0; r < t; ++r) {
+    std::copy_n(all.data<float>() + r * padded, vocab, logits.data<float>() + r * vocab);
+  }
   StateDict out;
   out.insert("logits", logits);
   train::write_safetensors(c.out, out);

@@ -1,5 +1,6 @@
 #include "ember/nn/tied_linear.hpp"
 
+#include <limits>
 #include <vector>
 
 #include "ember/ops/elementwise.hpp"
@@ -7,17 +8,41 @@
 
 namespace ember::nn {
 
-TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight)
-    : owner_(std::move(owner)), weight_(&weight) {
+TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t classes)
+    : owner_(std::move(owner)), weight_(&weight), classes_(classes) {
   EMBER_CHECK(owner_ != nullptr, "TiedLinear: the weight's owner is missing");
   EMBER_CHECK(weight.value.defined() && weight.value.rank() == 2,
               "TiedLinear: the weight must be [out, in], not {}",
               weight.value.defined() ? weight.value.view().describe() : std::string("undefined"));
+  const int64_t out = weight.value.shape()[0];
+  EMBER_CHECK(classes >= 0 && classes <= out,
+              "TiedLinear: classes must be 0 (all) or 1 to the weight's {} rows, not {}", out,
+              classes);
+  if (classes_ == 0) classes_ = out;
 }
 
 std::string TiedLinear::name() const {
-  return fmt::format("TiedLinear({}, {}, tied to {})", weight_->value.shape()[1],
-                     weight_->value.shape()[0], weight_->name);
+  const int64_t out = weight_->value.shape()[0];
+  return fmt::format("TiedLinear({}, {}{}, tied to {})", weight_->value.shape()[1], out,
+                     classes_ < out ? fmt::format(" ({} classes)", classes_) : std::string(),
+                     weight_->name);
+}
+
+Tensor TiedLinear::padding_bias(DType dtype, Stream& stream) {
+  for (const Tensor& bias : padding_biases_) {
+    if (bias.dtype() != dtype || bias.device() != stream.device()) continue;
+    if (!(bias.stream() == stream)) {
+      stream.wait(bias.stream());  // its fill
+      bias.record_stream(stream);
+    }
+    return bias;
+  }
+  const int64_t out = weight_->value.shape()[0];
+  Tensor bias = Tensor::empty({out}, dtype, stream);
+  bias.slice(0, classes_).fill_(0.0);
+  bias.slice(classes_, out).fill_(-std::numeric_limits<double>::infinity());
+  padding_biases_.push_back(bias);
+  return bias;
 }
 
 Tensor TiedLinear::forward(Context& ctx, const Tensor& x) {
@@ -42,6 +67,7 @@ Tensor TiedLinear::forward(Context& ctx, const Tensor& x) {
   Tensor y = Tensor::empty({rows, out}, dtype, ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;
+  if (classes_ < out) options.bias = padding_bias(dtype, ctx.stream);
   ops::matmul(ctx.stream, y, xc, w, options);
   if (ctx.training) {
     input_ = xc;

@@ -20,6 +20,9 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
   EMBER_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0,
               "make_gpt: vocab, context and layers must be positive, not {}, {} and {}", c.vocab,
               c.context, c.layers);
+  EMBER_CHECK(c.vocab_multiple > 0,
+              "make_gpt: vocab_multiple must be positive (1: no padding), not {}",
+              c.vocab_multiple);
   EMBER_CHECK(c.heads > 0 && c.dim > 0 && c.dim % c.heads == 0,
               "make_gpt: heads ({}) must divide the width ({})", c.heads, c.dim);
   EMBER_CHECK(c.dim / c.heads <= 256, "make_gpt: a head of {} is wider than 256", c.dim / c.heads);
@@ -27,7 +30,8 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
               "make_gpt: dropout must be in [0, 1), not {}", c.dropout);
   const uint64_t seed = c.seed ? *c.seed : nn::next_default_seed();
   auto embed = std::make_shared<nn::TokenPositionEmbedding>(
-      c.vocab, c.context, c.dim, nn::EmbeddingOptions{.seed = seed, .device = c.device});
+      c.vocab, c.context, c.dim,
+      nn::EmbeddingOptions{.seed = seed, .device = c.device, .table_rows = c.padded_vocab()});
   auto layers = std::make_shared<nn::Sequential>();
   for (int64_t i = 0; i < c.layers; ++i) {
     layers->add(nn::make_transformer_block({.dim = c.dim,
@@ -41,7 +45,7 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
   model->add("h", layers);
   model->add("ln_f",
              std::make_shared<nn::LayerNorm>(c.dim, nn::LayerNormOptions{.device = c.device}));
-  model->add("lm_head", std::make_shared<nn::TiedLinear>(embed, embed->token_table()));
+  model->add("lm_head", std::make_shared<nn::TiedLinear>(embed, embed->token_table(), c.vocab));
   // GPT-2's initialization of the blocks' linear layers.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
   uint64_t stream = 0;

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ember/core/error.hpp"
+#include "ember/nn/embedding.hpp"
+#include "ember/nn/sequential.hpp"
 #include "ember/train/safetensors.hpp"
 
 namespace ember::train {
@@ -81,6 +83,28 @@ std::vector<std::pair<std::string, HfName>> names_of(const StateDict& state, con
   return out;
 }
 
+// The vocabulary: the rows of the token table that transformers' files hold. The table of a
+// make_gpt model may have more (padding), which its TokenPositionEmbedding knows.
+int64_t vocab_of(nn::Module& gpt, const StateDict& state) {
+  if (auto* model = dynamic_cast<nn::Sequential*>(&gpt)) {
+    const std::vector<std::string>& children = model->child_names();
+    if (std::find(children.begin(), children.end(), "embed") != children.end()) {
+      if (auto* embed = dynamic_cast<nn::TokenPositionEmbedding*>(&model->child("embed"))) {
+        return embed->vocab();
+      }
+    }
+  }
+  return state.at("embed.wte").shape()[0];
+}
+
+// `table` [vocab, dim] (f32, on the CPU) followed by zero rows up to `rows`.
+Tensor padded_rows(const Tensor& table, int64_t rows) {
+  if (table.shape()[0] == rows) return table;
+  Tensor out = Tensor::zeros({rows, table.shape()[1]}, DType::f32, Device::cpu());
+  out.slice(0, table.shape()[0]).copy_(table);
+  return out;
+}
+
 std::string strip_prefix(const std::string& key) {
   return key.starts_with(kPrefix) ? key.substr(std::char_traits<char>::length(kPrefix)) : key;
 }
@@ -130,18 +154,22 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
   const StateDict state = gpt.state_dict();
   const auto names = names_of(state, "save_gpt_hf");
   const Shape table = state.at("embed.wte").shape(), positions = state.at("embed.wpe").shape();
+  const int64_t vocab = vocab_of(gpt, state);
   const auto layers = std::count_if(names.begin(), names.end(), [](const auto& e) {
     return e.second.name.ends_with("ln_1.weight");
   });
-  EMBER_CHECK(table == (Shape{config.vocab, config.dim}) && positions[0] == config.context &&
-                  layers == config.layers && config.heads >= 1 && config.dim % config.heads == 0,
-              "save_gpt_hf: the model (vocab {}, context {}, width {}, {} layers) is not the "
-              "configuration's (vocab {}, context {}, width {}, {} layers, {} heads)",
-              table[0], positions[0], table[1], layers, config.vocab, config.context, config.dim,
-              config.layers, config.heads);
+  EMBER_CHECK(vocab == config.vocab && table == (Shape{config.padded_vocab(), config.dim}) &&
+                  positions[0] == config.context && layers == config.layers && config.heads >= 1 &&
+                  config.dim % config.heads == 0,
+              "save_gpt_hf: the model (vocab {} in {} rows, context {}, width {}, {} layers) is "
+              "not the configuration's (vocab {} in {} rows, context {}, width {}, {} layers, {} "
+              "heads)",
+              vocab, table[0], positions[0], table[1], layers, config.vocab, config.padded_vocab(),
+              config.context, config.dim, config.layers, config.heads);
   StateDict out;
   for (const auto& [key, hf] : names) {
-    const Tensor host = state.at(key).to(Device::cpu()).to(DType::f32);
+    Tensor host = state.at(key).to(Device::cpu()).to(DType::f32);
+    if (key == "embed.wte") host = host.slice(0, vocab);  // without the padding
     out.insert(kPrefix + hf.name, hf.transposed ? transposed(host) : host);
   }
   write_safetensors(path, out, {{"format", "pt"}});
@@ -174,12 +202,14 @@ void load_gpt_hf(const std::string& path, nn::Module& gpt) {
         "'transformer.wte.weight'); it holds {} tensor(s): {}",
         path, names_in_file.size(), list(names_in_file));
   }
+  const int64_t vocab = vocab_of(gpt, state);
   std::vector<std::string> problems;
   std::set<std::string> used;
   for (const auto& [key, hf] : names) {
     used.insert(hf.name);
     const auto it = given.find(hf.name);
-    const Shape want = hf.transposed ? reversed(state.at(key).shape()) : state.at(key).shape();
+    Shape want = hf.transposed ? reversed(state.at(key).shape()) : state.at(key).shape();
+    if (key == "embed.wte") want = Shape{vocab, want[1]};  // the file has no padding
     if (it == given.end()) {
       problems.push_back(fmt::format("'{}' {} is missing", hf.name, want.to_string()));
       continue;
@@ -216,7 +246,7 @@ void load_gpt_hf(const std::string& path, nn::Module& gpt) {
   EMBER_CHECK(problems.empty(),
               "load_gpt_hf: '{}' is not a GPT-2 of this model's shape (vocab {}, context {}, "
               "width {}, {} layers) in transformers' layout: {}",
-              path, table[0], positions[0], table[1],
+              path, vocab, positions[0], table[1],
               std::count_if(names.begin(), names.end(),
                             [](const auto& e) { return e.second.name.ends_with("ln_1.weight"); }),
               list(problems));
@@ -231,6 +261,10 @@ void load_gpt_hf(const std::string& path, nn::Module& gpt) {
       continue;
     }
     const Tensor f32 = given.at(hf->second.name)->to(DType::f32);
+    if (key == "embed.wte") {
+      replaced.insert(key, padded_rows(f32, value.shape()[0]));  // zero padding rows
+      continue;
+    }
     replaced.insert(key, hf->second.transposed ? transposed(f32) : f32);
   }
   gpt.load_state_dict(replaced);

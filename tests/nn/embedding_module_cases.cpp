@@ -86,6 +86,40 @@ TEST_P(EmbeddingModule, NamesAndErrors) {
   expect_error([&] { nn::Embedding(0, 3); }, "vocab and dim must be positive");
 }
 
+// A table padded past the vocabulary (GPT-2's 50257 in 50304 rows): the padding starts at zero,
+// the vocabulary's rows are drawn as an unpadded table's, an id in the padding is an Error, and
+// a gradient written after zero_grad zeroes the padding's rows.
+TEST_P(EmbeddingModule, APaddedTable) {
+  ember::Stream s = stream();
+  nn::Context ctx{s, /*training=*/true};
+  nn::Embedding plain(5, 3, {.seed = 4, .device = device()});
+  nn::Embedding padded(5, 3, {.seed = 4, .device = device(), .table_rows = 8});
+  EXPECT_EQ(padded.name(), "Embedding(5, 3, table_rows=8)");
+  EXPECT_EQ(padded.weight().value.shape(), (Shape{8, 3}));
+  std::vector<float> want = values(plain.weight().value);
+  want.resize(8 * 3, 0.0f);
+  EXPECT_EQ(values(padded.weight().value), want);
+
+  expect_error(
+      [&] {
+        padded.forward(ctx, on(Tensor::from_vector(std::vector<int32_t>{1, 7}, Shape{2})));
+        s.synchronize();
+      },
+      {"ops::embedding_forward", "id 7 in row 1 is out of range [0, 5)"});
+  padded.drop_saved();
+  padded.weight().grad.fill_(3.0);
+  ember::train::AdamW optimizer(padded.parameters());
+  optimizer.zero_grad();
+  const Tensor ids = on(Tensor::from_vector(std::vector<int32_t>{4, 0}, Shape{2}));
+  padded.forward(ctx, ids);
+  padded.backward(ctx, on(Tensor::full({2, 3}, 1.0)));
+  std::vector<float> grad(8 * 3, 0.0f);
+  for (int c = 0; c < 3; ++c) grad[4 * 3 + c] = grad[c] = 1.0f;
+  EXPECT_EQ(values(padded.weight().grad), grad);
+  expect_error([&] { nn::Embedding(5, 3, {.table_rows = 4}); },
+               "Embedding: table_rows (4) must be 0 or at least the vocab (5)");
+}
+
 INSTANTIATE_EMBER_DEVICES(EmbeddingModule);
 
 }  // namespace

@@ -392,23 +392,37 @@ TEST(Gradcheck, CausalSelfAttentionBlock) {
 }
 
 // A 2-layer GPT: every parameter, the tied token table included (its gradient sums the head's
-// use and the embedding's), against central differences of sum(logits * r). The weights are
-// drawn wider than GPT-2's 0.02 so that every term of the gradient shows.
+// use and the embedding's), against central differences of sum(logits * r) over the vocabulary's
+// 7 columns. The vocabulary is padded to 8 rows, whose logits are -inf: r is 0 there, and the
+// padding row's gradient is 0 (it moves only -inf logits). The weights are drawn wider than
+// GPT-2's 0.02 so that every term of the gradient shows.
 TEST(Gradcheck, TwoLayerGpt) {
-  auto model = ember::train::make_gpt(
-      {.vocab = 7, .context = 6, .layers = 2, .heads = 2, .dim = 8, .seed = 40});
+  auto model = ember::train::make_gpt({.vocab = 7,
+                                       .vocab_multiple = 4,
+                                       .context = 6,
+                                       .layers = 2,
+                                       .heads = 2,
+                                       .dim = 8,
+                                       .seed = 40});
   uint64_t seed = 41;
   for (auto& [name, p] : model->named_parameters()) p->value.uniform_(seed++, -0.5, 0.5);
   const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 6, 0, 6, 2, 3, 3, 5}, Shape{2, 4});
   ember::Stream stream;
   nn::Context ctx{stream};
-  const Tensor r = random({2, 4, 7}, 50);
+  std::vector<float> weights = random({2, 4, 8}, 50).to_vector<float>();
+  for (size_t i = 7; i < weights.size(); i += 8) weights[i] = 0.0f;  // the padding's column
+  const Tensor r = Tensor::from_vector(weights, Shape{2, 4, 8});
   for (nn::Parameter* p : model->parameters()) p->grad.fill_(0.0);
   model->forward(ctx, ids);
   EXPECT_FALSE(model->backward(ctx, r).defined());
   auto loss = [&] {
     nn::Context eval{stream, /*training=*/false};
-    return weighted_sum(model->forward(eval, ids), r);
+    const std::vector<float> logits = model->forward(eval, ids).to_vector<float>();
+    double sum = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (i % 8 != 7) sum += double{logits[i]} * weights[i];
+    }
+    return sum;
   };
   for (auto& [name, p] : model->named_parameters()) {
     check_gradient(p->value, p->grad.to_vector<float>(), loss, name);

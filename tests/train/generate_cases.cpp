@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "ember/nn/kv_cache.hpp"
@@ -48,11 +49,17 @@ TEST_P(GenerateTest, CachedDecodingGivesTheLogitsOfAFullForward) {
     const Tensor all = gpt->forward(full, ids(0, t)).to(Device::cpu());
     const std::vector<float> want = all.to_vector<float>();
     const std::vector<float> got = step.to(Device::cpu()).to_vector<float>();
-    const size_t vocab = 50, rows = got.size() / vocab;
+    // The vocabulary of 50 in rows of 128 (padded): the padding's logits are -inf in both.
+    const size_t vocab = 50, width = 128, rows = got.size() / width;
     for (size_t r = 0; r < rows; ++r) {  // the rows this call decoded: the last `rows` positions
-      for (size_t v = 0; v < vocab; ++v) {
-        const float w = want[(t - rows + r) * vocab + v];
-        ASSERT_NEAR(got[r * vocab + v], w, 1e-5 * (1 + std::abs(w)))
+      for (size_t v = 0; v < width; ++v) {
+        const float w = want[(t - rows + r) * width + v];
+        if (v >= vocab) {
+          ASSERT_EQ(w, -std::numeric_limits<float>::infinity());
+          ASSERT_EQ(got[r * width + v], w);
+          continue;
+        }
+        ASSERT_NEAR(got[r * width + v], w, 1e-5 * (1 + std::abs(w)))
             << "position " << t - rows + r << " token " << v;
       }
     }
@@ -88,6 +95,12 @@ TEST_P(GenerateTest, SamplingFollowsItsSeedAndTheWindowSlides) {
   for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 50) << t;
   o.seed = 4;
   EXPECT_NE(train::generate(*gpt, {5}, o, s), a);
+  // Among all 128 columns at a high temperature, nearly uniform over the vocabulary: the
+  // padding's -inf columns are never drawn.
+  train::GenerateOptions all = o;
+  all.top_k = 0;
+  all.temperature = 100.0f;
+  for (int32_t t : train::generate(*gpt, {5}, all, s)) EXPECT_TRUE(t >= 0 && t < 50) << t;
   // A prompt longer than the context: its newest tokens are the window.
   std::vector<int32_t> long_prompt(30);
   for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>(i % 50);

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "ember/nn/checkpoint.hpp"
+#include "ember/nn/embedding.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/nn/tied_linear.hpp"
 #include "ember/train/adamw.hpp"
@@ -31,8 +35,13 @@ int64_t count(nn::Module& model) {
 }
 
 TEST(Gpt, NamesShapesAndTiedWeights) {
-  auto model =
-      train::make_gpt({.vocab = 11, .context = 8, .layers = 2, .heads = 2, .dim = 8, .seed = 1});
+  auto model = train::make_gpt({.vocab = 11,
+                                .vocab_multiple = 8,
+                                .context = 8,
+                                .layers = 2,
+                                .heads = 2,
+                                .dim = 8,
+                                .seed = 1});
   std::vector<std::string> names;
   for (auto& [name, p] : model->named_parameters()) names.push_back(name);
   const std::vector<std::string> first = {"embed.wte",
@@ -51,21 +60,43 @@ TEST(Gpt, NamesShapesAndTiedWeights) {
   nn::Context ctx{stream, /*training=*/false};
   const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
   const Tensor logits = model->forward(ctx, ids);
-  EXPECT_EQ(logits.shape(), (Shape{2, 3, 11}));
+  // The vocabulary of 11 padded to 16: the table's padding rows are zero and their logits -inf.
+  EXPECT_EQ(logits.shape(), (Shape{2, 3, 16}));
   EXPECT_EQ(logits.dtype(), DType::f32);
+  const std::vector<float> values = logits.to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i % 16 < 11) {
+      EXPECT_TRUE(std::isfinite(values[i])) << i;
+    } else {
+      EXPECT_EQ(values[i], -std::numeric_limits<float>::infinity()) << i;
+    }
+  }
+  const Tensor table = model->state_dict().at("embed.wte");
+  EXPECT_EQ(table.shape(), (Shape{16, 8}));
+  EXPECT_EQ(table.slice(11, 16).to_vector<float>(), std::vector<float>(5 * 8, 0.0f));
 }
 
 TEST(Gpt, D12HasGpt2sParameterCount) {
-  // 124,439,808 with the tied head counted once (GPT-2 small).
-  auto model = train::make_gpt(train::GptConfig::d12());
-  EXPECT_EQ(count(*model), 124439808);
+  // 124,439,808 with the tied head counted once (GPT-2 small); the table's padding to 50304 rows
+  // adds 47 x 768 (llm.c's count).
+  train::GptConfig config = train::GptConfig::d12();
+  EXPECT_EQ(config.padded_vocab(), 50304);
+  EXPECT_EQ(count(*train::make_gpt(config)), 124439808 + 47 * 768);
+  config.vocab_multiple = 1;
+  EXPECT_EQ(count(*train::make_gpt(config)), 124439808);
 }
 
 TEST(Gpt, InitializationFollowsGpt2) {
   auto model =
       train::make_gpt({.vocab = 64, .context = 16, .layers = 4, .heads = 2, .dim = 64, .seed = 3});
   for (auto& [name, p] : model->named_parameters()) {
-    const std::vector<float> v = p->value.to_vector<float>();
+    std::vector<float> v = p->value.to_vector<float>();
+    if (name == "embed.wte") {  // 64 rows of vocabulary, 64 of padding (zero)
+      ASSERT_EQ(v.size(), 128u * 64u);
+      EXPECT_EQ(std::vector<float>(v.begin() + 64 * 64, v.end()),
+                std::vector<float>(64 * 64, 0.0f));
+      v.resize(64 * 64);
+    }
     double sum = 0, squares = 0;
     for (float x : v) {
       sum += x;
@@ -89,6 +120,15 @@ TEST(Gpt, BadConfigurationsAndInputs) {
       [] { train::make_gpt({.vocab = 10, .context = 8, .layers = 1, .heads = 3, .dim = 8}); },
       "heads (3) must divide the width (8)");
   expect_error([] { train::gpt_config("d13"); }, "unknown model 'd13'");
+  auto table = std::make_shared<nn::Embedding>(4, 3);
+  expect_error([&] { nn::TiedLinear(table, table->weight(), 5); },
+               "TiedLinear: classes must be 0 (all) or 1 to the weight's 4 rows, not 5");
+  expect_error(
+      [] {
+        train::make_gpt(
+            {.vocab = 10, .vocab_multiple = 0, .context = 8, .layers = 1, .heads = 2, .dim = 8});
+      },
+      "vocab_multiple must be positive (1: no padding), not 0");
   auto model = train::make_gpt({.vocab = 10, .context = 4, .layers = 1, .heads = 2, .dim = 8});
   ember::Stream stream;
   nn::Context ctx{stream, /*training=*/false};
@@ -108,9 +148,9 @@ TEST(Gpt, BadConfigurationsAndInputs) {
   model->forward(training, Tensor::zeros({2, 3}, DType::i32));
   expect_error(
       [&] {
-        model->backward(training, Tensor::zeros({3, 2, 10}));
+        model->backward(training, Tensor::zeros({3, 2, 128}));
       },
-      "the output gradient must be [2, 3, 10], not f32[3, 2, 10]");
+      "the output gradient must be [2, 3, 128], not f32[3, 2, 128]");
 }
 
 }  // namespace
@@ -122,11 +162,21 @@ namespace {
 struct Trained {
   std::vector<float> losses;
   std::vector<std::vector<float>> first_grads;
+  std::vector<float> table;  // embed.wte after the last step
 };
 
-Trained train_tiny(nn::Precision precision, bool checkpoint, int steps) {
-  auto model =
-      train::make_gpt({.vocab = 13, .context = 16, .layers = 2, .heads = 2, .dim = 16, .seed = 5});
+// vocab_multiple: the vocabulary of 13 padded to 128 rows by default; fused: the fused classifier.
+Trained train_tiny(nn::Precision precision, bool checkpoint, int steps,
+                   int64_t vocab_multiple = 128, bool fused = false) {
+  const train::GptConfig config = {.vocab = 13,
+                                   .vocab_multiple = vocab_multiple,
+                                   .context = 16,
+                                   .layers = 2,
+                                   .heads = 2,
+                                   .dim = 16,
+                                   .seed = 5};
+  const int64_t width = config.padded_vocab();
+  auto model = train::make_gpt(config);
   if (checkpoint) {
     auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -148,13 +198,13 @@ Trained train_tiny(nn::Precision precision, bool checkpoint, int steps) {
   ember::Stream stream;
   nn::Context ctx{stream, /*training=*/true, precision};
   ember::train::AdamW optimizer(model->parameters(), {.lr = 3e-3f});
-  nn::SoftmaxCrossEntropy criterion;
+  nn::SoftmaxCrossEntropy criterion({.fused = fused});
   Trained result;
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
     const Tensor logits = model->forward(ctx, x);
-    const Tensor loss = criterion.forward(ctx, logits.reshape({32, 13}), y);
-    model->backward(ctx, criterion.backward(ctx).reshape({4, 8, 13}));
+    const Tensor loss = criterion.forward(ctx, logits.reshape({32, width}), y);
+    model->backward(ctx, criterion.backward(ctx).reshape({4, 8, width}));
     if (step == 0) {
       for (nn::Parameter* p : model->parameters()) {
         result.first_grads.push_back(p->grad.to_vector<float>());
@@ -163,6 +213,7 @@ Trained train_tiny(nn::Precision precision, bool checkpoint, int steps) {
     optimizer.step(stream);
     result.losses.push_back(static_cast<float>(loss.item()));
   }
+  result.table = model->state_dict().at("embed.wte").to_vector<float>();
   return result;
 }
 
@@ -171,6 +222,40 @@ TEST(Gpt, CheckpointedBlocksGiveBitwiseTheSameTraining) {
     const Trained plain = train_tiny(p, false, 5), checkpointed = train_tiny(p, true, 5);
     EXPECT_EQ(plain.first_grads, checkpointed.first_grads);
     EXPECT_EQ(plain.losses, checkpointed.losses);
+  }
+}
+
+// The padded vocabulary (13 in 128 rows, as GPT-2's 50257 in 50304) trains as the unpadded one:
+// the -inf logits take no probability, so the losses, the gradients of the vocabulary's rows and
+// the trained rows agree within rounding (products of another width), with the plain and the
+// fused classifier, in f32 and bf16; and the padding rows stay zero (gradient 0, no decay of 0).
+TEST(Gpt, APaddedVocabularyTrainsAsTheUnpaddedOne) {
+  for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16}) {
+    for (bool fused : {false, true}) {
+      const Trained padded = train_tiny(p, false, 5, 128, fused);
+      const Trained plain = train_tiny(p, false, 5, 1, fused);
+      const double tol = p == nn::Precision::f32 ? 1e-5 : 1e-2;
+      SCOPED_TRACE(fmt::format("{} fused {}", nn::precision_name(p), fused));
+      ASSERT_EQ(padded.losses.size(), plain.losses.size());
+      for (size_t i = 0; i < plain.losses.size(); ++i) {
+        EXPECT_NEAR(padded.losses[i], plain.losses[i], tol * plain.losses[i]) << "step " << i;
+      }
+      // The table's gradient: the vocabulary's rows as unpadded, the padding's zero.
+      const std::vector<float>& g = padded.first_grads[0];
+      ASSERT_EQ(g.size(), 128u * 16u);
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (i < 13 * 16) {
+          EXPECT_NEAR(g[i], plain.first_grads[0][i],
+                      tol * (1e-3 + std::abs(plain.first_grads[0][i])))
+              << i;
+        } else {
+          ASSERT_EQ(g[i], 0.0f) << i;
+        }
+      }
+      ASSERT_EQ(padded.table.size(), 128u * 16u);
+      EXPECT_EQ(std::vector<float>(padded.table.begin() + 13 * 16, padded.table.end()),
+                std::vector<float>(115 * 16, 0.0f));
+    }
   }
 }
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -64,7 +66,8 @@ StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
   const StateDict s = model.state_dict();
   StateDict out;
   auto put = [&](const std::string& name, const Tensor& t) { out.insert(name, t.to(dtype)); };
-  put("wte.weight", s.at("embed.wte"));
+  const Tensor table = s.at("embed.wte").slice(0, 40);  // the vocabulary, without the padding
+  put("wte.weight", table);
   put("wpe.weight", s.at("embed.wpe"));
   for (int64_t l = 0; l < layers; ++l) {
     const std::string e = fmt::format("h.{}.", l), h = fmt::format("h.{}.", l);
@@ -84,7 +87,7 @@ StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
   }
   put("ln_f.weight", s.at("ln_f.weight"));
   put("ln_f.bias", s.at("ln_f.bias"));
-  put("lm_head.weight", s.at("embed.wte"));  // tied: the same values
+  put("lm_head.weight", table);  // tied: the same values
   return out;
 }
 
@@ -105,12 +108,15 @@ TEST(GptHf, SaveWritesTransformersNamesAndConv1dOrientation) {
     EXPECT_NE(json.find(part), std::string::npos) << part << " in " << json;
   }
   expect_error([&] { train::save_gpt_hf(dir.file("x.safetensors"), *model, tiny(3, 3)); },
-               "save_gpt_hf: the model (vocab 40, context 16, width 16, 2 layers) is not the "
-               "configuration's (vocab 40, context 16, width 16, 3 layers, 2 heads)");
+               "save_gpt_hf: the model (vocab 40 in 128 rows, context 16, width 16, 2 layers) is "
+               "not the configuration's (vocab 40 in 128 rows, context 16, width 16, 3 layers, 2 "
+               "heads)");
   EXPECT_EQ(file.tensors.size(), 2u + 2u * 12u + 2u);  // no lm_head: tied
   const StateDict s = model->state_dict();
+  // The vocabulary's 40 rows, without the table's padding to 128.
+  EXPECT_EQ(file.tensors.at("transformer.wte.weight").shape(), (Shape{40, 16}));
   EXPECT_EQ(file.tensors.at("transformer.wte.weight").to_vector<float>(),
-            s.at("embed.wte").to_vector<float>());
+            s.at("embed.wte").slice(0, 40).to_vector<float>());
   const Tensor& c_attn = file.tensors.at("transformer.h.1.attn.c_attn.weight");
   EXPECT_EQ(c_attn.shape(), (Shape{16, 48}));
   EXPECT_EQ(c_attn.to_vector<float>(),
@@ -152,6 +158,56 @@ TEST(GptHf, AFileInTransformersLayoutLoadsExactly) {
   train::write_safetensors(dir.file("f32.safetensors"), hand_written_hf(*source, 2, DType::f32));
   train::load_gpt_hf(dir.file("f32.safetensors"), *exact);
   EXPECT_EQ(logits_of(*exact).to_vector<float>(), logits_of(*source).to_vector<float>());
+}
+
+// The token table's padding (vocab 40 in 128 rows) is not in transformers' file: saving writes
+// the 40 rows, loading fills them and zeroes the padding, an unpadded model loads the same file
+// to the same logits (within rounding: products of another width), and a file of another vocabulary
+// that pads to the same rows is refused.
+TEST(GptHf, ThePaddingIsNeitherWrittenNorRead) {
+  Dir dir;
+  auto padded = train::make_gpt(tiny(3));
+  ASSERT_EQ(padded->state_dict().at("embed.wte").shape(), (Shape{128, 16}));
+  // A trained table's padding could hold anything a user put there: loading zeroes it.
+  auto target = train::make_gpt(tiny(8));
+  target->state_dict().at("embed.wte").slice(40, 128).fill_(5.0);
+  train::save_gpt_hf(dir.file("model.safetensors"), *padded, tiny(3));
+  train::load_gpt_hf(dir.file("model.safetensors"), *target);
+  const std::vector<float> table = target->state_dict().at("embed.wte").to_vector<float>();
+  EXPECT_EQ(std::vector<float>(table.begin(), table.begin() + 40 * 16),
+            padded->state_dict().at("embed.wte").slice(0, 40).to_vector<float>());
+  EXPECT_EQ(std::vector<float>(table.begin() + 40 * 16, table.end()),
+            std::vector<float>(88 * 16, 0.0f));
+
+  train::GptConfig plain_config = tiny(9);
+  plain_config.vocab_multiple = 1;
+  auto plain = train::make_gpt(plain_config);
+  train::load_gpt_hf(dir.file("model.safetensors"), *plain);
+  const std::vector<float> wide = logits_of(*padded).to_vector<float>();
+  const std::vector<float> narrow = logits_of(*plain).to_vector<float>();
+  ASSERT_EQ(wide.size(), 10u * 128u);
+  ASSERT_EQ(narrow.size(), 10u * 40u);
+  for (size_t t = 0; t < 10; ++t) {
+    for (size_t v = 0; v < 128; ++v) {
+      if (v < 40) {
+        // Products of other widths: the same sums, perhaps in another order.
+        EXPECT_NEAR(wide[t * 128 + v], narrow[t * 40 + v],
+                    1e-5 * (1 + std::abs(narrow[t * 40 + v])))
+            << t << " " << v;
+      } else {
+        EXPECT_EQ(wide[t * 128 + v], -std::numeric_limits<float>::infinity()) << t << " " << v;
+      }
+    }
+  }
+
+  train::GptConfig other = tiny(3);
+  other.vocab = 41;  // also 128 rows
+  train::save_gpt_hf(dir.file("41.safetensors"), *train::make_gpt(other), other);
+  expect_error([&] { train::load_gpt_hf(dir.file("41.safetensors"), *padded); },
+               "'wte.weight' is [41, 16] in the file; this model needs [40, 16]");
+  expect_error([&] { train::save_gpt_hf(dir.file("x.safetensors"), *padded, plain_config); },
+               "the model (vocab 40 in 128 rows, context 16, width 16, 2 layers) is not the "
+               "configuration's (vocab 40 in 40 rows");
 }
 
 TEST(GptHf, TheConfigurationComesFromTheFile) {

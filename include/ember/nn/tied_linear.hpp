@@ -5,9 +5,14 @@
 // its backward after this module's (an embedding, the first layer, does), and it reports the
 // parameter ready. Under autocast it computes in f16/bf16 from the parameter's working copy,
 // as Linear does.
+// With `classes` below W's rows (a padded vocabulary: W's rows past `classes` are padding), the
+// output's columns from `classes` on are -inf: softmax gives them probability 0, so the loss is
+// the unpadded one, their gradient through softmax_cross_entropy is 0, and sampling never picks
+// them. The -inf comes from a bias of 0 / -inf in the product's epilogue.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "ember/nn/module.hpp"
 
@@ -15,8 +20,9 @@ namespace ember::nn {
 
 class TiedLinear final : public Module {
  public:
-  // `weight` belongs to `owner`, which this module keeps alive.
-  TiedLinear(std::shared_ptr<Module> owner, Parameter& weight);
+  // `weight` belongs to `owner`, which this module keeps alive. classes: 0 (all of W's rows) or
+  // the real outputs, at most W's rows.
+  TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t classes = 0);
 
   Tensor forward(Context& ctx, const Tensor& x) override;  // [..., in] -> [..., out]
   Tensor backward(Context& ctx, const Tensor& dy) override;
@@ -28,10 +34,17 @@ class TiedLinear final : public Module {
   std::string name() const override;
 
   Parameter& weight() { return *weight_; }
+  int64_t classes() const { return classes_; }
 
  private:
+  // [out] of `dtype` on the stream's device: 0 for the classes, -inf past them. Made once per
+  // dtype and device and kept: a CUDA graph captured with one replays after others were used.
+  Tensor padding_bias(DType dtype, Stream& stream);
+
   std::shared_ptr<Module> owner_;
   Parameter* weight_;
+  int64_t classes_;
+  std::vector<Tensor> padding_biases_;
   Tensor input_, weight_used_;  // [rows, in] in the compute dtype, and W as used
   Shape input_shape_;
   DType input_dtype_ = DType::f32;

@@ -12,6 +12,9 @@
 //   ln_f.*                         transformer.ln_f.*
 //   lm_head (tied to embed.wte)    lm_head.weight: not written (tied, as transformers saves it)
 //
+// The token table's padding rows (GptConfig::vocab_multiple) are not in transformers' files:
+// saving writes the first `vocab` rows, loading fills them and zeroes the padding.
+//
 // Conv1D keeps its weight as [in, out], the transpose of ember's Linear [out, in]. Both models
 // split c_attn's output as [3, heads, head_dim] and use GELU's tanh form and LayerNorm eps 1e-5,
 // so the logits agree (benchmarks/reference/compare_hf_logits.py checks it against transformers).

@@ -13,7 +13,8 @@
 namespace ember::train {
 
 // FLOPs per trained token of a GPT (forward and backward): 6 per weight of every matrix product
-// (the blocks' Linears and the tied head; the position table is a lookup) plus the attention's
+// (the blocks' Linears and the tied head over `vocab`, not its padding; the position table is a
+// lookup) plus the attention's
 // scores and weighted sums, 12 x layers x seq x width (nanoGPT's count: causal masking is not
 // subtracted).
 double gpt_flops_per_token(const GptConfig& config, int64_t seq);
