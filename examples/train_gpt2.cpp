@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
@@ -67,6 +69,7 @@ struct Config {
   std::string command_line;              // for the allocation trace's header
   int workers = -1;                      // data::Loader's threads; -1: its default
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
+  bool cuda_graph = false;               // --cuda-graph: each step one graph launch
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -114,6 +117,9 @@ model and training:
                      SIGUSR1 then saves at the end of the current step and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --cuda-graph       run each training step (every micro-batch, the scaler and AdamW) as one
+                     CUDA graph launch after a warm-up step (train::CapturedStep); not with
+                     --seq-lengths or under mpirun; on the CPU the steps run as usual
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
@@ -200,7 +206,8 @@ Config parse_args(int argc, char** argv) {
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
   c.command_line = example::command_line(argc, argv);
-  example::parse_options(argc, argv, options, kUsage, {"--resume"});
+  options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
+  example::parse_options(argc, argv, options, kUsage, {"--resume", "--cuda-graph"});
   example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
@@ -211,6 +218,9 @@ Config parse_args(int argc, char** argv) {
       throw UsageError{fmt::format(
           "--seq-lengths: {} is longer than --seq ({}), the windows' length", length, c.seq)};
     }
+  }
+  if (c.cuda_graph && !c.seq_lengths.empty()) {
+    throw UsageError{"--cuda-graph replays one shape: give --seq, not --seq-lengths"};
   }
   if (!c.shards.empty() && !c.text.empty()) throw UsageError{"give --text or --shards, not both"};
   if (c.shards.empty() != c.val_shards.empty()) {
@@ -416,10 +426,12 @@ int run(const Config& c) {
                   train_data->tokens(), train_data->windows(), c.seq, val_data->tokens(),
                   bytes ? ", bytes" : ""));
   say(fmt::format(
-      "model: {} ({} layers, {} heads, {} wide, vocab {}), {} parameters, on {}; {} steps "
+      "model: {} ({} layers, {} heads, {} wide, vocab {}{}), {} parameters, on {}; {} steps "
       "of {} x {} tokens{}{}\n",
-      model_name, config.layers, config.heads, config.dim, config.vocab, parameters,
-      device.to_string(), c.steps, c.batch,
+      model_name, config.layers, config.heads, config.dim, config.vocab,
+      config.padded_vocab() > config.vocab ? fmt::format(" padded to {}", config.padded_vocab())
+                                           : "",
+      parameters, device.to_string(), c.steps, c.batch,
       c.seq_lengths.empty() ? std::to_string(c.seq)
                             : fmt::format("{{{}}}", fmt::join(c.seq_lengths, ",")),
       c.accumulate > 1 ? fmt::format(" ({} micro-batches)", c.accumulate) : "",
@@ -443,7 +455,7 @@ int run(const Config& c) {
                      const Tensor& targets) {
     const Tensor logits = m.forward(context, inputs.to(stream));
     const int64_t rows = inputs.numel();
-    return criterion.forward(context, logits.reshape({rows, config.vocab}),
+    return criterion.forward(context, logits.reshape({rows, config.padded_vocab()}),
                              targets.to(stream).reshape({rows}));
   };
   auto validation_loss = [&] {
@@ -540,6 +552,45 @@ int run(const Config& c) {
     return b;
   };
 
+  // --cuda-graph: the step (zero_grad, every micro-batch's forward and backward, the scaler and
+  // AdamW) captured once after a warm-up step and replayed as one launch (train::CapturedStep).
+  // It reads its micro-batches from fixed buffers, refilled from the loader before each replay,
+  // and the learning rate from device memory. A replay runs no host code, so the loop advances
+  // ctx.step (the micro-batches' count, which checkpoints save) itself.
+  std::vector<std::array<Tensor, 2>> graph_batches;
+  Tensor graph_loss_sum;
+  std::optional<train::CapturedStep> captured;
+  if (c.cuda_graph) {
+    EMBER_CHECK(ranks == 1,
+                "--cuda-graph does not capture DDP's all-reduces yet: run one process, or leave "
+                "--cuda-graph out");
+    optimizer.keep_lr_on_device();
+    for (int64_t i = 0; i < c.accumulate; ++i) {
+      graph_batches.push_back({Tensor::empty({micro, c.seq}, DType::i32, stream),
+                               Tensor::empty({micro, c.seq}, DType::i32, stream)});
+    }
+    captured.emplace(
+        stream,
+        [&] {
+          optimizer.zero_grad();
+          graph_loss_sum = Tensor::zeros({1}, DType::f32, stream);
+          size_t i = 0;
+          accumulation.run(
+              ctx,
+              [&](const train::MicroBatch& mb) {
+                const auto& [inputs, targets] = graph_batches.at(i++);
+                ops::add(stream, graph_loss_sum, graph_loss_sum,
+                         loss_of(*net, ctx, inputs, targets));
+                const Tensor dlogits = criterion.backward(ctx, mb.dloss);
+                net->backward(ctx, dlogits.reshape({micro, c.seq, config.padded_vocab()}));
+              },
+              scaler.scale());
+          scaler.step(stream, optimizer);
+          scaler.update(stream);
+        },
+        train::CapturedStep::Options{.optimizers = {&optimizer}});
+  }
+
   // MFU: the model's FLOPs per step on this rank over the device's peak.
   const std::optional<double> peak = c.peak_tflops > 0 ? std::optional<double>(c.peak_tflops * 1e12)
                                                        : train::peak_flops(device, precision);
@@ -555,25 +606,40 @@ int run(const Config& c) {
     profiler.begin_step();
     const int64_t seq = step_seq(c, step);
     schedule.apply(optimizer);
-    optimizer.zero_grad();
-    Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
-    accumulation.run(
-        ctx,
-        [&](const train::MicroBatch& mb) {
-          if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
-          profiler.phase(train::StepPhase::data);
-          const std::vector<Tensor> batch = next_batch(seq);
-          profiler.phase(train::StepPhase::forward);
-          const Tensor loss = loss_of(*net, ctx, batch[0], batch[1]);
-          ops::add(stream, loss_sum, loss_sum, loss);
-          profiler.phase(train::StepPhase::backward);
-          const Tensor dlogits = criterion.backward(ctx, mb.dloss);
-          net->backward(ctx, dlogits.reshape({micro, seq, config.vocab}));
-        },
-        scaler.scale());
-    profiler.phase(train::StepPhase::optimizer);
-    scaler.step(stream, optimizer);
-    scaler.update(stream);
+    Tensor loss_sum;
+    if (captured) {
+      profiler.phase(train::StepPhase::data);
+      for (auto& [inputs, targets] : graph_batches) {
+        const std::vector<Tensor> batch = next_batch(seq);
+        inputs.copy_(batch[0]);
+        targets.copy_(batch[1]);
+      }
+      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
+      const uint64_t first_micro_step = ctx.step;
+      captured->run();
+      ctx.step = first_micro_step + static_cast<uint64_t>(c.accumulate);
+      loss_sum = graph_loss_sum;
+    } else {
+      optimizer.zero_grad();
+      loss_sum = Tensor::zeros({1}, DType::f32, stream);
+      accumulation.run(
+          ctx,
+          [&](const train::MicroBatch& mb) {
+            if (ddp) ddp->set_sync(mb.last);  // only the last micro-batch communicates
+            profiler.phase(train::StepPhase::data);
+            const std::vector<Tensor> batch = next_batch(seq);
+            profiler.phase(train::StepPhase::forward);
+            const Tensor loss = loss_of(*net, ctx, batch[0], batch[1]);
+            ops::add(stream, loss_sum, loss_sum, loss);
+            profiler.phase(train::StepPhase::backward);
+            const Tensor dlogits = criterion.backward(ctx, mb.dloss);
+            net->backward(ctx, dlogits.reshape({micro, seq, config.padded_vocab()}));
+          },
+          scaler.scale());
+      profiler.phase(train::StepPhase::optimizer);
+      scaler.step(stream, optimizer);
+      scaler.update(stream);
+    }
     // The loss of the whole step (every rank's sequences): one small all-reduce.
     profiler.phase(train::StepPhase::communication);
     if (ranks > 1) comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
@@ -629,6 +695,13 @@ int run(const Config& c) {
                       checkpoints.path_of(step)));
       return 0;
     }
+  }
+  if (captured) {
+    say(captured->captured()
+            ? fmt::format("cuda graph: {} of the steps replayed one captured graph\n",
+                          captured->replays())
+            : fmt::format("cuda graph: not used, the steps ran eagerly: {}\n",
+                          captured->eager_reason()));
   }
   say(fmt::format("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
                   val_loss,

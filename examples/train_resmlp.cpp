@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,7 @@ struct Config {
   std::string command_line;              // for the allocation trace's header
   int workers = -1;                      // data::Loader's threads; -1: its default
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
+  bool cuda_graph = false;               // --cuda-graph: each step one graph launch
 };
 
 constexpr const char* kUsage = R"(usage: train_resmlp [options]
@@ -73,6 +75,10 @@ options:
   --device D         auto, cpu, cuda or cuda:N (default auto)
   --seed N           seed for data, initialization, dropout and shuffling (default 1)
   --log-every N      steps between progress lines (default 100)
+  --cuda-graph       run each training step (micro-batches, dropout, scaler, AdamW) as one CUDA
+                     graph launch after a warm-up step (train::CapturedStep; dropout reads its
+                     step from device memory, so each replay draws new masks); on the CPU the
+                     steps run as usual
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
@@ -118,7 +124,8 @@ Config parse_args(int argc, char** argv) {
   };
   c.command_line = example::command_line(argc, argv);
   example::add_observability_options(options, c.observe);
-  example::parse_options(argc, argv, options, kUsage);
+  options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
+  example::parse_options(argc, argv, options, kUsage, {"--cuda-graph"});
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
         fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
@@ -205,32 +212,66 @@ int run(const Config& c) {
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   example::Observability observe(c.observe, "train_resmlp", device, "samples", true,
                                  [](const std::string& line) { std::fputs(line.c_str(), stdout); });
+  // One step: zero_grad, the micro-batches of x and y, the scaler and AdamW; the loss sum in
+  // `loss_sum`. `phases` marks the profiler's phases (not inside a captured graph).
+  Tensor loss_sum;
+  auto train_step = [&](const Tensor& x, const Tensor& y, bool phases) {
+    optimizer.zero_grad();
+    loss_sum = Tensor::zeros({1}, DType::f32, stream);
+    accumulation.run(
+        ctx,
+        [&](const train::MicroBatch& mb) {
+          const Tensor xb = x.slice(mb.index * micro, (mb.index + 1) * micro);
+          const Tensor yb = y.slice(mb.index * micro, (mb.index + 1) * micro);
+          if (phases) profiler.phase(train::StepPhase::forward);
+          const Tensor loss = criterion.forward(ctx, model->forward(ctx, xb), yb);
+          ops::add(stream, loss_sum, loss_sum, loss);
+          if (phases) profiler.phase(train::StepPhase::backward);
+          model->backward(ctx, criterion.backward(ctx, mb.dloss));
+        },
+        scaler.scale());
+    if (phases) profiler.phase(train::StepPhase::optimizer);
+    scaler.step(stream, optimizer);
+    scaler.update(stream);
+  };
+  // --cuda-graph: the step captured once after a warm-up step and replayed as one launch
+  // (train::CapturedStep), reading the batch from fixed tensors, the learning rate from device
+  // memory and dropout's step from Context::step_counter. A replay runs no host code, so the loop
+  // publishes each step's number before it and advances ctx.step after it.
+  Tensor graph_x, graph_y;
+  std::optional<train::CapturedStep> captured;
+  if (c.cuda_graph) {
+    optimizer.keep_lr_on_device();
+    ctx.step_counter = Tensor::zeros({1}, DType::i64, stream);
+    captured.emplace(
+        stream, [&] { train_step(graph_x, graph_y, false); },
+        train::CapturedStep::Options{.optimizers = {&optimizer}});
+  }
   for (int64_t step = 1; step <= c.steps; ++step) {
     const auto start = Clock::now();
     observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
-    const Tensor& x = xy[0];
-    const Tensor& y = xy[1];
     schedule.apply(optimizer);
-    optimizer.zero_grad();
-    Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
-    accumulation.run(
-        ctx,
-        [&](const train::MicroBatch& mb) {
-          const Tensor xb = x.slice(mb.index * micro, (mb.index + 1) * micro);
-          const Tensor yb = y.slice(mb.index * micro, (mb.index + 1) * micro);
-          profiler.phase(train::StepPhase::forward);
-          const Tensor loss = criterion.forward(ctx, model->forward(ctx, xb), yb);
-          ops::add(stream, loss_sum, loss_sum, loss);
-          profiler.phase(train::StepPhase::backward);
-          model->backward(ctx, criterion.backward(ctx, mb.dloss));
-        },
-        scaler.scale());
-    profiler.phase(train::StepPhase::optimizer);
-    scaler.step(stream, optimizer);
-    scaler.update(stream);
+    if (captured) {
+      if (!graph_x.defined()) {
+        graph_x = Tensor::empty(xy[0].shape(), xy[0].dtype(), stream);
+        graph_y = Tensor::empty(xy[1].shape(), xy[1].dtype(), stream);
+      }
+      EMBER_CHECK(xy[0].shape() == graph_x.shape(),
+                  "--cuda-graph: every batch must have the graph's shape {}, not {}",
+                  graph_x.shape().to_string(), xy[0].shape().to_string());
+      graph_x.copy_(xy[0]);
+      graph_y.copy_(xy[1]);
+      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
+      const uint64_t first_micro_step = ctx.step;
+      ctx.publish_step();
+      captured->run();
+      ctx.step = first_micro_step + static_cast<uint64_t>(c.accumulate);
+    } else {
+      train_step(xy[0], xy[1], true);
+    }
     profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);  // waits for the step
     profiler.end_step();
@@ -261,6 +302,13 @@ int run(const Config& c) {
       interval_seconds = 0;
       interval_steps = 0;
       memory::reset_peak_stats(device);
+    }
+  }
+  if (captured) {
+    if (captured->captured()) {
+      fmt::print("cuda graph: {} of the steps replayed one captured graph\n", captured->replays());
+    } else {
+      fmt::print("cuda graph: not used, the steps ran eagerly: {}\n", captured->eager_reason());
     }
   }
   fmt::print(

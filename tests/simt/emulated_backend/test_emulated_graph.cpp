@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ember/amp/grad_scaler.hpp"
 #include "ember/core/graph.hpp"
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
@@ -439,6 +440,61 @@ TEST(EmulatedGraph, DropoutReplaysDrawEachStepsMasks) {
 // train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
 // counts as the optimizer's step (schedules follow steps()); on the CPU every run is direct; a
 // host read inside the step is an Error naming it.
+// f16 with the GradScaler, its skipped steps replayed: two batches of the run overflow f16 (the
+// first layer's outputs pass 65504, so the gradients are not finite). In a replay, as in an eager
+// step, the device skips AdamW's update of that step, halves the scale, and leaves the applied
+// step count where it was; the other steps grow the tracker. The parameters, the scale, the
+// growth tracker and the applied steps equal the eager run's, bitwise.
+TEST(EmulatedGraph, SkippedF16StepsReplayAsEagerSteps) {
+  Stream s = ember::current_stream(kGpu);
+  std::vector<Tensor> xs, ys;
+  for (uint32_t i = 0; i < 7; ++i) {
+    std::vector<float> x = random_values(32 * 6, 40 + i);
+    if (i == 3 || i == 5) {
+      for (float& v : x) v *= 3e4f;  // overflows f16 in the first product
+    }
+    xs.push_back(Tensor::from_vector(x, Shape{32, 6}, s));
+    std::vector<int32_t> labels(32);
+    for (size_t j = 0; j < labels.size(); ++j) labels[j] = static_cast<int32_t>((j * 3 + i) % 5);
+    ys.push_back(Tensor::from_vector(labels, Shape{32}, s));
+  }
+  struct F16Mlp : Mlp {
+    ember::amp::GradScaler scaler{kGpu, {.init_scale = 1024.0, .growth_interval = 2}};
+    explicit F16Mlp(Device device) : Mlp(device) {}
+    void step(Stream& stream, const Tensor& x, const Tensor& y) {
+      ember::nn::Context ctx{stream, /*training=*/true, ember::nn::Precision::f16};
+      optimizer->zero_grad();
+      const Tensor logits = model->forward(ctx, x);
+      (void)criterion.forward(ctx, logits, y);
+      model->backward(ctx, criterion.backward(ctx, scaler.scale()));
+      scaler.step(stream, *optimizer);
+      scaler.update(stream);
+    }
+  };
+  F16Mlp eager(kGpu), graphed(kGpu);
+  graphed.optimizer->keep_lr_on_device();
+  Tensor x = Tensor::empty({32, 6}, DType::f32, s), y = Tensor::empty({32}, DType::i32, s);
+  ember::train::CapturedStep step(s, [&] { graphed.step(s, x, y); },
+                                  {.optimizers = {graphed.optimizer.get()}});
+  for (size_t i = 0; i < xs.size(); ++i) {
+    eager.step(s, xs[i], ys[i]);
+    x.copy_(xs[i]);
+    y.copy_(ys[i]);
+    step.run();
+  }
+  EXPECT_EQ(step.replays(), 6);  // all but the warm-up
+  EXPECT_EQ(eager.scaler.skipped_steps(), 2);
+  EXPECT_EQ(graphed.scaler.get_scale(), eager.scaler.get_scale());
+  EXPECT_EQ(graphed.scaler.growth_tracker(), eager.scaler.growth_tracker());
+  EXPECT_EQ(eager.optimizer->applied_steps(), 5);
+  EXPECT_EQ(graphed.optimizer->applied_steps(), 5);
+  const auto p = graphed.model->parameters(), q = eager.model->parameters();
+  ASSERT_EQ(p.size(), q.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(p[i]->value.to_vector<float>(), q[i]->value.to_vector<float>()) << p[i]->name;
+  }
+}
+
 TEST(EmulatedGraph, CapturedStepWarmsUpCapturesAndReplays) {
   Stream s = ember::current_stream(kGpu);
   Mlp mlp(kGpu), reference(kGpu);
