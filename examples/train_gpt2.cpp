@@ -554,8 +554,8 @@ int run(const Config& c) {
 
   // --cuda-graph: the step (zero_grad, every micro-batch's forward and backward, the scaler and
   // AdamW) captured once after a warm-up step and replayed as one launch (train::CapturedStep).
-  // It reads its micro-batches from fixed buffers, refilled from the loader before each replay,
-  // and the learning rate from device memory. A replay runs no host code, so the loop advances
+  // It reads its micro-batches from fixed buffers, which the loader's copies write before each
+  // replay (data::Loader::next_into), and the learning rate from device memory. A replay runs no host code, so the loop advances
   // ctx.step (the micro-batches' count, which checkpoints save) itself.
   std::vector<std::array<Tensor, 2>> graph_batches;
   Tensor graph_loss_sum;
@@ -609,11 +609,7 @@ int run(const Config& c) {
     Tensor loss_sum;
     if (captured) {
       profiler.phase(train::StepPhase::data);
-      for (auto& [inputs, targets] : graph_batches) {
-        const std::vector<Tensor> batch = next_batch(seq);
-        inputs.copy_(batch[0]);
-        targets.copy_(batch[1]);
-      }
+      for (const auto& buffers : graph_batches) loader.next_into(stream, buffers);
       profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
       const uint64_t first_micro_step = ctx.step;
       captured->run();

@@ -16,13 +16,56 @@ namespace {
 void run_checks_of_dying_stream(void* native) noexcept;  // below
 }  // namespace
 
-// Owns a cudaStream_t; destroyed with the last Stream or tensor storage that shares it.
+namespace {
+// Native streams are never destroyed: the last Stream of one leaves it here for the next Stream
+// made on its device. Allocators key cached blocks by the native handle (StreamId), and a
+// destroyed handle can come back from cudaStreamCreate for a new stream whose work is not
+// ordered after the old one's: a block the old stream freed while its queued work still used it
+// would go to the new stream with no event. A reused native stream orders the new work after
+// the old, as the allocator assumes. (PyTorch keeps a fixed pool of streams, for the same reason.)
+struct IdleStreams {
+  std::mutex mutex;
+  std::map<int, std::vector<void*>> by_device;
+};
+IdleStreams& idle_streams() {
+  static auto* idle = new IdleStreams;  // leaked: Streams may die during static destruction
+  return *idle;
+}
+
+void* take_stream(int device) {
+  {
+    IdleStreams& idle = idle_streams();
+    std::lock_guard lock(idle.mutex);
+    std::vector<void*>& streams = idle.by_device[device];
+    if (!streams.empty()) {
+      void* native = streams.back();
+      streams.pop_back();
+      return native;
+    }
+  }
+  return cuda_backend::stream_create(device);
+}
+
+void keep_stream(int device, void* native) noexcept {
+  try {
+    IdleStreams& idle = idle_streams();
+    std::lock_guard lock(idle.mutex);
+    idle.by_device[device].push_back(native);
+  } catch (...) {
+    cuda_backend::stream_destroy(native);  // out of memory for the list: the old behaviour
+  }
+}
+}  // namespace
+
+// Owns a cudaStream_t while a Stream or tensor storage shares it; the last one gives it back for
+// reuse (idle_streams).
 struct Stream::Handle {
+  int device;
   void* native = nullptr;
-  explicit Handle(int device) : native(cuda_backend::stream_create(device)) {}
+  explicit Handle(int device_index) : device(device_index), native(take_stream(device_index)) {}
   ~Handle() {
     run_checks_of_dying_stream(native);
-    cuda_backend::stream_destroy(native);
+    keep_stream(device, native);
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -152,6 +153,68 @@ struct Loader::Impl {
     changed.notify_all();
   }
 
+  // The slot's batch written into the caller's tensors (checked), ready on `stream`; the slot is
+  // free again.
+  void deliver_into(Slot& slot, const Stream& stream, std::span<const Tensor> into) {
+    if (device.is_cuda()) {
+      copy_stream->wait(stream);  // the last batch's readers on `stream` first
+      for (size_t i = 0; i < specs.size(); ++i) {
+        mark_written(into[i]);
+        copy_bytes(into[i].data(), device, slot.pinned[i], Device::cpu(), bytes(specs[i]),
+                   *copy_stream);
+        into[i].record_stream(*copy_stream);
+      }
+      if (!slot.copied) slot.copied = std::make_unique<Event>(device);
+      slot.copied->record(*copy_stream);
+      stream.wait(*slot.copied);
+    } else {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        mark_written(into[i]);
+        std::memcpy(into[i].data(), slot.host[i].data(), bytes(specs[i]));
+      }
+      slot.host.clear();
+    }
+    slot.state = Slot::State::free;
+    slot.index = -1;
+  }
+
+  // The slot of batch next_out, made or waited for (the lock held); an Error for a failed batch.
+  Slot& take(std::unique_lock<std::mutex>& lock) {
+    const auto start = Clock::now();
+    Slot* slot = nullptr;
+    if (worker_count == 0) {
+      slot = &slots[0];
+      if (slot->state != Slot::State::failed) {
+        slot->index = next_out;
+        slot->error = fill(*slot, next_out);
+        slot->state = slot->error.empty() ? Slot::State::ready : Slot::State::failed;
+      }
+      waited += std::chrono::duration<double>(Clock::now() - start).count();  // made here
+    } else {
+      auto find = [&]() -> Slot* {
+        for (Slot& s : slots) {
+          if (s.index == next_out &&
+              (s.state == Slot::State::ready || s.state == Slot::State::failed)) {
+            return &s;
+          }
+        }
+        return nullptr;
+      };
+      const bool ready =
+          changed.wait_for(lock, timeout(), [&] { return stopping || (slot = find()) != nullptr; });
+      waited += std::chrono::duration<double>(Clock::now() - start).count();
+      EMBER_CHECK(!stopping, "data::Loader::next: the loader was destroyed while it waited");
+      EMBER_CHECK(ready,
+                  "data::Loader: batch {} was not ready after {} s: a worker is hung, or the "
+                  "producer takes longer than the timeout (Options::timeout_seconds)",
+                  next_out, options.timeout_seconds);
+    }
+    // A failed batch stays failed: every later call says so too.
+    EMBER_CHECK(slot->state != Slot::State::failed, "data::Loader: batch {}: {}", slot->index,
+                slot->error);
+    return *slot;
+  }
+
   // The slot's batch as the caller's tensors, ready on `stream`; the slot is free again.
   std::vector<Tensor> deliver(Slot& slot, const Stream& stream) {
     std::vector<Tensor> out;
@@ -271,43 +334,35 @@ std::vector<Tensor> Loader::next(const Stream& stream) {
   EMBER_CHECK(stream.device() == m.device,
               "data::Loader::next: the loader's batches go to {}, not {}", m.device.to_string(),
               stream.device().to_string());
-  const auto start = Clock::now();
   std::unique_lock lock(m.mutex);
-  Impl::Slot* slot = nullptr;
-  if (m.worker_count == 0) {
-    slot = &m.slots[0];
-    if (slot->state != Impl::Slot::State::failed) {
-      slot->index = m.next_out;
-      slot->error = m.fill(*slot, m.next_out);
-      slot->state = slot->error.empty() ? Impl::Slot::State::ready : Impl::Slot::State::failed;
-    }
-    m.waited += std::chrono::duration<double>(Clock::now() - start).count();  // made here
-  } else {
-    auto find = [&]() -> Impl::Slot* {
-      for (Impl::Slot& s : m.slots) {
-        if (s.index == m.next_out &&
-            (s.state == Impl::Slot::State::ready || s.state == Impl::Slot::State::failed)) {
-          return &s;
-        }
-      }
-      return nullptr;
-    };
-    const bool ready = m.changed.wait_for(lock, m.timeout(),
-                                          [&] { return m.stopping || (slot = find()) != nullptr; });
-    m.waited += std::chrono::duration<double>(Clock::now() - start).count();
-    EMBER_CHECK(!m.stopping, "data::Loader::next: the loader was destroyed while it waited");
-    EMBER_CHECK(ready,
-                "data::Loader: batch {} was not ready after {} s: a worker is hung, or the "
-                "producer takes longer than the timeout (Options::timeout_seconds)",
-                m.next_out, m.options.timeout_seconds);
-  }
-  // A failed batch stays failed: every later call says so too.
-  EMBER_CHECK(slot->state != Impl::Slot::State::failed, "data::Loader: batch {}: {}", slot->index,
-              slot->error);
-  std::vector<Tensor> out = m.deliver(*slot, stream);
+  std::vector<Tensor> out = m.deliver(m.take(lock), stream);
   ++m.next_out;
   m.changed.notify_all();
   return out;
+}
+
+void Loader::next_into(const Stream& stream, std::span<const Tensor> into) {
+  const std::shared_ptr<Impl> keep = impl_;
+  Impl& m = *keep;
+  EMBER_CHECK(stream.device() == m.device,
+              "data::Loader::next_into: the loader's batches go to {}, not {}",
+              m.device.to_string(), stream.device().to_string());
+  EMBER_CHECK(into.size() == m.specs.size(),
+              "data::Loader::next_into: a batch is {} tensors, not {}", m.specs.size(),
+              into.size());
+  for (size_t i = 0; i < into.size(); ++i) {
+    const Tensor& t = into[i];
+    const TensorSpec& spec = m.specs[i];
+    EMBER_CHECK(
+        t.defined() && t.shape() == spec.shape && t.dtype() == spec.dtype && t.device() == m.device,
+        "data::Loader::next_into: tensor {} must be {}{} on {}, not {}", i, dtype_name(spec.dtype),
+        spec.shape.to_string(), m.device.to_string(),
+        t.defined() ? t.view().describe() : std::string("undefined"));
+  }
+  std::unique_lock lock(m.mutex);
+  m.deliver_into(m.take(lock), stream, into);
+  ++m.next_out;
+  m.changed.notify_all();
 }
 
 int64_t Loader::position() const {

@@ -258,6 +258,32 @@ TEST(Loader, DestructionMidEpochJoinsTheWorkers) {
   EXPECT_LE(calls.load(), 5 * (4 + 6));  // at most what each look-ahead allowed
 }
 
+// next_into writes the batches next() would return into the caller's fixed tensors (a captured
+// step's inputs); tensors that do not fit the specs are Errors that take no batch.
+TEST(Loader, NextIntoFillsFixedTensorsWithTheSameBatches) {
+  Loader reference(kSpecs, produce, Device::cpu(), {.workers = 0});
+  Loader loader(kSpecs, produce, Device::cpu(), {.workers = 2});
+  Stream cpu(Device::cpu());
+  const std::vector<Tensor> into = {Tensor::empty({3, 4}), Tensor::empty({3}, DType::i32)};
+  for (int i = 0; i < 5; ++i) {
+    const void* data = into[0].data();
+    loader.next_into(cpu, into);
+    EXPECT_EQ(into[0].data(), data);
+    EXPECT_EQ(flat(into), flat(reference.next(cpu))) << "batch " << i;
+  }
+  expect_error([&] { loader.next_into(cpu, std::span(into).subspan(0, 1)); },
+               {"data::Loader::next_into: a batch is 2 tensors, not 1"});
+  const std::vector<Tensor> wide = {Tensor::empty({3, 5}), into[1]};
+  expect_error([&] { loader.next_into(cpu, wide); },
+               {"tensor 0 must be f32[3, 4] on cpu, not f32[3, 5]"});
+  const std::vector<Tensor> floats = {into[0], Tensor::empty({3})};
+  expect_error([&] { loader.next_into(cpu, floats); },
+               {"tensor 1 must be i32[3] on cpu, not f32[3]"});
+  EXPECT_EQ(loader.position(), 5);  // the refused calls took no batch
+  loader.next_into(cpu, into);
+  EXPECT_EQ(flat(into), flat(reference.next(cpu)));
+}
+
 TEST(Loader, BadOptionsAreErrors) {
   expect_error([] { Loader(kSpecs, produce, Device::cpu(), {.workers = 2, .prefetch = 0}); },
                {"a prefetch depth of 0 leaves the 2 workers nothing to do ahead"});

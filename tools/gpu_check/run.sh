@@ -76,7 +76,7 @@ kernel_filter="$kernel_filter-*Cudnn*:*TheEnvironmentChoosesTheAutomaticKernel*"
 # ran on a GPU (or changed since it last did), then what a GPU run has checked before.
 steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_graph_f32 train_mlp_bf16 train_mlp_graph_bf16
-       train_gpt2_d12 train_gpt2_timeline torch_reference
+       train_gpt2_d12 train_gpt2_d12_graph train_gpt2_timeline torch_reference
        train_resmlp_none train_resmlp_selective train_gpt2_d12_cudnn bench_gpt2_trace bench_loader
        memcheck racecheck bench_train_step train_gpt2_trace bench_allocator
        train_mlp_f16 train_resmlp_full train_ddp bench_matmul bench_elementwise synccheck initcheck)
@@ -91,6 +91,7 @@ describe() {
     train_ddp) echo "train_ddp --device cuda, one rank without a launcher" ;;
     train_gpt2_d12) echo "train_gpt2 --model d12 --amp bf16 --seq 1024 on the GPU: tokens/s and MFU" ;;
     train_gpt2_d12_cudnn) echo "the same with cuDNN's fused attention (EMBER_ATTENTION_KERNEL=cudnn)" ;;
+    train_gpt2_d12_graph) echo "the same with --cuda-graph: one replay per step, the eager run's losses" ;;
     train_gpt2_trace) echo "train_gpt2 d12 with variable lengths and full checkpointing, recording its allocations" ;;
     train_gpt2_timeline) echo "train_gpt2 --trace on the GPU: host ranges and CUPTI's kernel intervals, checked by check_trace.py" ;;
     torch_reference) echo "compare.py --device cuda: bench_train_step's and bench_gpt2's GPU rows against PyTorch (eager, CUDA graph, torch.compile)" ;;
@@ -549,6 +550,30 @@ step_train_gpt2_d12() {
   # NVML's figures in the metrics (absent only where libnvidia-ml cannot be loaded).
   cp "$metrics" "$logs/" 2>/dev/null
   [ "$res" = PASS ] && detail="$detail; NVML metrics: $(grep -cE '^ember_gpu_' "$metrics" 2>/dev/null) lines"
+}
+# The d12 step as one CUDA graph (train_gpt2 --cuda-graph): it replays, and prints the losses of
+# the train_gpt2_d12 step's eager run (the same run), whose log this compares with when it ran.
+step_train_gpt2_d12_graph() {
+  local steps=30
+  [ "$quick" -eq 1 ] && steps=12
+  gpt2_step train_gpt2_d12_graph --seq 1024 --batch 8 --amp bf16 --steps "$steps" --log-every 10 \
+    --eval-every 1000 --cuda-graph
+  [ "$res" = PASS ] || return 0
+  local graph_line graphed eager
+  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/train_gpt2_d12_graph.log" | cut -c 13-130)"
+  graphed="$(grep -oE '^step +[0-9]+ \| loss [0-9.]+' "$logs/train_gpt2_d12_graph.log")"
+  eager="$(grep -soE '^step +[0-9]+ \| loss [0-9.]+' "$logs/train_gpt2_d12.log")"
+  if ! grep -q 'replayed' <<<"$graph_line"; then
+    res=FAIL
+    detail="no graph replayed:${graph_line:- no cuda graph line}"
+  elif [ -z "$eager" ]; then
+    detail="$detail;${graph_line}; no eager run to compare with"
+  elif [ "$graphed" = "$eager" ]; then
+    detail="$detail;${graph_line}; same losses as eager"
+  else
+    res=FAIL
+    detail="losses differ from train_gpt2_d12's: $(tr '\n' ' ' <<<"$graphed" | cut -c 1-200)"
+  fi
 }
 step_train_gpt2_d12_cudnn() {
   local steps=30

@@ -68,6 +68,13 @@ class Loader {
 
   // The next batch, ready for work queued on `stream` (on stream's device).
   std::vector<Tensor> next(const Stream& stream);
+  // The next batch written into `into`: one tensor per spec, of its shape and dtype, on the
+  // loader's device (the fixed input buffers of a captured step, train::CapturedStep, refilled
+  // between replays with no copy of their own). On a GPU the loader's copy stream writes them
+  // after the work queued on `stream` so far (which may still read the last batch there) and
+  // before the work queued on it next; on the CPU they are written at once. Other tensors are
+  // an Error naming the first that does not fit, and take no batch.
+  void next_into(const Stream& stream, std::span<const Tensor> into);
 
   int64_t position() const;  // the index of the batch next() returns next
   // From now on next() returns batch `index`, `index` + 1, ... (a resumed run's position): the

@@ -15,6 +15,7 @@
 #include "ember/core/tensor.hpp"
 #include "ember/data/loader.hpp"
 #include "ember/ops/elementwise.hpp"
+#include "stream_test_support.hpp"
 
 namespace {
 
@@ -57,6 +58,40 @@ TEST(EmulatedLoader, DeviceBatchesEqualTheCpuLoadersAndAreReadAfterTheirCopy) {
         << "step " << step;
   }
   EXPECT_EQ(gpu.position(), 10);
+}
+
+// next_into on lazy streams: each batch goes into the same two device tensors, and the
+// consumer's kernels that read the last batch there run before the copy of the next overwrites
+// it (the copy stream waits for them), so every step reads its own batch; the race checker
+// checks the order.
+TEST(EmulatedLoader, NextIntoOverwritesFixedTensorsOnlyAfterTheirReaders) {
+  const ember::testing::LazyStreams lazy;
+  const ember::testing::RaceCheck race_check;
+  const std::vector<ember::data::TensorSpec> specs = {{Shape{64, 33}, DType::f32},
+                                                      {Shape{64}, DType::i32}};
+  Loader cpu(specs, produce, Device::cpu(), {.workers = 0});
+  Loader gpu(specs, produce, Device::cuda(0), {.workers = 2, .prefetch = 2});
+  Stream host(Device::cpu());
+  Stream compute(Device::cuda(0));
+  const std::vector<Tensor> into = {Tensor::empty(specs[0].shape, DType::f32, compute),
+                                    Tensor::empty(specs[1].shape, DType::i32, compute)};
+  std::vector<Tensor> doubled, labels;
+  for (int step = 0; step < 6; ++step) {
+    gpu.next_into(compute, into);
+    doubled.push_back(Tensor::empty(specs[0].shape, DType::f32, compute));
+    ember::ops::add(compute, doubled.back(), into[0], into[0]);
+    labels.push_back(Tensor::empty(specs[1].shape, DType::i32, compute));
+    labels.back().copy_(into[1]);
+  }
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<Tensor> want = cpu.next(host);
+    std::vector<float> expect = want[0].to_vector<float>();
+    for (float& v : expect) v *= 2;
+    EXPECT_EQ(doubled[step].to_vector<float>(), expect) << "step " << step;
+    EXPECT_EQ(labels[step].to_vector<int32_t>(), want[1].to_vector<int32_t>()) << "step " << step;
+  }
+  const std::vector<Tensor> on_cpu = {Tensor::empty(specs[0].shape), into[1]};
+  EXPECT_THROW(gpu.next_into(compute, on_cpu), ember::Error);
 }
 
 TEST(EmulatedLoader, ABatchForAnotherDeviceIsAnError) {

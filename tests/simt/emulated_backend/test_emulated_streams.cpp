@@ -179,6 +179,34 @@ TEST(EmulatedStreams, TensorOutlivesTheStreamHandleItWasCreatedOn) {
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(8, 7.0f));
 }
 
+// A stream's native handle outlives it: the next Stream takes it over, so blocks the old stream
+// freed, which the allocator keeps under that handle, go to work ordered after the old stream's.
+// (Destroyed, the handle could come back from cudaStreamCreate for an unordered new stream: a
+// block still used by the old stream's queued fill would be rewritten before the fill ran.)
+TEST(EmulatedStreams, ANewStreamTakesOverADeadStreamsHandleAndOrder) {
+  const LazyStreams lazy;
+  const RaceCheck race_check;
+  const void* old_native = nullptr;
+  const void* block = nullptr;
+  {
+    Stream old(kGpu);
+    old_native = old.native();
+    simt::hold_stream(native(old));
+    Tensor t = Tensor::empty({1 << 16}, DType::f32, old);
+    block = t.data();
+    t.fill_(1.0);  // queued, held
+  }                // t's block goes back to the cache under the old handle; the old Stream is gone
+  Stream next(kGpu);
+  ASSERT_EQ(next.native(), old_native) << "the dead stream's handle is taken over";
+  Tensor u = Tensor::empty({1 << 16}, DType::f32, next);
+  EXPECT_EQ(u.data(), block) << "the same handle reuses the block at once";
+  u.fill_(2.0);
+  simt::release_stream(native(next));
+  EXPECT_EQ(u.to_vector<float>(), std::vector<float>(1 << 16, 2.0f));  // the old fill ran first
+  Stream other(kGpu);
+  EXPECT_NE(other.native(), next.native()) << "a live stream's handle is never shared";
+}
+
 // Event::query on unfinished work answers false and leaves no error behind for the next call
 // (a kernel launch under nvcc checks cudaGetLastError).
 TEST(EmulatedStreams, EventQueryLeavesNoError) {
