@@ -38,7 +38,7 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
   config.device = device;
   auto model = train::make_gpt(config);
   train::AdamW optimizer(model->parameters(), {.lr = 1e-4f, .beta2 = 0.95f});
-  nn::SoftmaxCrossEntropy criterion({.fused = true});  // the logits become their gradient
+  nn::SoftmaxCrossEntropy criterion({.fused = true, .classes = config.vocab});  // in place
   nn::Context ctx{stream, /*training=*/true, precision};
   std::vector<int32_t> tokens(static_cast<size_t>(c.batch * (c.seq + 1)));
   for (size_t i = 0; i < tokens.size(); ++i)

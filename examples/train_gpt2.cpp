@@ -70,6 +70,7 @@ struct Config {
   int workers = -1;                      // data::Loader's threads; -1: its default
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
   bool cuda_graph = false;               // --cuda-graph: each step one graph launch
+  int64_t vocab_multiple = 128;          // --vocab-multiple: the token table's padding
 };
 
 constexpr const char* kUsage = R"(usage: train_gpt2 [options]
@@ -85,6 +86,8 @@ data (default: the fortunes corpus in /usr/share/games/fortunes, as bytes; 10% f
 
 model and training:
   --model M          small (bytes: 4 layers, 4 heads, 256 wide; default) or d12 (GPT-2 124M)
+  --vocab-multiple N pad the token table (and the logits) to a multiple of N rows, as llm.c
+                     pads GPT-2's 50257 to 50304 (default 128; 1: no padding)
   --seq T            tokens per sequence (default 128; at most the model's context)
   --seq-lengths L,.. variable-length training: each step's sequences have one of these lengths
                      (each at most --seq), drawn per step from --seed (the first L tokens of
@@ -147,6 +150,13 @@ Config parse_args(int argc, char** argv) {
       {"--shards", [&](const std::string& v) { c.shards = v; }},
       {"--val-shards", [&](const std::string& v) { c.val_shards = v; }},
       {"--seq", [&](const std::string& v) { c.seq = parse_int("--seq", v, 1); }},
+      {"--vocab-multiple",
+       [&](const std::string& v) {
+         c.vocab_multiple = parse_int("--vocab-multiple", v, 1);
+         if (c.vocab_multiple > 4096) {
+           throw UsageError{fmt::format("--vocab-multiple must be at most 4096, not {}", v)};
+         }
+       }},
       {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
       {"--accumulate",
        [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
@@ -387,6 +397,7 @@ int run(const Config& c) {
               config.vocab);
   config.seed = c.seed;
   config.device = device;
+  config.vocab_multiple = c.vocab_multiple;
   auto model = train::make_gpt(config);
   if (!c.init_from.empty()) train::load_gpt_hf(c.init_from, *model);
   auto& blocks = dynamic_cast<nn::Sequential&>(model->child("h"));
@@ -447,7 +458,8 @@ int run(const Config& c) {
   amp::GradScalerOptions scaling;
   scaling.enabled = precision == nn::Precision::f16;
   amp::GradScaler scaler(device, scaling);
-  nn::SoftmaxCrossEntropy criterion({.fused = true});  // the logits become their gradient
+  nn::SoftmaxCrossEntropy criterion(
+      {.fused = true, .classes = config.vocab});  // the logits become their gradient
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 
@@ -555,8 +567,9 @@ int run(const Config& c) {
   // --cuda-graph: the step (zero_grad, every micro-batch's forward and backward, the scaler and
   // AdamW) captured once after a warm-up step and replayed as one launch (train::CapturedStep).
   // It reads its micro-batches from fixed buffers, which the loader's copies write before each
-  // replay (data::Loader::next_into), and the learning rate from device memory. A replay runs no host code, so the loop advances
-  // ctx.step (the micro-batches' count, which checkpoints save) itself.
+  // replay (data::Loader::next_into), and the learning rate from device memory. A replay runs no
+  // host code, so the loop advances ctx.step (the micro-batches' count, which checkpoints save)
+  // itself.
   std::vector<std::array<Tensor, 2>> graph_batches;
   Tensor graph_loss_sum;
   std::optional<train::CapturedStep> captured;
@@ -692,13 +705,7 @@ int run(const Config& c) {
       return 0;
     }
   }
-  if (captured) {
-    say(captured->captured()
-            ? fmt::format("cuda graph: {} of the steps replayed one captured graph\n",
-                          captured->replays())
-            : fmt::format("cuda graph: not used, the steps ran eagerly: {}\n",
-                          captured->eager_reason()));
-  }
+  if (captured) say(fmt::format("cuda graph: {}\n", captured->describe()));
   say(fmt::format("done: {} steps in {:.1f} s, validation loss {:.4f}{}\n", c.steps, total_seconds,
                   val_loss,
                   bytes ? fmt::format(" ({:.3f} bits/byte)", val_loss * nats_to_bits) : ""));

@@ -398,13 +398,7 @@ int run(const Config& c) {
     }
   }
   close_csv();
-  if (captured) {
-    if (captured->captured()) {
-      fmt::print("cuda graph: {} of the steps replayed one captured graph\n", captured->replays());
-    } else {
-      fmt::print("cuda graph: not used, the steps ran eagerly: {}\n", captured->eager_reason());
-    }
-  }
+  if (captured) fmt::print("cuda graph: {}\n", captured->describe());
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} samples/s), loss {:.4f} -> {:.4f}, validation accuracy "
       "{} (chance {:.2f}%)\n",

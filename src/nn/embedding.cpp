@@ -122,6 +122,10 @@ Tensor TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t 
                                          int64_t first) {
   for (const Positions& p : positions_) {
     if (p.batch == batch && p.seq == seq && p.first == first && p.device == stream.device()) {
+      if (!(p.ids.stream() == stream)) {
+        stream.wait(p.ids.stream());  // its upload
+        p.ids.record_stream(stream);
+      }
       return p.ids;
     }
   }

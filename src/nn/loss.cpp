@@ -19,13 +19,13 @@ void check_dloss(const char* what, const Context& ctx, const Tensor& dloss) {
 Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels) {
   Tensor loss = Tensor::empty({1}, DType::f32, ctx.stream);
   if (options_.fused && ctx.training && logits.defined() && logits.dtype() != DType::f16) {
-    ops::softmax_cross_entropy_fused(ctx.stream, loss, logits, labels);
+    ops::softmax_cross_entropy_fused(ctx.stream, loss, logits, labels, options_.classes);
     drop_saved();
     grad_ = logits;
     return loss;
   }
   Tensor probs = Tensor::empty(logits.shape(), DType::f32, ctx.stream);
-  ops::softmax_cross_entropy_forward(ctx.stream, loss, probs, logits, labels);
+  ops::softmax_cross_entropy_forward(ctx.stream, loss, probs, logits, labels, options_.classes);
   if (ctx.training) {
     probs_ = probs;
     labels_ = labels;

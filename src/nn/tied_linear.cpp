@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "ember/nn/embedding.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
 
@@ -16,9 +17,19 @@ TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t
               weight.value.defined() ? weight.value.view().describe() : std::string("undefined"));
   const int64_t out = weight.value.shape()[0];
   EMBER_CHECK(classes >= 0 && classes <= out,
-              "TiedLinear: classes must be 0 (all) or 1 to the weight's {} rows, not {}", out,
-              classes);
-  if (classes_ == 0) classes_ = out;
+              "TiedLinear: classes must be 0 (the owner's vocabulary, else all of the weight's "
+              "rows) or 1 to the weight's {} rows, not {}",
+              out, classes);
+  if (classes_ == 0) {  // an embedding's padded table: its vocabulary
+    if (auto* e = dynamic_cast<Embedding*>(owner_.get()); e && &e->weight() == &weight) {
+      classes_ = e->vocab();
+    } else if (auto* t = dynamic_cast<TokenPositionEmbedding*>(owner_.get());
+               t && &t->token_table() == &weight) {
+      classes_ = t->vocab();
+    } else {
+      classes_ = out;
+    }
+  }
 }
 
 std::string TiedLinear::name() const {
@@ -41,7 +52,9 @@ Tensor TiedLinear::padding_bias(DType dtype, Stream& stream) {
   Tensor bias = Tensor::empty({out}, dtype, stream);
   bias.slice(0, classes_).fill_(0.0);
   bias.slice(classes_, out).fill_(-std::numeric_limits<double>::infinity());
-  padding_biases_.push_back(bias);
+  // Made during a capture, its fills run only in replays: kept, an eager forward before the
+  // first replay would read it unfilled. The graph keeps its memory.
+  if (!stream.capturing()) padding_biases_.push_back(bias);
   return bias;
 }
 

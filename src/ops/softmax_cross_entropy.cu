@@ -362,11 +362,11 @@ bool is_i64(const TensorView& t) {
 
 void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const TensorView& loss,
                                    const TensorView& probs, const TensorView& logits,
-                                   const TensorView& labels) {
+                                   const TensorView& labels, int64_t label_bound) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  check_indices(stream, op, "label", labels, cols);
+  check_indices(stream, op, "label", labels, label_bound);
   const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
   launch_softmax_xent_forward(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                               rows, cols, static_cast<float*>(probs.data),
@@ -374,11 +374,12 @@ void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const Te
 }
 
 void softmax_cross_entropy_fused(Stream& stream, std::string_view op, const TensorView& loss,
-                                 const TensorView& logits, const TensorView& labels) {
+                                 const TensorView& logits, const TensorView& labels,
+                                 int64_t label_bound) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  check_indices(stream, op, "label", labels, cols);
+  check_indices(stream, op, "label", labels, label_bound);
   const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
   launch_softmax_xent_fused(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                             rows, cols, static_cast<float*>(loss.data), scratch.data(), handle);
@@ -423,8 +424,20 @@ void count_correct(Stream& stream, std::string_view op, const TensorView& correc
 
 // ---- the ops -----------------------------------------------------------------------------------
 
+namespace {
+// The labels' bound: `classes`, or every column for 0.
+int64_t label_bound(std::string_view op, int64_t classes, const TensorView& logits) {
+  const int64_t cols = logits.shape[1];
+  EMBER_CHECK(classes >= 0 && classes <= cols,
+              "{}: classes must be 0 (every column) or 1 to the logits' {} columns, not {}", op,
+              cols, classes);
+  return classes > 0 ? classes : cols;
+}
+}  // namespace
+
 void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
-                                   const TensorView& logits, const TensorView& labels) {
+                                   const TensorView& logits, const TensorView& labels,
+                                   int64_t classes) {
   EMBER_OP_RANGE("softmax_cross_entropy_forward");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_forward";
   mark_written(loss);
@@ -439,20 +452,21 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   detail::check_overlap(kOp, probs, logits);  // probs may be exactly f32 logits (in-place)
   for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, probs, labels);
+  const int64_t bound = label_bound(kOp, classes, logits);
   if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
+    cpu::check_indices(kOp, "label", labels, bound);
     cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
     return;
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels);
+  cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels, bound);
 #else
   detail::no_cuda_implementation(kOp);
 #endif
 }
 
 void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
-                                 const TensorView& labels) {
+                                 const TensorView& labels, int64_t classes) {
   EMBER_OP_RANGE("softmax_cross_entropy_fused");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_fused";
   mark_written(loss);
@@ -468,13 +482,14 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
   detail::check_scalar(kOp, "loss", loss, DType::f32);
   for (const TensorView* in : {&logits, &labels}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, logits, labels);
+  const int64_t bound = label_bound(kOp, classes, logits);
   if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
+    cpu::check_indices(kOp, "label", labels, bound);
     cpu::softmax_cross_entropy_fused(loss, logits, labels);
     return;
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels);
+  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels, bound);
 #else
   detail::no_cuda_implementation(kOp);
 #endif

@@ -755,6 +755,18 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   return cudaSuccess;
 }
 
+cudaError_t cudaLaunchHostFunc(cudaStream_t handle, cudaHostFn_t fn, void* user_data) {
+  if (fn == nullptr) return fail(cudaErrorInvalidValue);
+  {
+    Streams& s = streams();
+    std::lock_guard lock(s.mutex);
+    if (!resolve(s, handle)) return fail(cudaErrorInvalidResourceHandle);
+  }
+  ember::simt::stream_submit(
+      handle, [fn, user_data] { fn(user_data); }, {}, "host function");
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamQuery(cudaStream_t handle) {
   Streams& s = streams();
   std::lock_guard lock(s.mutex);

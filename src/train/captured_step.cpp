@@ -24,6 +24,12 @@ CapturedStep::CapturedStep(Stream stream, std::function<void()> step, Options op
   }
 }
 
+std::string CapturedStep::describe() const {
+  if (graph_) return std::to_string(replays_) + " of the steps replayed one captured graph";
+  if (!eager_reason_.empty()) return "not used, the steps ran eagerly: " + eager_reason_;
+  return "not used: every run so far was a warm-up run";
+}
+
 void CapturedStep::go_eager(std::string reason) {
   eager_reason_ = std::move(reason);
   const std::string line = "CapturedStep: the step runs without a CUDA graph: " + eager_reason_;

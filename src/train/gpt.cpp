@@ -20,8 +20,8 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
   EMBER_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0,
               "make_gpt: vocab, context and layers must be positive, not {}, {} and {}", c.vocab,
               c.context, c.layers);
-  EMBER_CHECK(c.vocab_multiple > 0,
-              "make_gpt: vocab_multiple must be positive (1: no padding), not {}",
+  EMBER_CHECK(c.vocab_multiple > 0 && c.vocab_multiple <= (int64_t{1} << 32),
+              "make_gpt: vocab_multiple must be in 1..2^32 (1: no padding), not {}",
               c.vocab_multiple);
   EMBER_CHECK(c.heads > 0 && c.dim > 0 && c.dim % c.heads == 0,
               "make_gpt: heads ({}) must divide the width ({})", c.heads, c.dim);

@@ -402,6 +402,32 @@ TEST_P(SoftmaxCrossEntropy, OutOfRangeLabelNamesRowAndValue) {
         s.synchronize();
       },
       {"ops::count_correct", "label 9", "row 0"});
+  // With `classes` below the width (a padded vocabulary), a label in the padding is out of
+  // range too, for the plain and the fused forward; classes past the width is an Error at once.
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_forward(s, loss, probs, logits,
+                                           on(make_labels({0, 2, 1, 3}, DType::i32)), 3);
+        s.synchronize();
+      },
+      {"ops::softmax_cross_entropy_forward", "label 3", "row 3", "[0, 3)"});
+  Tensor fused_logits = on(Tensor::zeros(Shape{4, 5}));
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_fused(s, loss, fused_logits,
+                                         on(make_labels({4, 0, 0, 0}, DType::i64)), 4);
+        s.synchronize();
+      },
+      {"ops::softmax_cross_entropy_fused", "label 4", "row 0", "[0, 4)"});
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_forward(s, loss, probs, logits,
+                                           on(make_labels({0, 0, 0, 0}, DType::i32)), 6);
+      },
+      {"classes must be 0 (every column) or 1 to the logits' 5 columns, not 6"});
+  ops::softmax_cross_entropy_forward(s, loss, probs, logits,
+                                     on(make_labels({0, 2, 1, 2}, DType::i32)), 3);
+  EXPECT_NEAR(loss.item(), std::log(5.0), 1e-6);  // zero logits: the bound checks, no more
   // Good labels afterwards: nothing is left to report.
   ops::count_correct(s, correct, logits, on(make_labels({0, 0, 1, 0}, DType::i64)));
   EXPECT_EQ(correct.to_vector<int64_t>(), (std::vector<int64_t>{3}));  // all-zero rows: argmax 0

@@ -49,7 +49,7 @@ TrainedGpt train_tiny(Device device, nn::Precision precision) {
   const Tensor y = Tensor::from_vector(out, Shape{30}, stream);
   nn::Context ctx{stream, /*training=*/true, precision};
   train::AdamW optimizer(model->parameters(), {.lr = 1e-2f, .beta2 = 0.95f});
-  nn::SoftmaxCrossEntropy criterion;
+  nn::SoftmaxCrossEntropy criterion({.classes = 11});
   TrainedGpt run;
   for (int step = 0; step < 3; ++step) {
     optimizer.zero_grad();

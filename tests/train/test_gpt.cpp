@@ -122,13 +122,28 @@ TEST(Gpt, BadConfigurationsAndInputs) {
   expect_error([] { train::gpt_config("d13"); }, "unknown model 'd13'");
   auto table = std::make_shared<nn::Embedding>(4, 3);
   expect_error([&] { nn::TiedLinear(table, table->weight(), 5); },
-               "TiedLinear: classes must be 0 (all) or 1 to the weight's 4 rows, not 5");
+               "TiedLinear: classes must be 0 (the owner's vocabulary, else all of the weight's "
+               "rows) or 1 to the weight's 4 rows, not 5");
+  // classes 0 on a padded table: its vocabulary.
+  auto padded = std::make_shared<nn::Embedding>(5, 3, nn::EmbeddingOptions{.table_rows = 8});
+  EXPECT_EQ(nn::TiedLinear(padded, padded->weight()).classes(), 5);
+  EXPECT_EQ(nn::TiedLinear(padded, padded->weight(), 8).classes(), 8);
   expect_error(
       [] {
         train::make_gpt(
             {.vocab = 10, .vocab_multiple = 0, .context = 8, .layers = 1, .heads = 2, .dim = 8});
       },
-      "vocab_multiple must be positive (1: no padding), not 0");
+      "vocab_multiple must be in 1..2^32 (1: no padding), not 0");
+  expect_error(
+      [] {
+        train::make_gpt({.vocab = 10,
+                         .vocab_multiple = std::numeric_limits<int64_t>::max(),
+                         .context = 8,
+                         .layers = 1,
+                         .heads = 2,
+                         .dim = 8});
+      },
+      "vocab_multiple must be in 1..2^32 (1: no padding), not 9223372036854775807");
   auto model = train::make_gpt({.vocab = 10, .context = 4, .layers = 1, .heads = 2, .dim = 8});
   ember::Stream stream;
   nn::Context ctx{stream, /*training=*/false};
@@ -198,7 +213,7 @@ Trained train_tiny(nn::Precision precision, bool checkpoint, int steps,
   ember::Stream stream;
   nn::Context ctx{stream, /*training=*/true, precision};
   ember::train::AdamW optimizer(model->parameters(), {.lr = 3e-3f});
-  nn::SoftmaxCrossEntropy criterion({.fused = fused});
+  nn::SoftmaxCrossEntropy criterion({.fused = fused, .classes = 13});
   Trained result;
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();

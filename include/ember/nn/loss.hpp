@@ -1,6 +1,8 @@
 // Losses. SoftmaxCrossEntropy: the mean cross-entropy of softmax(logits) against class labels.
 #pragma once
 
+#include <cstdint>
+
 #include "ember/nn/module.hpp"
 
 namespace ember::nn {
@@ -12,6 +14,9 @@ struct SoftmaxCrossEntropyOptions {
   // then on. f16 logits take the unfused path (their gradient would underflow before the loss
   // scale); so does an inference forward.
   bool fused = false;
+  // The labels' bound: 0 (the logits' width) or the classes before the logits' padding columns
+  // (make_gpt's padded vocabulary: GptConfig::vocab). A label in the padding is an Error.
+  int64_t classes = 0;
 };
 
 class SoftmaxCrossEntropy {

@@ -20,8 +20,9 @@ namespace ember::nn {
 
 class TiedLinear final : public Module {
  public:
-  // `weight` belongs to `owner`, which this module keeps alive. classes: 0 (all of W's rows) or
-  // the real outputs, at most W's rows.
+  // `weight` belongs to `owner`, which this module keeps alive. classes: the real outputs, at
+  // most W's rows; 0: the owner's vocabulary where the owner is an Embedding or a
+  // TokenPositionEmbedding whose table W is (so a padded table's padding is -inf), else all rows.
   TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t classes = 0);
 
   Tensor forward(Context& ctx, const Tensor& x) override;  // [..., in] -> [..., out]

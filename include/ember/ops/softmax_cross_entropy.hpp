@@ -1,6 +1,8 @@
 // Fused, numerically stable softmax + cross-entropy, mean over the batch.
 #pragma once
 
+#include <cstdint>
+
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 
@@ -12,8 +14,11 @@ namespace ember::ops {
 // computed as logsumexp - x[label] with the row maximum subtracted first (no overflow even for
 // logits of 1e30; -inf logits get probability 0). probs [B, C] f32 receives the softmax, which
 // backward needs; it may be exactly f32 logits (in-place).
+// classes: the labels' bound, 0 (every column) or at most C: columns past it are padding (a
+// padded vocabulary's -inf logits, nn::TiedLinear), and a label there is an Error as one past C.
 void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
-                                   const TensorView& logits, const TensorView& labels);
+                                   const TensorView& logits, const TensorView& labels,
+                                   int64_t classes = 0);
 
 // dlogits [B, C] (f32, f16 or bf16) = dloss * (probs - onehot(labels)) / B; it may be exactly
 // probs (in-place).
@@ -27,8 +32,9 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
 // kept: a bf16 classifier moves 4 bytes per logit (read, write) where forward + backward move 20
 // (bf16 read, f32 probabilities written, read and rewritten in place, bf16 gradient written).
 // f16 logits are an Error: (p - onehot) / B underflows in f16 before any loss scale.
+// classes: the labels' bound, as in softmax_cross_entropy_forward.
 void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
-                                 const TensorView& labels);
+                                 const TensorView& labels, int64_t classes = 0);
 
 // out [B] (i32 or i64) = index of the largest element of each row of x [B, C]
 // (the first one on ties; nan counts as larger than everything, as in PyTorch, so a row

@@ -53,6 +53,10 @@ class CapturedStep {
   bool captured() const { return graph_.has_value(); }
   int64_t replays() const { return replays_; }
   const std::string& eager_reason() const { return eager_reason_; }
+  // One line for a run's summary: "N of the steps replayed one captured graph", or why none did
+  // ("not used, the steps ran eagerly: <reason>", or "not used: every run so far was a warm-up
+  // run").
+  std::string describe() const;
   const Graph* graph() const { return graph_ ? &*graph_ : nullptr; }
 
  private:

@@ -22,8 +22,8 @@ namespace ember::train {
 
 struct GptConfig {
   int64_t vocab = 50257;
-  // The token table's rows and the logits' width: vocab rounded up to a multiple of this (1: no
-  // padding).
+  // The token table's rows and the logits' width: vocab rounded up to a multiple of this
+  // (1..2^32; 1: no padding).
   int64_t vocab_multiple = 128;
   int64_t context = 1024;  // the longest sequence
   int64_t layers = 12;

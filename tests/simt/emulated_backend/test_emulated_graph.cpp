@@ -29,6 +29,7 @@
 #include "ember/train/adamw.hpp"
 #include "ember/train/captured_step.hpp"
 #include "ember/train/residual_mlp.hpp"
+#include "stream_test_support.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -437,9 +438,48 @@ TEST(EmulatedGraph, DropoutReplaysDrawEachStepsMasks) {
                {"Context::publish_step: inside a capture"});
 }
 
-// train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
-// counts as the optimizer's step (schedules follow steps()); on the CPU every run is direct; a
-// host read inside the step is an Error naming it.
+// cudaLaunchHostFunc: run in stream order (a lazy stream runs it at its synchronize, after the
+// work before it), and captured as a host node that runs at every replay, not at the capture.
+TEST(EmulatedGraph, HostFunctionsRunInStreamOrderAndAtEveryReplay) {
+  const ember::testing::LazyStreams lazy;
+  Stream s(kGpu);
+  const auto native = static_cast<cudaStream_t>(s.native());
+  struct Log {
+    std::vector<float> seen;
+    const float* value;  // host memory the stream's copy writes first
+  };
+  float* host = nullptr;  // pinned: a graph may copy into it (pageable memory it may not)
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&host), sizeof(float)), cudaSuccess);
+  Log log{{}, host};
+  auto note = [](void* user) {
+    auto* l = static_cast<Log*>(user);
+    l->seen.push_back(*l->value);
+  };
+  Tensor x = Tensor::full({1}, 7.0, DType::f32, s);
+  ASSERT_EQ(cudaMemcpyAsync(host, x.data(), sizeof(float), cudaMemcpyDeviceToHost, native),
+            cudaSuccess);
+  ASSERT_EQ(cudaLaunchHostFunc(native, note, &log), cudaSuccess);
+  EXPECT_TRUE(log.seen.empty()) << "queued, not run: the stream is lazy";
+  s.synchronize();
+  EXPECT_EQ(log.seen, std::vector<float>{7.0f}) << "after the copy queued before it";
+
+  Graph graph = Graph::capture(s, [&] {
+    ember::ops::scale(s, x, x, 2.0f);
+    ASSERT_EQ(cudaMemcpyAsync(host, x.data(), sizeof(float), cudaMemcpyDeviceToHost, native),
+              cudaSuccess);
+    ASSERT_EQ(cudaLaunchHostFunc(native, note, &log), cudaSuccess);
+  });
+  s.synchronize();
+  EXPECT_EQ(log.seen.size(), 1u) << "nothing runs at the capture";
+  graph.replay(s);
+  graph.replay(s);
+  s.synchronize();
+  EXPECT_EQ(log.seen, (std::vector<float>{7.0f, 14.0f, 28.0f}));
+  EXPECT_EQ(cudaLaunchHostFunc(native, nullptr, nullptr), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  cudaFreeHost(host);
+}
+
 // f16 with the GradScaler, its skipped steps replayed: two batches of the run overflow f16 (the
 // first layer's outputs pass 65504, so the gradients are not finite). In a replay, as in an eager
 // step, the device skips AdamW's update of that step, halves the scale, and leaves the applied
@@ -495,6 +535,9 @@ TEST(EmulatedGraph, SkippedF16StepsReplayAsEagerSteps) {
   }
 }
 
+// train::CapturedStep: direct runs for the warm-up, then one capture and replays; a replay
+// counts as the optimizer's step (schedules follow steps()); on the CPU every run is direct; a
+// host read inside the step is an Error naming it.
 TEST(EmulatedGraph, CapturedStepWarmsUpCapturesAndReplays) {
   Stream s = ember::current_stream(kGpu);
   Mlp mlp(kGpu), reference(kGpu);
@@ -517,6 +560,7 @@ TEST(EmulatedGraph, CapturedStepWarmsUpCapturesAndReplays) {
   }
   EXPECT_EQ(step.replays(), 4);
   EXPECT_TRUE(step.eager_reason().empty());
+  EXPECT_EQ(step.describe(), "4 of the steps replayed one captured graph");
   EXPECT_EQ(mlp.model->parameters()[0]->value.to_vector<float>(),
             reference.model->parameters()[0]->value.to_vector<float>());
   expect_error([&] { Graph::capture(s, [&] { mlp.optimizer->set_lr(0.5f); }); },
@@ -531,6 +575,10 @@ TEST(EmulatedGraph, CapturedStepWarmsUpCapturesAndReplays) {
   EXPECT_EQ(runs, 3);
   EXPECT_FALSE(eager.captured());
   EXPECT_EQ(eager.eager_reason(), "cpu has no CUDA graphs");
+  EXPECT_EQ(eager.describe(), "not used, the steps ran eagerly: cpu has no CUDA graphs");
+  ember::train::CapturedStep unused(s, [] {});
+  unused.run();  // the warm-up only
+  EXPECT_EQ(unused.describe(), "not used: every run so far was a warm-up run");
   EXPECT_NE(warned.find("runs without a CUDA graph: cpu has no CUDA graphs"), std::string::npos);
 
   Tensor t = Tensor::full({4}, 1.0, DType::f32, s);
