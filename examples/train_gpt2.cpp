@@ -531,6 +531,7 @@ int run(const Config& c) {
        {"batch", std::to_string(c.batch)},
        {"accumulate", std::to_string(c.accumulate)},
        {"seq", std::to_string(c.seq)},
+       {"vocab_multiple", std::to_string(c.vocab_multiple)},
        {"seq_lengths", fmt::format("{}", fmt::join(c.seq_lengths, ","))},
        {"lr", fmt::format("{}", c.lr)},
        {"weight_decay", fmt::format("{}", c.weight_decay)},

@@ -22,7 +22,7 @@ namespace {
 // destroyed handle can come back from cudaStreamCreate for a new stream whose work is not
 // ordered after the old one's: a block the old stream freed while its queued work still used it
 // would go to the new stream with no event. A reused native stream orders the new work after
-// the old, as the allocator assumes. (PyTorch keeps a fixed pool of streams, for the same reason.)
+// the old, as the allocator assumes.
 struct IdleStreams {
   std::mutex mutex;
   std::map<int, std::vector<void*>> by_device;
@@ -48,6 +48,11 @@ void* take_stream(int device) {
 
 void keep_stream(int device, void* native) noexcept {
   try {
+    // A stream left capturing (its capture never ended) would hand the capture on: destroyed.
+    if (cuda_backend::stream_capturing(native)) {
+      cuda_backend::stream_destroy(native);
+      return;
+    }
     IdleStreams& idle = idle_streams();
     std::lock_guard lock(idle.mutex);
     idle.by_device[device].push_back(native);

@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -179,8 +180,8 @@ struct Loader::Impl {
   }
 
   // The slot of batch next_out, made or waited for (the lock held); an Error for a failed batch.
-  Slot& take(std::unique_lock<std::mutex>& lock) {
-    const auto start = Clock::now();
+  // `op` names the caller, `start` is when it began.
+  Slot& take(std::unique_lock<std::mutex>& lock, std::string_view op, Clock::time_point start) {
     Slot* slot = nullptr;
     if (worker_count == 0) {
       slot = &slots[0];
@@ -203,7 +204,7 @@ struct Loader::Impl {
       const bool ready =
           changed.wait_for(lock, timeout(), [&] { return stopping || (slot = find()) != nullptr; });
       waited += std::chrono::duration<double>(Clock::now() - start).count();
-      EMBER_CHECK(!stopping, "data::Loader::next: the loader was destroyed while it waited");
+      EMBER_CHECK(!stopping, "{}: the loader was destroyed while it waited", op);
       EMBER_CHECK(ready,
                   "data::Loader: batch {} was not ready after {} s: a worker is hung, or the "
                   "producer takes longer than the timeout (Options::timeout_seconds)",
@@ -334,8 +335,9 @@ std::vector<Tensor> Loader::next(const Stream& stream) {
   EMBER_CHECK(stream.device() == m.device,
               "data::Loader::next: the loader's batches go to {}, not {}", m.device.to_string(),
               stream.device().to_string());
+  const auto start = Clock::now();
   std::unique_lock lock(m.mutex);
-  std::vector<Tensor> out = m.deliver(m.take(lock), stream);
+  std::vector<Tensor> out = m.deliver(m.take(lock, "data::Loader::next", start), stream);
   ++m.next_out;
   m.changed.notify_all();
   return out;
@@ -359,8 +361,12 @@ void Loader::next_into(const Stream& stream, std::span<const Tensor> into) {
         spec.shape.to_string(), m.device.to_string(),
         t.defined() ? t.view().describe() : std::string("undefined"));
   }
+  // Between replays, not inside a capture (its copy is from host memory): refused before a batch
+  // is taken.
+  stream.refuse_capture("data::Loader::next_into");
+  const auto start = Clock::now();
   std::unique_lock lock(m.mutex);
-  m.deliver_into(m.take(lock), stream, into);
+  m.deliver_into(m.take(lock, "data::Loader::next_into", start), stream, into);
   ++m.next_out;
   m.changed.notify_all();
 }

@@ -122,8 +122,10 @@ Tensor TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t 
                                          int64_t first) {
   for (const Positions& p : positions_) {
     if (p.batch == batch && p.seq == seq && p.first == first && p.device == stream.device()) {
-      if (!(p.ids.stream() == stream)) {
-        stream.wait(p.ids.stream());  // its upload
+      if (p.ids.stream() != stream) {
+        // Another stream waits for the upload only while it is in flight (a wait on a capturing
+        // stream for an event outside the capture is CUDA's error).
+        if (!p.uploaded->query()) stream.wait(*p.uploaded);
         p.ids.record_stream(stream);
       }
       return p.ids;
@@ -133,9 +135,11 @@ Tensor TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t 
   for (size_t i = 0; i < t.size(); ++i) {
     t[i] = static_cast<int32_t>(first + static_cast<int64_t>(i) % seq);
   }
-  positions_.push_back(
-      {batch, seq, first, stream.device(), Tensor::from_vector(t, Shape{batch, seq}, stream)});
-  return positions_.back().ids;
+  auto uploaded = std::make_shared<Event>(stream.device());
+  Tensor ids = Tensor::from_vector(t, Shape{batch, seq}, stream);
+  uploaded->record(stream);
+  positions_.push_back({batch, seq, first, stream.device(), ids, std::move(uploaded)});
+  return ids;
 }
 
 Tensor TokenPositionEmbedding::forward(Context& ctx, const Tensor& ids) {

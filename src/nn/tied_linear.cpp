@@ -40,10 +40,13 @@ std::string TiedLinear::name() const {
 }
 
 Tensor TiedLinear::padding_bias(DType dtype, Stream& stream) {
-  for (const Tensor& bias : padding_biases_) {
+  for (const PaddingBias& cached : padding_biases_) {
+    const Tensor& bias = cached.bias;
     if (bias.dtype() != dtype || bias.device() != stream.device()) continue;
-    if (!(bias.stream() == stream)) {
-      stream.wait(bias.stream());  // its fill
+    if (bias.stream() != stream) {
+      // Another stream waits for the fill only while it is in flight (a wait on a capturing
+      // stream for an event outside the capture is CUDA's error).
+      if (!cached.filled->query()) stream.wait(*cached.filled);
       bias.record_stream(stream);
     }
     return bias;
@@ -54,7 +57,11 @@ Tensor TiedLinear::padding_bias(DType dtype, Stream& stream) {
   bias.slice(classes_, out).fill_(-std::numeric_limits<double>::infinity());
   // Made during a capture, its fills run only in replays: kept, an eager forward before the
   // first replay would read it unfilled. The graph keeps its memory.
-  if (!stream.capturing()) padding_biases_.push_back(bias);
+  if (!stream.capturing()) {
+    auto filled = std::make_shared<Event>(stream.device());
+    filled->record(stream);
+    padding_biases_.push_back({bias, std::move(filled)});
+  }
   return bias;
 }
 

@@ -762,8 +762,12 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t handle, cudaHostFn_t fn, void* user_
     std::lock_guard lock(s.mutex);
     if (!resolve(s, handle)) return fail(cudaErrorInvalidResourceHandle);
   }
-  ember::simt::stream_submit(
-      handle, [fn, user_data] { fn(user_data); }, {}, "host function");
+  try {
+    ember::simt::stream_submit(
+        handle, [fn, user_data] { fn(user_data); }, {}, "host function");
+  } catch (const ember::Error&) {  // the stream was destroyed meanwhile
+    return fail(cudaErrorInvalidResourceHandle);
+  }
   return cudaSuccess;
 }
 

@@ -261,10 +261,18 @@ TEST(Loader, DestructionMidEpochJoinsTheWorkers) {
 // next_into writes the batches next() would return into the caller's fixed tensors (a captured
 // step's inputs); tensors that do not fit the specs are Errors that take no batch.
 TEST(Loader, NextIntoFillsFixedTensorsWithTheSameBatches) {
-  Loader reference(kSpecs, produce, Device::cpu(), {.workers = 0});
-  Loader loader(kSpecs, produce, Device::cpu(), {.workers = 2});
   Stream cpu(Device::cpu());
   const std::vector<Tensor> into = {Tensor::empty({3, 4}), Tensor::empty({3}, DType::i32)};
+  {
+    Loader reference(kSpecs, produce, Device::cpu(), {.workers = 2});
+    Loader made_in_the_call(kSpecs, produce, Device::cpu(), {.workers = 0});
+    for (int i = 0; i < 3; ++i) {
+      made_in_the_call.next_into(cpu, into);
+      EXPECT_EQ(flat(into), flat(reference.next(cpu))) << "batch " << i;
+    }
+  }
+  Loader reference(kSpecs, produce, Device::cpu(), {.workers = 0});
+  Loader loader(kSpecs, produce, Device::cpu(), {.workers = 2});
   for (int i = 0; i < 5; ++i) {
     const void* data = into[0].data();
     loader.next_into(cpu, into);

@@ -73,7 +73,9 @@ class Loader {
   // between replays with no copy of their own). On a GPU the loader's copy stream writes them
   // after the work queued on `stream` so far (which may still read the last batch there) and
   // before the work queued on it next; on the CPU they are written at once. Other tensors are
-  // an Error naming the first that does not fit, and take no batch.
+  // an Error naming the first that does not fit, and take no batch; so is a call during a
+  // capture. A batch's pinned buffer is free again once its copy ran, after the step that read
+  // the last batch: without workers, the next call waits for that step on the host.
   void next_into(const Stream& stream, std::span<const Tensor> into);
 
   int64_t position() const;  // the index of the batch next() returns next

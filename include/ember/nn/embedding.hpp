@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -84,6 +85,7 @@ class TokenPositionEmbedding final : public Module {
     int64_t batch, seq, first;
     Device device;
     Tensor ids;
+    std::shared_ptr<Event> uploaded;  // recorded after the upload, on ids' stream
   };
   std::vector<Positions> positions_;
 };

@@ -45,7 +45,11 @@ class TiedLinear final : public Module {
   std::shared_ptr<Module> owner_;
   Parameter* weight_;
   int64_t classes_;
-  std::vector<Tensor> padding_biases_;
+  struct PaddingBias {
+    Tensor bias;
+    std::shared_ptr<Event> filled;  // recorded after its fills, on bias' stream
+  };
+  std::vector<PaddingBias> padding_biases_;
   Tensor input_, weight_used_;  // [rows, in] in the compute dtype, and W as used
   Shape input_shape_;
   DType input_dtype_ = DType::f32;
