@@ -9,6 +9,7 @@
 #include "ember/nn/seed.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/embedding.hpp"
+#include "reuse_on_stream.hpp"
 
 namespace ember::nn {
 namespace {
@@ -122,13 +123,7 @@ Tensor TokenPositionEmbedding::positions(Stream& stream, int64_t batch, int64_t 
                                          int64_t first) {
   for (const Positions& p : positions_) {
     if (p.batch == batch && p.seq == seq && p.first == first && p.device == stream.device()) {
-      if (p.ids.stream() != stream) {
-        // Another stream waits for the upload only while it is in flight (a wait on a capturing
-        // stream for an event outside the capture is CUDA's error).
-        if (!p.uploaded->query()) stream.wait(*p.uploaded);
-        p.ids.record_stream(stream);
-      }
-      return p.ids;
+      return detail::reuse_on_stream(p.ids, *p.uploaded, stream);
     }
   }
   std::vector<int32_t> t(static_cast<size_t>(batch * seq));

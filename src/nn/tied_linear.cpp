@@ -6,6 +6,7 @@
 #include "ember/nn/embedding.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
+#include "reuse_on_stream.hpp"
 
 namespace ember::nn {
 
@@ -41,15 +42,9 @@ std::string TiedLinear::name() const {
 
 Tensor TiedLinear::padding_bias(DType dtype, Stream& stream) {
   for (const PaddingBias& cached : padding_biases_) {
-    const Tensor& bias = cached.bias;
-    if (bias.dtype() != dtype || bias.device() != stream.device()) continue;
-    if (bias.stream() != stream) {
-      // Another stream waits for the fill only while it is in flight (a wait on a capturing
-      // stream for an event outside the capture is CUDA's error).
-      if (!cached.filled->query()) stream.wait(*cached.filled);
-      bias.record_stream(stream);
+    if (cached.bias.dtype() == dtype && cached.bias.device() == stream.device()) {
+      return detail::reuse_on_stream(cached.bias, *cached.filled, stream);
     }
-    return bias;
   }
   const int64_t out = weight_->value.shape()[0];
   Tensor bias = Tensor::empty({out}, dtype, stream);
