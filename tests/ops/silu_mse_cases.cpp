@@ -81,14 +81,15 @@ TEST_P(SiLU, EveryDtypeAndOddLengths) {
           EXPECT_EQ(raw(y), raw(y_cpu));
           EXPECT_EQ(raw(dx), raw(dx_cpu));
         } else {
-          // A GPU's expf and contractions: within 2 ulps of the result's dtype forward, and 4
-          // backward, whose s * (1 + x * (1 - s)) rounds more often (2.6 ulps on an H100), plus
+          // A GPU's expf (2 ulps) and contractions against the CPU's own roundings: within 4
+          // ulps of the result's dtype forward (2.9 on an H100, x near -17) and backward, whose
+          // s * (1 + x * (1 - s)) rounds more often (2.6 ulps on an H100), plus
           // the reference check's floor of an f32 rounding of dy where silu' crosses zero (x
           // near -1.28, where the H100's result was 17 ulps of a small gradient away).
           const double ulp = dtype == DType::f32 ? std::ldexp(1.0, -23) : rel16;
           const std::vector<float> yc = host_f32(y_cpu), dc = host_f32(dx_cpu);
           for (int64_t i = 0; i < n; ++i) {
-            EXPECT_NEAR(yv[i], yc[i], 2 * ulp * std::abs(yc[i]) + floor) << "silu(" << xv[i] << ")";
+            EXPECT_NEAR(yv[i], yc[i], 4 * ulp * std::abs(yc[i]) + floor) << "silu(" << xv[i] << ")";
             EXPECT_NEAR(dv[i], dc[i], 4 * ulp * std::abs(dc[i]) + 1e-7 * std::abs(dyv[i]) + floor)
                 << "silu'(" << xv[i] << ")";
           }

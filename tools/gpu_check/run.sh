@@ -77,7 +77,7 @@ kernel_filter="$kernel_filter-*Cudnn*:*TheEnvironmentChoosesTheAutomaticKernel*"
 steps=(binaries_start gpu device_cases
        train_mlp_f32 train_mlp_graph_f32 train_mlp_bf16 train_mlp_graph_bf16
        train_gpt2_d12 train_gpt2_d12_graph train_gpt2_timeline torch_reference
-       train_resmlp_none train_resmlp_selective train_gpt2_d12_cudnn bench_gpt2_trace bench_loader
+       train_resmlp_none train_resmlp_selective train_resmlp_graph train_gpt2_d12_cudnn bench_gpt2_trace bench_loader
        memcheck racecheck bench_train_step train_gpt2_trace bench_allocator
        train_mlp_f16 train_resmlp_full train_ddp bench_matmul bench_elementwise synccheck initcheck)
 describe() {
@@ -87,6 +87,7 @@ describe() {
     device_cases) echo "ember_tests --gtest_filter='*cuda0*' (the device cases on cuda:0)" ;;
     train_mlp_graph_*) echo "train_mlp --device cuda --cuda-graph --amp ${1#train_mlp_graph_}: the same losses as eager" ;;
     train_mlp_*) echo "train_mlp --device cuda --amp ${1#train_mlp_}" ;;
+    train_resmlp_graph) echo "train_resmlp --device cuda --cuda-graph: the same losses as --checkpoint none" ;;
     train_resmlp_*) echo "train_resmlp --device cuda --checkpoint ${1#train_resmlp_}" ;;
     train_ddp) echo "train_ddp --device cuda, one rank without a launcher" ;;
     train_gpt2_d12) echo "train_gpt2 --model d12 --amp bf16 --seq 1024 on the GPU: tokens/s and MFU" ;;
@@ -513,6 +514,27 @@ step_train_resmlp() {
     fi
   fi
 }
+# The whole step, dropout included, as one CUDA graph: the losses of train_resmlp_none's eager run.
+step_train_resmlp_graph() {
+  train_step train_resmlp_graph "$resmlp_min" "${bin[train_resmlp]}" "${resmlp_args[@]}" \
+    --checkpoint none --cuda-graph
+  [ "$res" = PASS ] || return 0
+  local losses graph_line
+  losses="$(sed -nE 's/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p' \
+            "$logs/train_resmlp_graph.log" | head -n 1)"
+  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/train_resmlp_graph.log" | cut -c 13-130)"
+  if ! grep -q 'replayed' <<<"$graph_line"; then
+    res=FAIL
+    detail="no graph replayed:${graph_line:- no cuda graph line}"
+  elif [ -z "$resmlp_none_loss" ]; then
+    detail="$detail;${graph_line}; no eager run to compare with"
+  elif [ "$losses" = "$resmlp_none_loss" ]; then
+    detail="$detail;${graph_line}; same losses as none"
+  else
+    res=FAIL
+    detail="losses differ from none's ($resmlp_none_loss): $losses"
+  fi
+}
 step_train_ddp() { train_step train_ddp "$ddp_min" "${bin[train_ddp]}" "${ddp_args[@]}"; }
 
 # GPT-2 d12 (124M) on the GPU, on the text the tarball carries (corpus.txt: ember's docs, as
@@ -896,6 +918,7 @@ for step in "${steps[@]}"; do
   case "$step" in
     train_mlp_graph_*) step_train_mlp_graph "$step" ;;
     train_mlp_*) step_train_mlp "$step" ;;
+    train_resmlp_graph) step_train_resmlp_graph ;;
     train_resmlp_*) step_train_resmlp "$step" ;;
     *) "step_$step" ;;
   esac
