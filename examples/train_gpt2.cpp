@@ -463,12 +463,14 @@ int run(const Config& c) {
   nn::Context ctx{stream, /*training=*/true, precision};
   const train::Accumulation accumulation(c.accumulate);
 
+  // dloss (training): the backward's upstream gradient, which the fused classifier multiplies
+  // into the gradient it writes (no pass of its own over the [rows, vocab] gradient).
   auto loss_of = [&](nn::Module& m, nn::Context& context, const Tensor& inputs,
-                     const Tensor& targets) {
+                     const Tensor& targets, const Tensor& dloss = Tensor()) {
     const Tensor logits = m.forward(context, inputs.to(stream));
     const int64_t rows = inputs.numel();
     return criterion.forward(context, logits.reshape({rows, config.padded_vocab()}),
-                             targets.to(stream).reshape({rows}));
+                             targets.to(stream).reshape({rows}), dloss);
   };
   auto validation_loss = [&] {
     model->eval();
@@ -594,7 +596,7 @@ int run(const Config& c) {
               [&](const train::MicroBatch& mb) {
                 const auto& [inputs, targets] = graph_batches.at(i++);
                 ops::add(stream, graph_loss_sum, graph_loss_sum,
-                         loss_of(*net, ctx, inputs, targets));
+                         loss_of(*net, ctx, inputs, targets, mb.dloss));
                 const Tensor dlogits = criterion.backward(ctx, mb.dloss);
                 net->backward(ctx, dlogits.reshape({micro, c.seq, config.padded_vocab()}));
               },
@@ -639,7 +641,7 @@ int run(const Config& c) {
             profiler.phase(train::StepPhase::data);
             const std::vector<Tensor> batch = next_batch(seq);
             profiler.phase(train::StepPhase::forward);
-            const Tensor loss = loss_of(*net, ctx, batch[0], batch[1]);
+            const Tensor loss = loss_of(*net, ctx, batch[0], batch[1], mb.dloss);
             ops::add(stream, loss_sum, loss_sum, loss);
             profiler.phase(train::StepPhase::backward);
             const Tensor dlogits = criterion.backward(ctx, mb.dloss);

@@ -91,14 +91,16 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
 }
 
 // The fused classifier: the forward's rows, but the last pass writes the mean loss's gradient
-// (p - onehot) / rows over the logits, in their dtype (each thread reads x[j] before it writes
-// it; thread 0 read x[label] before the barrier). The [rows, cols] probabilities are never kept.
+// (p - onehot) / rows, times *scale when scale is not null (the backward's dloss, read here), over
+// the logits, in their dtype (each thread reads x[j] before it writes it; thread 0 read x[label]
+// before the barrier). The [rows, cols] probabilities are never kept.
 template <int kTeam, class T>
 __global__ void __launch_bounds__(softmax_detail::kThreads)
     softmax_xent_fused_kernel(T* logits, const void* labels, bool labels_i64, int64_t rows,
-                              int64_t cols, double* row_loss) {
+                              int64_t cols, const float* scale, double* row_loss) {
   const int64_t first = threadIdx.x;
-  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const double factor =
+      (1.0 / static_cast<double>(rows)) * (scale != nullptr ? static_cast<double>(*scale) : 1.0);
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
     T* x = logits + row * cols;
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
     const double inv_s = 1.0 / s;
     for (int64_t j = first; j < cols; j += kTeam) {
       const double p = static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s;
-      x[j] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * inv_rows));
+      x[j] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * factor));
     }
     if (threadIdx.x == 0) {
       row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);

@@ -17,11 +17,19 @@ void check_dloss(const char* what, const Context& ctx, const Tensor& dloss) {
 }  // namespace
 
 Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels) {
+  return forward(ctx, logits, labels, Tensor());
+}
+
+Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels,
+                                    const Tensor& dloss) {
+  if (dloss.defined()) check_dloss("SoftmaxCrossEntropy::forward", ctx, dloss);
   Tensor loss = Tensor::empty({1}, DType::f32, ctx.stream);
   if (options_.fused && ctx.training && logits.defined() && logits.dtype() != DType::f16) {
-    ops::softmax_cross_entropy_fused(ctx.stream, loss, logits, labels, options_.classes);
+    ops::softmax_cross_entropy_fused(ctx.stream, loss, logits, labels, options_.classes,
+                                     dloss.defined() ? dloss.view() : TensorView{});
     drop_saved();
     grad_ = logits;
+    dloss_ = dloss;
     return loss;
   }
   Tensor probs = Tensor::empty(logits.shape(), DType::f32, ctx.stream);
@@ -30,11 +38,16 @@ Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Te
     probs_ = probs;
     labels_ = labels;
     logits_dtype_ = logits.dtype();
+    dloss_ = dloss;
   }
   return loss;
 }
 
 Tensor SoftmaxCrossEntropy::backward(Context& ctx, float dloss) {
+  EMBER_CHECK(!dloss_.defined(),
+              "SoftmaxCrossEntropy::backward: forward was told the dloss tensor {}; pass that "
+              "tensor, not the number {}",
+              dloss_.view().describe(), dloss);
   if (grad_.defined()) {  // fused: the gradient is there; a dloss other than 1 scales it
     Tensor dlogits = grad_;
     if (dloss != 1.0f) ops::scale(ctx.stream, dlogits, dlogits, dloss);
@@ -55,6 +68,16 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
               "SoftmaxCrossEntropy: backward needs the probabilities saved by forward (forward "
               "was not run in training mode, or they were dropped)");
   check_dloss("SoftmaxCrossEntropy::backward", ctx, dloss);
+  EMBER_CHECK(!dloss_.defined() || dloss_.view().data == dloss.view().data,
+              "SoftmaxCrossEntropy::backward: forward was told another dloss tensor ({} at {}) "
+              "than this one ({} at {}); pass the same tensor",
+              dloss_.view().describe(), dloss_.view().data, dloss.view().describe(),
+              dloss.view().data);
+  if (grad_.defined() && dloss_.defined()) {  // fused, and scaled by dloss already
+    Tensor dlogits = grad_;
+    drop_saved();
+    return dlogits;
+  }
   if (grad_.defined()) {  // fused: scaled in place
     Tensor dlogits = grad_;
     ops::scale_by(ctx.stream, dlogits, dlogits, dloss);
@@ -73,6 +96,7 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
 
 void SoftmaxCrossEntropy::drop_saved() {
   grad_ = Tensor();
+  dloss_ = Tensor();
   probs_ = Tensor();
   labels_ = Tensor();
 }

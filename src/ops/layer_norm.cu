@@ -276,8 +276,10 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
       } else {
         EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, handle));
       }
-      launch(kernels::layer_norm_param_finish_kernel, column_blocks, dim3(kColumnThreads), 0,
-             handle, static_cast<const double*>(p), cols, chunks, static_cast<float*>(dgamma.data),
+      launch(kernels::layer_norm_param_finish_kernel,
+             dim3(static_cast<unsigned>(ceil_div(cols, int64_t{32}))),
+             dim3(32, kernels::layer_norm_detail::kFinishWarps), 0, handle,
+             static_cast<const double*>(p), cols, chunks, static_cast<float*>(dgamma.data),
              static_cast<float*>(dbeta.data), accumulate);
     });
   });

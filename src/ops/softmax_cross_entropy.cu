@@ -153,15 +153,15 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
   *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
 }
 
-// The fused classifier: the forward's rows, then (p - onehot) / B over the logits, each element
-// from its f32 probability in double and rounded once to the logits' dtype.
+// The fused classifier: the forward's rows, then (p - onehot) * scale / B over the logits, each
+// element from its f32 probability in double and rounded once to the logits' dtype.
 void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logits,
-                                 const TensorView& labels) {
+                                 const TensorView& labels, float scale) {
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
   std::vector<double> row_loss(static_cast<size_t>(rows));
-  const double inv_rows = 1.0 / static_cast<double>(rows);
+  const double factor = (1.0 / static_cast<double>(rows)) * static_cast<double>(scale);
   const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
   {
@@ -183,7 +183,7 @@ void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logit
       const double inv_s = 1.0 / s;
       for (int64_t j = 0; j < cols; ++j) {
         const double p = static_cast<double>(x[j]) * inv_s;
-        x[j] = static_cast<float>((j == label ? p - 1.0 : p) * inv_rows);
+        x[j] = static_cast<float>((j == label ? p - 1.0 : p) * factor);
       }
       if (logits.dtype != DType::f32) write_f32(logits.data, logits.dtype, r * cols, cols, x);
       row_loss[static_cast<size_t>(r)] =
@@ -321,12 +321,12 @@ void launch_softmax_xent_forward(const void* logits, DType type, const void* lab
 }
 
 void launch_softmax_xent_fused(void* logits, DType type, const void* labels, bool labels_i64,
-                               int64_t rows, int64_t cols, float* loss, void* scratch,
-                               cudaStream_t stream) {
+                               int64_t rows, int64_t cols, const float* scale, float* loss,
+                               void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
   launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
     launch(kernels::softmax_xent_fused_kernel<kTeam, T>, grid, block, 0, stream,
-           static_cast<T*>(logits), labels, labels_i64, rows, cols, row_loss);
+           static_cast<T*>(logits), labels, labels_i64, rows, cols, scale, row_loss);
   });
   launch(kernels::softmax_xent_loss_kernel<kThreads>, dim3(1), dim3(kThreads), 0, stream,
          static_cast<const double*>(row_loss), rows, loss);
@@ -375,14 +375,15 @@ void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const Te
 
 void softmax_cross_entropy_fused(Stream& stream, std::string_view op, const TensorView& loss,
                                  const TensorView& logits, const TensorView& labels,
-                                 int64_t label_bound) {
+                                 int64_t label_bound, const float* scale) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
   check_indices(stream, op, "label", labels, label_bound);
   const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
   launch_softmax_xent_fused(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
-                            rows, cols, static_cast<float*>(loss.data), scratch.data(), handle);
+                            rows, cols, scale, static_cast<float*>(loss.data), scratch.data(),
+                            handle);
 }
 
 void softmax_cross_entropy_backward(Stream& stream, std::string_view op, const TensorView& dlogits,
@@ -466,12 +467,19 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
 }
 
 void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
-                                 const TensorView& labels, int64_t classes) {
+                                 const TensorView& labels, int64_t classes,
+                                 const TensorView& dloss) {
   EMBER_OP_RANGE("softmax_cross_entropy_fused");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_fused";
   mark_written(loss);
   mark_written(logits);
+  const bool scaled = dloss.data != nullptr || dloss.shape.rank() > 0;
   detail::check_devices(kOp, stream, {&loss, &logits, &labels});
+  if (scaled) {
+    detail::check_devices(kOp, stream, {&dloss});
+    detail::check_scalar(kOp, "dloss", dloss, DType::f32);
+    detail::check_disjoint(kOp, logits, dloss);
+  }
   check_logits(kOp, "logits", logits);
   EMBER_CHECK(logits.dtype == DType::f32 || logits.dtype == DType::bf16,
               "{}: logits must be f32 or bf16, not {}: an f16 gradient of a mean over rows "
@@ -485,11 +493,13 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
   const int64_t bound = label_bound(kOp, classes, logits);
   if (stream.device().is_cpu()) {
     cpu::check_indices(kOp, "label", labels, bound);
-    cpu::softmax_cross_entropy_fused(loss, logits, labels);
+    cpu::softmax_cross_entropy_fused(loss, logits, labels,
+                                     scaled ? *static_cast<const float*>(dloss.data) : 1.0f);
     return;
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels, bound);
+  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels, bound,
+                                    scaled ? static_cast<const float*>(dloss.data) : nullptr);
 #else
   detail::no_cuda_implementation(kOp);
 #endif

@@ -51,8 +51,14 @@ struct Case {
 };
 
 // T = 1, rows of one column, widths around a 256-thread block, more ids than table rows.
-const std::vector<Case> kCases = {{{1}, 1, 1},        {{1, 1}, 50, 7},   {{2, 3}, 5, 64},
-                                  {{3, 17}, 70, 130}, {{4, 65}, 9, 257}, {{2, 2, 5}, 300, 3}};
+const std::vector<Case> kCases = {{{1}, 1, 1},
+                                  {{1, 1}, 50, 7},
+                                  {{2, 3}, 5, 64},
+                                  {{3, 17}, 70, 130},
+                                  {{4, 65}, 9, 257},
+                                  {{2, 2, 5}, 300, 3},
+                                  // a table of more rows than a tile of the CUDA bucket scan (8192)
+                                  {{3, 40}, 17000, 5}};
 
 TEST_P(Embedding, ForwardCopiesTheRowsOfTheIds) {
   Stream s = stream();

@@ -97,9 +97,15 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 
 TEST_P(LayerNormOp, MatchesTheDoubleReferenceAcrossShapes) {
   // Warp rows (up to 1024 columns) and block rows; row counts not a multiple of 8 or of the
-  // 32-row chunks of the parameter sums.
-  for (auto [rows, cols] :
-       {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {37, 64}, {70, 1000}, {5, 1500}, {2, 4099}}) {
+  // 32-row chunks of the parameter sums; more chunks than a tile of the CUDA kernel's finishing
+  // sums (64 chunks: 2100 rows), over columns that are not a multiple of its 32.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1},
+                            {3, 7},
+                            {37, 64},
+                            {70, 1000},
+                            {5, 1500},
+                            {2, 4099},
+                            {2100, 45}}) {
     const int64_t n = rows * cols;
     const auto x = uniform(n, 1 + cols, -3.0, 5.0);
     const auto gamma = uniform(cols, 2, 0.5, 1.5), beta = uniform(cols, 3, -0.5, 0.5);
@@ -212,21 +218,23 @@ TEST_P(LayerNormOp, BadArgumentsAreErrors) {
 // On a CUDA device: against the CPU backend. On the CPU: a second run, which must be bitwise the
 // same.
 TEST_P(LayerNormOp, CudaMatchesTheCpuBackend) {
-  const int64_t rows = 45, cols = 1100;
-  const auto x = uniform(rows * cols, 11, -4.0, 4.0);
-  const auto gamma = uniform(cols, 12, 0.5, 1.5), beta = uniform(cols, 13, -0.5, 0.5);
-  const auto dy = uniform(rows * cols, 14, -1.0, 1.0);
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    const Result gpu = run(device(), x, gamma, beta, dy, rows, cols, dtype);
-    const Result cpu = run(Device::cpu(), x, gamma, beta, dy, rows, cols, dtype);
-    // The statistics' sums are ordered differently (a rounding of mean or rstd at most); the
-    // parameter sums are ordered alike: bitwise.
-    std::vector<double> y(cpu.y.begin(), cpu.y.end()), dx(cpu.dx.begin(), cpu.dx.end());
-    expect_close(gpu.y, y, 1e-6, 1e-6, "y");
-    expect_close(gpu.dx, dx, 1e-5, 1e-6, "dx");
-    if (gpu.mean == cpu.mean && gpu.rstd == cpu.rstd) {
-      EXPECT_EQ(gpu.dgamma, cpu.dgamma);
-      EXPECT_EQ(gpu.dbeta, cpu.dbeta);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{45, 1100}, {2100, 45}}) {
+    const auto x = uniform(rows * cols, 11, -4.0, 4.0);
+    const auto gamma = uniform(cols, 12, 0.5, 1.5), beta = uniform(cols, 13, -0.5, 0.5);
+    const auto dy = uniform(rows * cols, 14, -1.0, 1.0);
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols << " " << dtype_name(dtype));
+      const Result gpu = run(device(), x, gamma, beta, dy, rows, cols, dtype);
+      const Result cpu = run(Device::cpu(), x, gamma, beta, dy, rows, cols, dtype);
+      // The statistics' sums are ordered differently (a rounding of mean or rstd at most); the
+      // parameter sums are ordered alike: bitwise.
+      std::vector<double> y(cpu.y.begin(), cpu.y.end()), dx(cpu.dx.begin(), cpu.dx.end());
+      expect_close(gpu.y, y, 1e-6, 1e-6, "y");
+      expect_close(gpu.dx, dx, 1e-5, 1e-6, "dx");
+      if (gpu.mean == cpu.mean && gpu.rstd == cpu.rstd) {
+        EXPECT_EQ(gpu.dgamma, cpu.dgamma);
+        EXPECT_EQ(gpu.dbeta, cpu.dbeta);
+      }
     }
   }
 }

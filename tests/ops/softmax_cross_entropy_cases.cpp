@@ -185,6 +185,57 @@ TEST_P(SoftmaxCrossEntropy, FusedWritesTheGradientOverTheLogits) {
   }
 }
 
+// The backward's dloss, given to the fused op: (p - onehot) * dloss / B before the one rounding
+// (a power of two: the unscaled gradient times it, bit for bit; 0: zeros; inf: inf and nan).
+TEST_P(SoftmaxCrossEntropy, FusedMultipliesTheDlossInBeforeTheRounding) {
+  Stream s = stream();
+  const Shape shape{5, 300};
+  const Tensor logits = Tensor::from_vector(random_logits(5 * 300, 7), shape).to(DType::bf16);
+  const Tensor labels = on(make_labels(random_labels(5, 300, 8), DType::i32));
+  Tensor loss = on(Tensor::zeros({1}));
+  Tensor base = on(logits.clone());
+  ops::softmax_cross_entropy_fused(s, loss, base, labels);
+  const float base_loss = static_cast<float>(loss.item());
+  const std::vector<float> unscaled = values(base);
+  for (const double dloss : {65536.0, 0.0, double{INFINITY}}) {
+    Tensor inout = on(logits.clone());
+    const Tensor d = on(Tensor::full({1}, dloss));
+    ops::softmax_cross_entropy_fused(s, loss, inout, labels, 0, d);
+    EXPECT_EQ(static_cast<float>(loss.item()), base_loss);
+    const std::vector<float> got = values(inout);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = static_cast<float>(unscaled[i] * dloss);  // nan where 0 * inf
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got[i])) << "dloss " << dloss << " element " << i;
+      } else {
+        ASSERT_EQ(got[i], want) << "dloss " << dloss << " element " << i;
+      }
+    }
+  }
+  // Bad dloss tensors: named, and nothing written.
+  Tensor inout = on(logits.clone());
+  const std::vector<float> before = values(inout);
+  expect_error(
+      [&] { ops::softmax_cross_entropy_fused(s, loss, inout, labels, 0, on(Tensor::zeros({2}))); },
+      "ops::softmax_cross_entropy_fused: dloss must be one f32 element, not f32[2]");
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_fused(s, loss, inout, labels, 0,
+                                         on(Tensor::zeros({1}, DType::f16)));
+      },
+      "dloss must be one f32 element");
+  EXPECT_EQ(values(inout), before);
+  Tensor wide = on(logits.to(DType::f32));  // a dloss inside the logits it would overwrite
+  const std::vector<float> wide_before = values(wide);
+  expect_error(
+      [&] {
+        ops::softmax_cross_entropy_fused(s, loss, wide, labels, 0,
+                                         wide.view().reshape({1500}).slice(0, 1));
+      },
+      "shares memory with input f32[1]");
+  EXPECT_EQ(values(wide), wide_before);
+}
+
 TEST_P(SoftmaxCrossEntropy, FusedRefusesF16AndBadOperands) {
   Stream s = stream();
   Tensor loss = on(Tensor::zeros({1}));

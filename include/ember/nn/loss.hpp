@@ -27,6 +27,11 @@ class SoftmaxCrossEntropy {
   // Saves the softmax probabilities (fused: the gradient, in the logits) and the labels for
   // backward.
   Tensor forward(Context& ctx, const Tensor& logits, const Tensor& labels);
+  // The same, told the backward's dloss (a one-element f32 tensor on the stream's device, as
+  // train::MicroBatch::dloss is before the forward): the fused classifier multiplies it into the
+  // gradient it writes (read when the op runs), so backward(ctx, dloss) then costs no pass over
+  // the [B, C] gradient. backward must get that same tensor.
+  Tensor forward(Context& ctx, const Tensor& logits, const Tensor& labels, const Tensor& dloss);
   // d(loss * dloss) / d logits, with logits' dtype.
   Tensor backward(Context& ctx, float dloss = 1.0f);
   // The same with dloss a one-element f32 tensor on the stream's device, read there (AMP: the
@@ -39,7 +44,8 @@ class SoftmaxCrossEntropy {
  private:
   SoftmaxCrossEntropyOptions options_;
   Tensor probs_, labels_;
-  Tensor grad_;  // fused: the logits, overwritten with d(loss)/d(logits)
+  Tensor grad_;   // fused: the logits, overwritten with d(loss)/d(logits)
+  Tensor dloss_;  // the dloss forward was told (fused: multiplied into grad_ already)
   DType logits_dtype_ = DType::f32;
 };
 

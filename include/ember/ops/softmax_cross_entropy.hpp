@@ -33,8 +33,13 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
 // (bf16 read, f32 probabilities written, read and rewritten in place, bf16 gradient written).
 // f16 logits are an Error: (p - onehot) / B underflows in f16 before any loss scale.
 // classes: the labels' bound, as in softmax_cross_entropy_forward.
+// dloss (optional, one f32 element on the stream's device): the backward's upstream gradient
+// (a loss scale, 1/K of an accumulation), read when the op runs and multiplied in before the one
+// rounding. Without it the caller would scale the [B, C] gradient in a pass of its own: on GPT-2
+// d12 (8192 x 50304 bf16) that pass took 1.9 ms of a 31.5 ms H100 step.
 void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
-                                 const TensorView& labels, int64_t classes = 0);
+                                 const TensorView& labels, int64_t classes = 0,
+                                 const TensorView& dloss = {});
 
 // out [B] (i32 or i64) = index of the largest element of each row of x [B, C]
 // (the first one on ties; nan counts as larger than everything, as in PyTorch, so a row
