@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,7 @@ struct Config {
   std::string checkpoint = "none";
   std::string amp = "f32";
   std::string device = "auto";
+  bool cuda_graph = false;  // --cuda-graph: each step one graph launch
   example::SaveConfig save;
 };
 
@@ -81,6 +83,9 @@ options:
   --resume           continue from the newest checkpoint that verifies on every rank
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
+  --cuda-graph       run each step (micro-batches, dropout, the buckets' all-reduces, the scaler
+                     and AdamW) as one CUDA graph launch after a warm-up step
+                     (train::CapturedStep); on the CPU the steps run as usual
   --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
                      modules; chrome://tracing and Perfetto open it)
   --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
@@ -133,7 +138,8 @@ Config parse_args(int argc, char** argv) {
   };
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
-  example::parse_options(argc, argv, options, kUsage, {"--resume"});
+  options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
+  example::parse_options(argc, argv, options, kUsage, {"--resume", "--cuda-graph"});
   example::check_save_options(c.save);
   if (c.batch % c.accumulate != 0) {
     throw UsageError{
@@ -248,6 +254,43 @@ int run(const Config& c) {
       device, c.workers, epoch, cursor);
   train::StepProfiler profiler(stream);  // where each step's time goes, on the progress lines
   example::Observability observe(c.observe, "train_ddp", device, "samples", rank == 0, say);
+  // One step: zero_grad, the micro-batches of x and y (only the last one's backward all-reduces
+  // the buckets), the scaler and AdamW, adding the loss into `loss_sum`. `phases` marks the
+  // profiler's phases (not inside a captured graph).
+  auto train_step = [&](const Tensor& x, const Tensor& y, bool phases) {
+    optimizer.zero_grad();
+    accumulation.run(
+        ctx,
+        [&](const train::MicroBatch& mb) {
+          ddp->set_sync(mb.last);  // only the last micro-batch communicates
+          if (phases) profiler.phase(train::StepPhase::forward);
+          const Tensor loss = criterion.forward(
+              ctx, ddp->forward(ctx, x.slice(mb.index * micro, (mb.index + 1) * micro)),
+              y.slice(mb.index * micro, (mb.index + 1) * micro));
+          ops::add(stream, loss_sum, loss_sum, loss);
+          if (phases) profiler.phase(train::StepPhase::backward);  // the all-reduces overlap it
+          ddp->backward(ctx, criterion.backward(ctx, mb.dloss));
+        },
+        scaler.scale());
+    ddp->set_sync(true);
+    if (phases) profiler.phase(train::StepPhase::optimizer);
+    scaler.step(stream, optimizer);
+    scaler.update(stream);
+  };
+  // --cuda-graph: the step captured once after a warm-up step and replayed as one launch
+  // (train::CapturedStep), reading the batch from fixed tensors, the learning rate from device
+  // memory and dropout's step from Context::step_counter; DDP's bucket all-reduces run on the
+  // communication stream inside the graph. A replay runs no host code, so the loop publishes each
+  // step's number before it and advances ctx.step after it.
+  Tensor graph_x, graph_y;
+  std::optional<train::CapturedStep> captured;
+  if (c.cuda_graph) {
+    optimizer.keep_lr_on_device();
+    ctx.step_counter = Tensor::zeros({1}, DType::i64, stream);
+    captured.emplace(
+        stream, [&] { train_step(graph_x, graph_y, false); },
+        train::CapturedStep::Options{.optimizers = {&optimizer}});
+  }
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     observe.step_begins(step);
@@ -255,34 +298,32 @@ int run(const Config& c) {
     profiler.phase(train::StepPhase::data);
     const std::vector<Tensor> xy = batches.next(stream);
     std::tie(epoch, cursor) = batches.position();
-    const Tensor& x = xy[0];
-    const Tensor& y = xy[1];
     schedule.apply(optimizer);
-    optimizer.zero_grad();
-    accumulation.run(
-        ctx,
-        [&](const train::MicroBatch& mb) {
-          ddp->set_sync(mb.last);  // only the last micro-batch communicates
-          profiler.phase(train::StepPhase::forward);
-          const Tensor loss = criterion.forward(
-              ctx, ddp->forward(ctx, x.slice(mb.index * micro, (mb.index + 1) * micro)),
-              y.slice(mb.index * micro, (mb.index + 1) * micro));
-          ops::add(stream, loss_sum, loss_sum, loss);
-          profiler.phase(train::StepPhase::backward);  // its gradient all-reduces overlap it
-          ddp->backward(ctx, criterion.backward(ctx, mb.dloss));
-        },
-        scaler.scale());
-    ddp->set_sync(true);
-    profiler.phase(train::StepPhase::optimizer);
-    scaler.step(stream, optimizer);
-    scaler.update(stream);
+    if (captured) {
+      if (!graph_x.defined()) {
+        graph_x = Tensor::empty(xy[0].shape(), xy[0].dtype(), stream);
+        graph_y = Tensor::empty(xy[1].shape(), xy[1].dtype(), stream);
+      }
+      EMBER_CHECK(xy[0].shape() == graph_x.shape(),
+                  "--cuda-graph: every batch must have the graph's shape {}, not {}",
+                  graph_x.shape().to_string(), xy[0].shape().to_string());
+      graph_x.copy_(xy[0]);
+      graph_y.copy_(xy[1]);
+      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
+      const uint64_t first_micro_step = ctx.step;
+      ctx.publish_step();
+      captured->run();
+      ctx.step = first_micro_step + static_cast<uint64_t>(c.accumulate);
+    } else {
+      train_step(xy[0], xy[1], true);
+    }
     profiler.phase(train::StepPhase::other);
     stream.synchronize();
     profiler.end_step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
     total_seconds += seconds;
-    exposed += ddp->last_exposed_wait_seconds();
+    if (!captured) exposed += ddp->last_exposed_wait_seconds();  // a replay's host waits for none
     ++interval_steps;
     // The step's metrics carry the loss of the last progress line (all-reduced there only).
     const bool progress = step % c.log_every == 0 || step == c.steps;
@@ -329,6 +370,7 @@ int run(const Config& c) {
       "all-reduces after backward), loss {:.4f}, validation accuracy {}\n",
       c.steps, ranks, total_seconds, 1000 * total_seconds / static_cast<double>(c.steps),
       100 * exposed / total_seconds, loss_value, percent_or_none(val_acc, validation.size())));
+  if (captured) say(fmt::format("cuda graph: {}\n", captured->describe()));
   return 0;
 }
 

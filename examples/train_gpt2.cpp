@@ -120,9 +120,10 @@ model and training:
                      SIGUSR1 then saves at the end of the current step and exits 0
   --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
   --resume           continue from the newest valid checkpoint in --save-dir, if any
-  --cuda-graph       run each training step (every micro-batch, the scaler and AdamW) as one
-                     CUDA graph launch after a warm-up step (train::CapturedStep); not with
-                     --seq-lengths or under mpirun; on the CPU the steps run as usual
+  --cuda-graph       run each training step (every micro-batch, the scaler, DDP's all-reduces
+                     under mpirun, and AdamW) as one CUDA graph launch after a warm-up step
+                     (train::CapturedStep); not with --seq-lengths; on the CPU the steps run as
+                     usual
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
@@ -577,9 +578,6 @@ int run(const Config& c) {
   Tensor graph_loss_sum;
   std::optional<train::CapturedStep> captured;
   if (c.cuda_graph) {
-    EMBER_CHECK(ranks == 1,
-                "--cuda-graph does not capture DDP's all-reduces yet: run one process, or leave "
-                "--cuda-graph out");
     optimizer.keep_lr_on_device();
     for (int64_t i = 0; i < c.accumulate; ++i) {
       graph_batches.push_back({Tensor::empty({micro, c.seq}, DType::i32, stream),
@@ -594,6 +592,7 @@ int run(const Config& c) {
           accumulation.run(
               ctx,
               [&](const train::MicroBatch& mb) {
+                if (ddp) ddp->set_sync(mb.last);  // the buckets' all-reduces join the graph
                 const auto& [inputs, targets] = graph_batches.at(i++);
                 ops::add(stream, graph_loss_sum, graph_loss_sum,
                          loss_of(*net, ctx, inputs, targets, mb.dloss));

@@ -176,6 +176,10 @@ class NcclWork final : public PendingWork {
   // The done event is recorded (the collective is queued): the watchdog may query it.
   void mark_recorded() { recorded_.store(true, std::memory_order_release); }
   bool recorded() const { return recorded_.load(std::memory_order_acquire); }
+  // Queued while the caller's stream captured a CUDA graph: the collective runs at each replay,
+  // and its done event (recorded in the capture) may not be queried. Streams wait on it inside
+  // the capture (the join); test() is false and a host wait() an Error.
+  void mark_captured() { captured_ = true; }
 
  private:
   std::shared_ptr<NcclShared> shared_;
@@ -185,6 +189,7 @@ class NcclWork final : public PendingWork {
   std::chrono::steady_clock::time_point deadline_;
   std::atomic<bool> finished_{false};
   std::atomic<bool> recorded_{false};
+  bool captured_ = false;
 };
 
 class NcclBackend final : public Backend {
@@ -315,6 +320,13 @@ class NcclBackend final : public Backend {
                 what, stream.device().to_string(), device_.to_string());
     for (const Tensor& t : keep) t.record_stream(stream_);  // used there until it is done
     auto work = std::make_shared<NcclWork>(shared_, what, std::move(keep), device_);
+    // A capturing caller (a step captured as a CUDA graph): the collective joins the graph, and
+    // the communication stream joins the capture by waiting on the caller (CUDA's fork); the
+    // caller's wait on the done event joins it back. The watchdog keeps to eager collectives
+    // (it may not query an event recorded in a capture); it still polls NCCL's asynchronous
+    // errors while replays run.
+    const bool captured = stream.capturing();
+    if (captured) work->mark_captured();
     work->set_deadline(std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                            std::chrono::duration<double>(timeout_)));
@@ -323,7 +335,7 @@ class NcclBackend final : public Backend {
       // immediate streams run the collective inside it). The lock is not held across the call.
       std::lock_guard lock(shared_->mutex);
       shared_->check_locked(what);
-      in_flight_.push_back(work);
+      if (!captured) in_flight_.push_back(work);
     }
     wake_.notify_all();
     // After the work queued on the caller's stream (which produced the inputs).
@@ -396,6 +408,7 @@ class NcclBackend final : public Backend {
 bool NcclWork::test() {
   if (finished()) return true;
   shared_->check(what_);
+  if (captured_) return false;  // it runs at each replay of its graph, never on its own
   if (!done_event_.query()) return false;
   keep_.clear();
   finished_.store(true, std::memory_order_release);
@@ -403,6 +416,10 @@ bool NcclWork::test() {
 }
 
 void NcclWork::wait() {
+  EMBER_CHECK(!captured_,
+              "dist: {} was captured into a CUDA graph: it runs at each replay, so the host cannot "
+              "wait for it; wait on a stream (Work::wait(stream)) inside the capture",
+              what_);
   const double left =
       std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
   if (!poll_until([&] { return test(); }, std::max(left, 0.0))) shared_->time_out(what_);

@@ -37,6 +37,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     EMBER_SHIM_NAME(cudaErrorStreamCaptureUnsupported)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureInvalidated)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureIsolation)
+    EMBER_SHIM_NAME(cudaErrorStreamCaptureUnjoined)
     EMBER_SHIM_NAME(cudaErrorCapturedEvent)
     EMBER_SHIM_NAME(cudaErrorInvalidValue)
     EMBER_SHIM_NAME(cudaErrorMemoryAllocation)
@@ -81,6 +82,9 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "operation not permitted on an event last recorded in a capturing stream";
     case cudaErrorStreamCaptureIsolation:
       return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capture was not joined back to the origin stream (a forked stream's work is "
+             "left)";
     case cudaErrorInvalidValue:
       return "invalid argument";
     case cudaErrorMemoryAllocation:

@@ -44,6 +44,9 @@ struct EventState {
   Clock::time_point stamp{};
   ember::simt::race::VectorClock vc;  // the recording stream's, at the latest record
   bool captured = false;  // last recorded during a capture: CUDA refuses to query or wait on it
+  CUstream_st* capture = nullptr;  // captured: the capture's origin stream (whose graph it is in)
+  unsigned capture_serial = 0;     // captured: the recording stream (CUstream_st::serial)
+  uint64_t capture_mark = 0;       // captured on a joined stream: its items up to the record
 };
 
 struct Item {
@@ -77,6 +80,11 @@ struct CUstream_st {
   bool destroyed = false;
   bool capturing = false;  // cudaStreamBeginCapture: work queued now joins a graph, never runs
   bool capture_invalidated = false;  // an illegal call during the capture (EndCapture fails)
+  // A stream that joined another's capture (it waited on an event recorded in it): its work goes
+  // into the origin's graph, in submission order (a valid order of CUDA's dependency graph).
+  // captured_items counts it; joined_items is how much of it the capture has waited for.
+  CUstream_st* capture_origin = nullptr;
+  uint64_t captured_items = 0, joined_items = 0;
   unsigned serial = 0;  // the stream-race checker's name for it (0: the default stream)
   ember::simt::race::VectorClock vc;  // what its next work is ordered after
   std::deque<Item> backlog;
@@ -87,7 +95,7 @@ struct CUevent_st {
   std::shared_ptr<EventState> state;
 };
 
-// A captured graph: its work items in capture order (one stream's capture).
+// A captured graph: its work items in capture order (the origin stream's and its joined streams').
 struct CUgraph_st {
   std::vector<Item> items;
 };
@@ -96,6 +104,17 @@ struct CUgraphExec_st {
 };
 
 namespace {
+
+// The stream whose capture `stream` takes part in: its origin when it joined one, else itself.
+CUstream_st* capture_root(CUstream_st* stream) {
+  return stream->capture_origin != nullptr ? stream->capture_origin : stream;
+}
+
+// An illegal call during a capture invalidates the whole capture (the origin's).
+void invalidate_capture(CUstream_st* stream) {
+  stream->capture_invalidated = true;
+  capture_root(stream)->capture_invalidated = true;
+}
 
 // What a host thread waits for (deferred mode): a stream, an event record, or every stream.
 struct Demand {
@@ -467,7 +486,8 @@ void submit_item(cudaStream_t handle, Item item, const char* call,
   item.what = what;
   if (stream->capturing) {  // joins the graph: checked when a launch of it runs
     item.accesses = accesses;
-    stream->backlog.push_back(std::move(item));
+    if (stream->capture_origin != nullptr) ++stream->captured_items;
+    capture_root(stream)->backlog.push_back(std::move(item));
     return;
   }
   stamp(s, *stream, accesses, what);
@@ -553,7 +573,7 @@ bool refuse_in_capture(cudaStream_t handle) {
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (stream == nullptr || !stream->capturing) return false;
-  stream->capture_invalidated = true;
+  invalidate_capture(stream);
   return true;
 }
 
@@ -564,7 +584,7 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
   CUstream_st* stream = resolve(s, handle);
   EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream", call,
               static_cast<const void*>(handle));
-  if (stream->capturing) stream->capture_invalidated = true;  // the wait below fails too
+  if (stream->capturing) invalidate_capture(stream);  // the wait below fails too
   ++s.counts.blocking_copies;
   stamp(s, *stream, accesses, call);
   const race::VectorClock known = stream->vc;
@@ -652,7 +672,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode) {
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream || stream == &s.default_stream) return fail(cudaErrorInvalidResourceHandle);
-  if (stream->capturing) return fail(cudaErrorIllegalState);
+  if (stream->capturing) return fail(cudaErrorIllegalState);  // its own, or one it joined
   // Work queued before the capture still runs: only what follows joins the graph.
   wait_until(s, lock, "cudaStreamBeginCapture", Demand{.stream = stream},
              [&] { return idle(*stream); });
@@ -666,12 +686,24 @@ cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream || !graph) return fail(cudaErrorInvalidValue);
-  if (!stream->capturing) return fail(cudaErrorIllegalState);
+  if (!stream->capturing || stream->capture_origin != nullptr) return fail(cudaErrorIllegalState);
+  // The streams that joined: each leaves the capture; work of theirs that the origin never
+  // waited for is CUDA's unjoined error.
+  bool unjoined = false;
+  for (CUstream_st* other : all_streams(s)) {
+    if (other->capture_origin != stream) continue;
+    if (other->captured_items > other->joined_items) unjoined = true;
+    other->capturing = false;
+    other->capture_invalidated = false;
+    other->capture_origin = nullptr;
+    other->captured_items = other->joined_items = 0;
+  }
   stream->capturing = false;
   std::deque<Item> captured = std::move(stream->backlog);
   stream->backlog.clear();
   *graph = nullptr;
   if (stream->capture_invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  if (unjoined) return fail(cudaErrorStreamCaptureUnjoined);
   auto* made = new CUgraph_st;
   for (Item& item : captured) {
     if (item.kind == Item::Kind::work) made->items.push_back(std::move(item));
@@ -732,9 +764,9 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* 
   std::lock_guard lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream || !status) return fail(cudaErrorInvalidValue);
-  *status = !stream->capturing            ? cudaStreamCaptureStatusNone
-            : stream->capture_invalidated ? cudaStreamCaptureStatusInvalidated
-                                          : cudaStreamCaptureStatusActive;
+  *status = !stream->capturing                          ? cudaStreamCaptureStatusNone
+            : capture_root(stream)->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                                        : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 
@@ -744,7 +776,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {  // as CUDA: refused, and the capture is invalidated
-    stream->capture_invalidated = true;
+    invalidate_capture(stream);
     return fail(cudaErrorStreamCaptureUnsupported);
   }
   ++s.counts.stream_synchronize;
@@ -777,7 +809,7 @@ cudaError_t cudaStreamQuery(cudaStream_t handle) {
   CUstream_st* stream = resolve(s, handle);
   if (!stream) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {
-    stream->capture_invalidated = true;
+    invalidate_capture(stream);
     return fail(cudaErrorStreamCaptureUnsupported);
   }
   // Like the real runtime, "not ready" is also left as the last error: callers clear it.
@@ -792,7 +824,7 @@ cudaError_t cudaDeviceSynchronize() {
   bool capturing = false;  // global capture mode: a device-wide wait is illegal during any capture
   for (CUstream_st* stream : all_streams(s)) {
     if (stream->capturing) {
-      stream->capture_invalidated = true;
+      invalidate_capture(stream);
       capturing = true;
     }
   }
@@ -813,10 +845,32 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {
-    // Only one stream's capture is emulated: a wait for work outside the graph is CUDA's
-    // isolation error (its cross-stream joins are not emulated).
-    stream->capture_invalidated = true;
+    // A record in the same capture: the graph's order (submission order) has it already; on a
+    // joined stream, what the record covered is now joined. A wait for work outside the graph
+    // is CUDA's isolation error.
+    if (e->captured && e->capture == capture_root(stream)) {
+      for (CUstream_st* other : all_streams(s)) {
+        if (other->capture_origin == e->capture && other->serial == e->capture_serial) {
+          other->joined_items = std::max(other->joined_items, e->capture_mark);
+        }
+      }
+      return cudaSuccess;
+    }
+    invalidate_capture(stream);
     return fail(cudaErrorStreamCaptureIsolation);
+  }
+  if (e->captured && e->capture != nullptr && e->capture->capturing) {
+    // Waiting on a record of a running capture: this stream joins it (CUDA's fork). Its own
+    // earlier work is not part of the graph: it finishes first.
+    CUstream_st* origin = e->capture;
+    wait_until(s, lock, "cudaStreamWaitEvent", Demand{.stream = stream},
+               [&] { return idle(*stream); });
+    if (!origin->capturing) return fail(cudaErrorStreamCaptureInvalidated);  // ended meanwhile
+    stream->capturing = true;
+    stream->capture_invalidated = false;
+    stream->capture_origin = origin;
+    stream->captured_items = stream->joined_items = 0;
+    return cudaSuccess;
   }
   // Waits for the record most recently submitted, as in CUDA; nothing to wait
   // for when it has completed (or the event was never recorded).
@@ -860,9 +914,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {  // joins the graph: never runs here, never awaited
     e->captured = true;
+    e->capture = capture_root(stream);
+    e->capture_serial = stream->serial;
+    e->capture_mark = stream->captured_items;
     return cudaSuccess;
   }
   e->captured = false;
+  e->capture = nullptr;
   stamp(s, *stream, {}, {});
   e->vc = stream->vc;
   stream->backlog.push_back(

@@ -137,11 +137,24 @@ bool finish(ncclComm* comm, MPI_Request* request) {
   }
 }
 
-// Queues `body` on `stream` as the collective's kernel would be.
+// Queues `body` on `stream` as the collective's kernel would be. On a capturing stream it joins
+// the graph and runs at each replay (as NCCL's captured kernels do); `queued` counts only
+// eager collectives (a graph's run at each launch, unknown here).
 ncclResult_t enqueue(ncclComm* comm, cudaStream_t stream, std::vector<ember::simt::Access> accesses,
                      const char* name, std::function<void()> body) {
   if (comm == nullptr) return ncclInvalidArgument;
   if (comm->aborted.load()) return ncclInvalidUsage;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) return ncclUnhandledCudaError;
+  if (capture != cudaStreamCaptureStatusNone) {
+    ember::simt::stream_submit(
+        stream,
+        [comm, body = std::move(body)] {
+          if (!comm->aborted.load()) body();
+        },
+        std::move(accesses), name);
+    return ncclSuccess;
+  }
   ++comm->queued;
   ember::simt::stream_submit(
       stream,

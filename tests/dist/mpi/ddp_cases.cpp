@@ -17,6 +17,7 @@
 #include "ember/nn/sequential.hpp"
 #include "ember/train/accumulation.hpp"
 #include "ember/train/adamw.hpp"
+#include "ember/train/captured_step.hpp"
 #include "ember/train/residual_mlp.hpp"
 #include "ember/train/sgd.hpp"
 #include "test_support.hpp"
@@ -155,6 +156,66 @@ TEST_P(Ddp, NoSyncCommunicatesOncePerBucketPerStep) {
   EXPECT_EQ(ddp.synced_backwards(), 2);
   EXPECT_EQ(ddp.bucket_all_reduces(), static_cast<int64_t>(2 * buckets));
   expect_close(flat(ddp), flat(*whole), 1e-4f);
+}
+
+// The whole DDP step captured as one CUDA graph (train::CapturedStep): two accumulated
+// micro-batches (the first under no_sync), dropout drawn from the published step counter, the
+// buckets' all-reduces on the communication stream (which joins the capture), AdamW. Its replays
+// give each rank the parameters of the same steps run eagerly, bitwise, and every replay reduces
+// every bucket once. On the CPU the captured step runs eagerly (nothing to capture): the same
+// parameters all the same.
+TEST_P(Ddp, ACapturedStepReplaysAsEagerSteps) {
+  const dist::DdpOptions options{.bucket_cap_mb = 0.003, .first_bucket_mb = 0.001};
+  dist::DistributedDataParallel eager(model(7, false, 0.2f), world(), options);
+  dist::DistributedDataParallel graphed(model(7, false, 0.2f), world(), options);
+  ASSERT_GT(graphed.buckets().size(), 2u);
+  train::AdamW eager_opt(eager.parameters(), {.lr = 1e-2f});
+  train::AdamW graphed_opt(graphed.parameters(), {.lr = 1e-2f});
+  Stream s = stream();
+  nn::Context eager_ctx{s}, graphed_ctx{s};
+  graphed_ctx.step_counter = Tensor::zeros({1}, DType::i64, s);
+  auto step = [&](dist::DistributedDataParallel& ddp, train::AdamW& opt, nn::Context& ctx,
+                  const std::pair<Tensor, Tensor>* micro) {
+    opt.zero_grad();
+    train::Accumulation(2).run(ctx, [&](const train::MicroBatch& mb) {
+      ddp.set_sync(mb.last);
+      forward_backward(ddp, ctx, micro[mb.index], mb.dloss);
+    });
+    ddp.set_sync(true);
+    opt.step(s);
+  };
+  const int64_t half = kBatch / 2;
+  std::pair<Tensor, Tensor> fixed[2];  // the graph's inputs, refilled before each run
+  for (auto& f : fixed) {
+    f = {Tensor::empty({half, kIn}, DType::f32, s), Tensor::empty({half}, DType::i32, s)};
+  }
+  train::CapturedStep captured(
+      s, [&] { step(graphed, graphed_opt, graphed_ctx, fixed); },
+      train::CapturedStep::Options{.optimizers = {&graphed_opt}});
+  const auto buckets = static_cast<int64_t>(graphed.buckets().size());
+  for (int i = 0; i < 4; ++i) {
+    std::pair<Tensor, Tensor> micro[2];
+    for (int m = 0; m < 2; ++m) micro[m] = batch(2 * i + m, rank() * half, half);
+    step(eager, eager_opt, eager_ctx, micro);
+    for (int m = 0; m < 2; ++m) {
+      fixed[m].first.copy_(micro[m].first);
+      fixed[m].second.copy_(micro[m].second);
+    }
+    const uint64_t first = graphed_ctx.step;
+    graphed_ctx.publish_step();
+    captured.run();
+    graphed_ctx.step = first + 2;  // a replay runs no host code
+  }
+  if (device().is_cuda()) {
+    EXPECT_EQ(captured.replays(), 3) << captured.describe();
+    // Host-side counts stop at the capture: the warm-up and the capture launched every bucket.
+    EXPECT_EQ(graphed.bucket_all_reduces(), 2 * buckets);
+  } else {
+    EXPECT_FALSE(captured.eager_reason().empty());
+  }
+  EXPECT_EQ(flat(graphed), flat(eager));
+  const auto all = gather_all(flat(graphed));
+  for (int r = 1; r < ranks(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r << " differs";
 }
 
 // A communicator whose all-reduces complete only once DDP waits for them (after backward): each

@@ -1,9 +1,9 @@
-// ember::Graph on emulated cuda:0 (the shim records one stream's capture and replays its items in
-// order, the race checker checking each launch): replays compute what eager work computes,
-// bitwise, reading inputs refilled between replays; a whole training step (MLP, cross-entropy,
-// backward, AdamW) replayed gives the eager run's parameters bitwise; the allocator keeps the
-// graph's memory in its pool until the graph is gone; what a graph cannot hold is an Error
-// naming the call, and CUDA's refusals are CUDA's errors.
+// ember::Graph on emulated cuda:0 (the shim records a capture, with the streams that join it, and
+// replays its items in order, the race checker checking each launch): replays compute what eager
+// work computes, bitwise, reading inputs refilled between replays; a whole training step (MLP,
+// cross-entropy, backward, AdamW) replayed gives the eager run's parameters bitwise; the allocator
+// keeps the graph's memory in its pool until the graph is gone; what a graph cannot hold is an
+// Error naming the call, and CUDA's refusals are CUDA's errors.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -262,6 +262,48 @@ TEST(EmulatedGraph, WhatAGraphCannotHoldIsAnErrorNamingIt) {
             cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(g, nullptr);
   cudaGetLastError();
+}
+
+// A second stream that waits on an event recorded in the capture joins it (CUDA's fork): its work
+// is part of the graph, ordered after what it waited for, and the origin waits for it again (the
+// join) before the capture ends. Work of a joined stream left unjoined is CUDA's unjoined error,
+// and that stream leaves the capture all the same.
+TEST(EmulatedGraph, AStreamThatJoinsTheCaptureAddsItsWorkToTheGraph) {
+  const ember::testing::LazyStreams lazy;
+  Stream s(kGpu), side(kGpu);
+  Tensor x = Tensor::full({8}, 1.0, DType::f32, s);
+  Tensor y = Tensor::zeros({8}, DType::f32, s);
+  s.synchronize();
+  Graph graph = Graph::capture(s, [&] {
+    ember::ops::scale(s, x, x, 2.0f);
+    side.wait(s);  // the fork
+    EXPECT_TRUE(side.capturing());
+    ember::ops::add(side, y, y, x);
+    s.wait(side);  // the join
+    ember::ops::scale(s, x, x, 3.0f);
+  });
+  EXPECT_FALSE(side.capturing());
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 1.0f)) << "nothing runs at the capture";
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 0.0f));
+  graph.replay(s);  // x 2, y 2, x 6
+  graph.replay(s);  // x 12, y 14, x 36
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 36.0f));
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 14.0f));
+
+  expect_error(
+      [&] {
+        Graph::capture(s, [&] {
+          side.wait(s);
+          ember::ops::scale(side, y, y, 2.0f);  // never waited for by s
+        });
+      },
+      {"cudaErrorStreamCaptureUnjoined"});
+  EXPECT_FALSE(side.capturing());
+  EXPECT_FALSE(s.capturing());
+  ember::ops::scale(side, y, y, 0.5f);  // both streams work as before, nothing of the capture ran
+  side.synchronize();
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 7.0f));
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 36.0f));
 }
 
 // The residual-MLP steps of the graph tests below: a checkpointed model (6 inputs, 5 classes),

@@ -41,6 +41,7 @@ enum cudaError {
   cudaErrorNotSupported = 801,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureIsolation = 905,
   cudaErrorCapturedEvent = 907,
   cudaErrorUnknown = 999,
@@ -213,9 +214,11 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
-// ---- stream capture and graphs: one stream's capture is emulated (its work items, replayed in
-// order by cudaGraphLaunch); a wait for another stream's event during a capture is refused with
-// cudaErrorStreamCaptureIsolation (cross-stream forks and joins are not emulated).
+// ---- stream capture and graphs: a capture's work items are replayed in submission order by
+// cudaGraphLaunch. Another stream that waits on an event recorded in the capture joins it (CUDA's
+// fork): its work goes into the same graph, and the origin must wait on an event recorded after
+// it before the capture ends (else cudaErrorStreamCaptureUnjoined); a capturing stream's wait for
+// an event recorded outside the capture is cudaErrorStreamCaptureIsolation.
 enum cudaStreamCaptureMode {
   cudaStreamCaptureModeGlobal = 0,
   cudaStreamCaptureModeThreadLocal = 1,
