@@ -28,10 +28,13 @@ class DatasetBatches {
   // `epoch` and `cursor`: where a resumed run continues (0, 0 at the start).
   DatasetBatches(const ember::data::Dataset& set, int64_t batch, int64_t rows_per_epoch,
                  Order order, ember::Device device, int workers, uint64_t epoch, int64_t cursor)
-      : batch_(batch), per_epoch_(rows_per_epoch / batch), order_(std::move(order)) {
+      : batch_(batch),
+        per_epoch_(rows_per_epoch / batch),
+        features_(set.inputs.shape()[1]),
+        order_(std::move(order)) {
     EMBER_CHECK(per_epoch_ >= 1, "an epoch deals {} rows, fewer than a batch of {}", rows_per_epoch,
                 batch);
-    const int64_t features = set.inputs.shape()[1];
+    const int64_t features = features_;
     loader_ = std::make_unique<ember::data::Loader>(
         std::vector<ember::data::TensorSpec>{{ember::Shape{batch, features}, ember::DType::f32},
                                              {ember::Shape{batch}, ember::DType::i32}},
@@ -46,6 +49,18 @@ class DatasetBatches {
 
   // The next batch (inputs, labels), ready on `stream`.
   std::vector<ember::Tensor> next(const ember::Stream& stream) { return loader_->next(stream); }
+  // The next batch written into fixed tensors (a captured step's inputs): [batch, features] f32
+  // and [batch] i32 on the device (data::Loader::next_into: no copy of their own).
+  void next_into(const ember::Stream& stream, const ember::Tensor& inputs,
+                 const ember::Tensor& labels) {
+    const ember::Tensor into[] = {inputs, labels};
+    loader_->next_into(stream, into);
+  }
+  // Fixed tensors next_into fills, made on `stream`.
+  std::pair<ember::Tensor, ember::Tensor> fixed_batch(const ember::Stream& stream) const {
+    return {ember::Tensor::empty({batch_, features_}, ember::DType::f32, stream),
+            ember::Tensor::empty({batch_}, ember::DType::i32, stream)};
+  }
 
   // Where the next batch starts, for a checkpoint: (epoch, cursor in rows).
   std::pair<uint64_t, int64_t> position() const {
@@ -72,7 +87,7 @@ class DatasetBatches {
     return rows;
   }
 
-  int64_t batch_, per_epoch_;
+  int64_t batch_, per_epoch_, features_;
   Order order_;
   std::mutex mutex_;
   std::vector<std::pair<uint64_t, std::shared_ptr<const std::vector<int64_t>>>> epochs_;

@@ -278,15 +278,16 @@ int run(const Config& c) {
     scaler.update(stream);
   };
   // --cuda-graph: the step captured once after a warm-up step and replayed as one launch
-  // (train::CapturedStep), reading the batch from fixed tensors, the learning rate from device
-  // memory and dropout's step from Context::step_counter; DDP's bucket all-reduces run on the
-  // communication stream inside the graph. A replay runs no host code, so the loop publishes each
-  // step's number before it and advances ctx.step after it.
+  // (train::CapturedStep), reading the batch from fixed tensors (which the loader's copies write),
+  // the learning rate from device memory and dropout's step from Context::step_counter; DDP's
+  // bucket all-reduces run on the communication stream inside the graph. A replay runs no host
+  // code, so the loop publishes each step's number before it and advances ctx.step after it.
   Tensor graph_x, graph_y;
   std::optional<train::CapturedStep> captured;
   if (c.cuda_graph) {
     optimizer.keep_lr_on_device();
     ctx.step_counter = Tensor::zeros({1}, DType::i64, stream);
+    std::tie(graph_x, graph_y) = batches.fixed_batch(stream);
     captured.emplace(
         stream, [&] { train_step(graph_x, graph_y, false); },
         train::CapturedStep::Options{.optimizers = {&optimizer}});
@@ -296,19 +297,16 @@ int run(const Config& c) {
     observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
-    const std::vector<Tensor> xy = batches.next(stream);
+    // --cuda-graph: the loader writes the batch into the graph's fixed tensors.
+    std::vector<Tensor> xy;
+    if (captured) {
+      batches.next_into(stream, graph_x, graph_y);
+    } else {
+      xy = batches.next(stream);
+    }
     std::tie(epoch, cursor) = batches.position();
     schedule.apply(optimizer);
     if (captured) {
-      if (!graph_x.defined()) {
-        graph_x = Tensor::empty(xy[0].shape(), xy[0].dtype(), stream);
-        graph_y = Tensor::empty(xy[1].shape(), xy[1].dtype(), stream);
-      }
-      EMBER_CHECK(xy[0].shape() == graph_x.shape(),
-                  "--cuda-graph: every batch must have the graph's shape {}, not {}",
-                  graph_x.shape().to_string(), xy[0].shape().to_string());
-      graph_x.copy_(xy[0]);
-      graph_y.copy_(xy[1]);
       profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
       const uint64_t first_micro_step = ctx.step;
       ctx.publish_step();

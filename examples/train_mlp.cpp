@@ -290,12 +290,13 @@ int run(const Config& c) {
   example::Observability observe(c.observe, "train_mlp", device, "samples", true,
                                  [](const std::string& line) { std::fputs(line.c_str(), stdout); });
   // --cuda-graph: the step (zero_grad to the optimizer) captured once after a warm-up step and
-  // replayed as one launch (train::CapturedStep), reading the batch from fixed tensors and the
-  // learning rate from device memory.
+  // replayed as one launch (train::CapturedStep), reading the batch from fixed tensors (which
+  // the loader's copies write) and the learning rate from device memory.
   Tensor graph_x, graph_y, graph_loss;
   std::optional<train::CapturedStep> captured;
   if (c.cuda_graph) {
     optimizer.keep_lr_on_device();
+    std::tie(graph_x, graph_y) = batches.fixed_batch(stream);
     captured.emplace(
         stream,
         [&] {
@@ -312,32 +313,27 @@ int run(const Config& c) {
     observe.step_begins(step);
     profiler.begin_step();
     profiler.phase(train::StepPhase::data);
-    const std::vector<Tensor> xy = batches.next(stream);
+    // --cuda-graph: the loader writes the batch into the graph's fixed tensors.
+    std::vector<Tensor> xy;
+    if (captured) {
+      batches.next_into(stream, graph_x, graph_y);
+    } else {
+      xy = batches.next(stream);
+    }
     std::tie(epoch, cursor) = batches.position();
-    const Tensor& x = xy[0];
-    const Tensor& y = xy[1];
 
     schedule.apply(optimizer);  // cosine decay from lr to lr / 10 over the run
 
     Tensor loss;
     if (captured) {
-      if (!graph_x.defined()) {
-        graph_x = Tensor::empty(x.shape(), x.dtype(), stream);
-        graph_y = Tensor::empty(y.shape(), y.dtype(), stream);
-      }
-      EMBER_CHECK(x.shape() == graph_x.shape(),
-                  "--cuda-graph: every batch must have the graph's shape {}, not {}",
-                  graph_x.shape().to_string(), x.shape().to_string());
-      graph_x.copy_(x);
-      graph_y.copy_(y);
       profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
       captured->run();
       loss = graph_loss;
     } else {
       optimizer.zero_grad();
       profiler.phase(train::StepPhase::forward);
-      const Tensor logits = model->forward(ctx, x);
-      loss = criterion.forward(ctx, logits, y);
+      const Tensor logits = model->forward(ctx, xy[0]);
+      loss = criterion.forward(ctx, logits, xy[1]);
       profiler.phase(train::StepPhase::backward);
       model->backward(ctx, criterion.backward(ctx, scaler.scale()));  // d(loss * scale)
       profiler.phase(train::StepPhase::optimizer);
