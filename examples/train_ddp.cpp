@@ -18,6 +18,7 @@
 
 #include "cli.hpp"
 #include "dataset_batches.hpp"
+#include "dataset_steps.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
 #include "observability.hpp"
@@ -277,51 +278,22 @@ int run(const Config& c) {
     scaler.step(stream, optimizer);
     scaler.update(stream);
   };
-  // --cuda-graph: the step captured once after a warm-up step and replayed as one launch
-  // (train::CapturedStep), reading the batch from fixed tensors (which the loader's copies write),
-  // the learning rate from device memory and dropout's step from Context::step_counter; DDP's
-  // bucket all-reduces run on the communication stream inside the graph. A replay runs no host
-  // code, so the loop publishes each step's number before it and advances ctx.step after it.
-  Tensor graph_x, graph_y;
-  std::optional<train::CapturedStep> captured;
-  if (c.cuda_graph) {
-    optimizer.keep_lr_on_device();
-    ctx.step_counter = Tensor::zeros({1}, DType::i64, stream);
-    std::tie(graph_x, graph_y) = batches.fixed_batch(stream);
-    captured.emplace(
-        stream, [&] { train_step(graph_x, graph_y, false); },
-        train::CapturedStep::Options{.optimizers = {&optimizer}});
-  }
+  // Eager steps, or with --cuda-graph one graph launch each (examples/dataset_steps.hpp).
+  example::DatasetSteps steps(batches, ctx, optimizer, c.accumulate, c.cuda_graph, train_step);
   for (int64_t step = first_step; step <= c.steps; ++step) {
     const auto start = Clock::now();
     observe.step_begins(step);
     profiler.begin_step();
-    profiler.phase(train::StepPhase::data);
-    // --cuda-graph: the loader writes the batch into the graph's fixed tensors.
-    std::vector<Tensor> xy;
-    if (captured) {
-      batches.next_into(stream, graph_x, graph_y);
-    } else {
-      xy = batches.next(stream);
-    }
-    std::tie(epoch, cursor) = batches.position();
     schedule.apply(optimizer);
-    if (captured) {
-      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
-      const uint64_t first_micro_step = ctx.step;
-      ctx.publish_step();
-      captured->run();
-      ctx.step = first_micro_step + static_cast<uint64_t>(c.accumulate);
-    } else {
-      train_step(xy[0], xy[1], true);
-    }
+    steps.run(profiler);
+    std::tie(epoch, cursor) = batches.position();
     profiler.phase(train::StepPhase::other);
     stream.synchronize();
     profiler.end_step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
     total_seconds += seconds;
-    if (!captured) exposed += ddp->last_exposed_wait_seconds();  // a replay's host waits for none
+    if (!steps.graphed()) exposed += ddp->last_exposed_wait_seconds();  // replays: no host wait
     ++interval_steps;
     // The step's metrics carry the loss of the last progress line (all-reduced there only).
     const bool progress = step % c.log_every == 0 || step == c.steps;
@@ -368,7 +340,7 @@ int run(const Config& c) {
       "all-reduces after backward), loss {:.4f}, validation accuracy {}\n",
       c.steps, ranks, total_seconds, 1000 * total_seconds / static_cast<double>(c.steps),
       100 * exposed / total_seconds, loss_value, percent_or_none(val_acc, validation.size())));
-  if (captured) say(fmt::format("cuda graph: {}\n", captured->describe()));
+  say(steps.summary());
   return 0;
 }
 

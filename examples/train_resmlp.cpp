@@ -16,6 +16,7 @@
 #include "allocation_trace.hpp"
 #include "cli.hpp"
 #include "dataset_batches.hpp"
+#include "dataset_steps.hpp"
 #include "ember/ember.hpp"
 #include "evaluate.hpp"
 #include "observability.hpp"
@@ -234,43 +235,14 @@ int run(const Config& c) {
     scaler.step(stream, optimizer);
     scaler.update(stream);
   };
-  // --cuda-graph: the step captured once after a warm-up step and replayed as one launch
-  // (train::CapturedStep), reading the batch from fixed tensors (which the loader's copies write),
-  // the learning rate from device memory and dropout's step from Context::step_counter. A replay
-  // runs no host code, so the loop publishes each step's number before it and advances ctx.step
-  // after it.
-  Tensor graph_x, graph_y;
-  std::optional<train::CapturedStep> captured;
-  if (c.cuda_graph) {
-    optimizer.keep_lr_on_device();
-    ctx.step_counter = Tensor::zeros({1}, DType::i64, stream);
-    std::tie(graph_x, graph_y) = batches.fixed_batch(stream);
-    captured.emplace(
-        stream, [&] { train_step(graph_x, graph_y, false); },
-        train::CapturedStep::Options{.optimizers = {&optimizer}});
-  }
+  // Eager steps, or with --cuda-graph one graph launch each (examples/dataset_steps.hpp).
+  example::DatasetSteps steps(batches, ctx, optimizer, c.accumulate, c.cuda_graph, train_step);
   for (int64_t step = 1; step <= c.steps; ++step) {
     const auto start = Clock::now();
     observe.step_begins(step);
     profiler.begin_step();
-    profiler.phase(train::StepPhase::data);
-    // --cuda-graph: the loader writes the batch into the graph's fixed tensors.
-    std::vector<Tensor> xy;
-    if (captured) {
-      batches.next_into(stream, graph_x, graph_y);
-    } else {
-      xy = batches.next(stream);
-    }
     schedule.apply(optimizer);
-    if (captured) {
-      profiler.phase(train::StepPhase::forward);  // the whole graph: one launch
-      const uint64_t first_micro_step = ctx.step;
-      ctx.publish_step();
-      captured->run();
-      ctx.step = first_micro_step + static_cast<uint64_t>(c.accumulate);
-    } else {
-      train_step(xy[0], xy[1], true);
-    }
+    steps.run(profiler);
     profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);  // waits for the step
     profiler.end_step();
@@ -303,7 +275,7 @@ int run(const Config& c) {
       memory::reset_peak_stats(device);
     }
   }
-  if (captured) fmt::print("cuda graph: {}\n", captured->describe());
+  fmt::print("{}", steps.summary());
   fmt::print(
       "done: {} steps in {:.1f} s ({:.2f} ms/step), loss {:.4f} -> {:.4f}, validation accuracy {} "
       "(chance {:.2f}%), peak allocated {:.2f} MiB\n",
