@@ -33,7 +33,25 @@ uint64_t new_pool() {
   return next++;
 }
 
+// The captures running now, by stream: each capture's serial number (1, 2, ...).
+struct RunningCaptures {
+  std::mutex mutex;
+  std::map<StreamId, uint64_t> serial;
+  uint64_t next = 1;
+};
+RunningCaptures& running_captures() {
+  static RunningCaptures captures;
+  return captures;
+}
+
 }  // namespace
+
+uint64_t Graph::capture_serial(const Stream& stream) {
+  RunningCaptures& c = running_captures();
+  std::lock_guard lock(c.mutex);
+  const auto it = c.serial.find(stream.id());
+  return it == c.serial.end() ? 0 : it->second;
+}
 
 struct Graph::Impl {
   Device device;
@@ -119,11 +137,19 @@ Graph Graph::capture(Stream& stream, const std::function<void()>& record, Option
     EMBER_THROW("Graph::capture: cudaStreamBeginCapture failed: {} ({})", cudaGetErrorName(e),
                 cudaGetErrorString(e));
   }
+  {
+    RunningCaptures& c = running_captures();
+    std::lock_guard lock(c.mutex);
+    c.serial[stream.id()] = c.next++;
+  }
   // Ends the capture whatever happens; the graph when CUDA made one.
   auto end = [&] {
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(native, &graph);
     allocator->end_capture(stream.id());
+    RunningCaptures& c = running_captures();
+    std::lock_guard lock(c.mutex);
+    c.serial.erase(stream.id());
     return std::pair{e, graph};
   };
   try {

@@ -1,5 +1,6 @@
 #include "ember/nn/parameter.hpp"
 
+#include "ember/core/graph.hpp"
 #include "ember/ops/elementwise.hpp"
 
 namespace ember::nn {
@@ -25,8 +26,18 @@ Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
   if (value.dtype() == dtype) return value;
   Tensor& copy = working_copy.tensor;
   const uint64_t version = value.version();
+  // A copy is reused only by the capture it was made in (or outside any, by eager work): a
+  // graph that read a copy made outside it would never recompute it, and an eager evaluation
+  // after a capture would read a copy that only the graph's replays write. (A capture that is
+  // not ember::Graph's has no serial: it always casts anew.)
+  uint64_t capture = 0;
+  if (stream.capturing()) {
+    capture = Graph::capture_serial(stream);
+    if (capture == 0) capture = ~uint64_t{0};
+  }
   if (copy.defined() && copy.dtype() == dtype && copy.shape() == value.shape() &&
-      copy.device() == value.device() && working_copy.version == version) {
+      copy.device() == value.device() && working_copy.version == version &&
+      working_copy.capture == capture && capture != ~uint64_t{0}) {
     if (!(copy.stream() == stream)) {
       stream.wait(copy.stream());
       copy.record_stream(stream);  // its memory waits for this stream's use too
@@ -42,6 +53,7 @@ Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
   copy = Tensor::empty(value.shape(), dtype, stream);
   ops::cast(stream, copy, value);
   working_copy.version = version;
+  working_copy.capture = capture;
   return copy;
 }
 

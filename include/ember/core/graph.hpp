@@ -36,6 +36,10 @@ class Graph {
   static Graph capture(Stream& stream, const std::function<void()>& record) {
     return capture(stream, record, Options{});
   }
+  // The serial number of the capture running on `stream` (1, 2, ... over the process), 0 when
+  // none is: state kept across steps (a weight's 16-bit copy) tells a copy made in this capture,
+  // which its replays rewrite, from one made outside it, which they would only read.
+  static uint64_t capture_serial(const Stream& stream);
 
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;

@@ -37,6 +37,7 @@ struct Parameter {
   struct WorkingCopy {
     Tensor tensor;
     uint64_t version = 0;
+    uint64_t capture = 0;  // Graph::capture_serial when it was made (0: outside any capture)
   };
   WorkingCopy working_copy;
 };
