@@ -156,6 +156,21 @@ struct NcclShared {
   }
 };
 
+// A collective captured into a CUDA graph, seen from the host at each replay: host functions
+// captured before and after it set and clear the time its current replay began, which the
+// watchdog compares with the timeout (it may not query the captured done event).
+struct ReplayBeat {
+  std::string what;
+  std::atomic<int64_t> began_ns{0};  // steady clock; 0: no replay of it is running
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  static void begin(void* beat) { static_cast<ReplayBeat*>(beat)->began_ns.store(now_ns()); }
+  static void end(void* beat) { static_cast<ReplayBeat*>(beat)->began_ns.store(0); }
+};
+
 class NcclWork final : public PendingWork {
  public:
   NcclWork(std::shared_ptr<NcclShared> shared, std::string what, std::vector<Tensor> keep,
@@ -322,9 +337,9 @@ class NcclBackend final : public Backend {
     auto work = std::make_shared<NcclWork>(shared_, what, std::move(keep), device_);
     // A capturing caller (a step captured as a CUDA graph): the collective joins the graph, and
     // the communication stream joins the capture by waiting on the caller (CUDA's fork); the
-    // caller's wait on the done event joins it back. The watchdog keeps to eager collectives
-    // (it may not query an event recorded in a capture); it still polls NCCL's asynchronous
-    // errors while replays run.
+    // caller's wait on the done event joins it back. The watchdog may not query an event
+    // recorded in a capture: host functions captured around the collective (ReplayBeat) tell
+    // it when a replay of it began, and it aborts the communicator past the timeout.
     const bool captured = stream.capturing();
     if (captured) work->mark_captured();
     work->set_deadline(std::chrono::steady_clock::now() +
@@ -341,7 +356,17 @@ class NcclBackend final : public Backend {
     // After the work queued on the caller's stream (which produced the inputs).
     if (!(stream == stream_)) stream_.wait(stream);
     EMBER_CUDA_CHECK(cudaSetDevice(device_.index()));
-    const ncclResult_t rc = call(static_cast<cudaStream_t>(stream_.native()));
+    const auto native = static_cast<cudaStream_t>(stream_.native());
+    ReplayBeat* beat = nullptr;
+    if (captured) {
+      auto made = std::make_shared<ReplayBeat>();
+      made->what = what;
+      beat = made.get();
+      std::lock_guard lock(shared_->mutex);
+      beats_.push_back(std::move(made));  // kept while the communicator lives (graphs may replay)
+    }
+    if (beat != nullptr) EMBER_CUDA_CHECK(cudaLaunchHostFunc(native, &ReplayBeat::begin, beat));
+    const ncclResult_t rc = call(native);
     if (rc != ncclSuccess) {
       std::lock_guard lock(shared_->mutex);
       shared_->abort_locked(fmt::format("dist: {} failed to start on rank {} of {}: NCCL: {}", what,
@@ -358,6 +383,7 @@ class NcclBackend final : public Backend {
       shared_->check_locked(what);
     }
     for (const Tensor& t : written) mark_written(t);
+    if (beat != nullptr) EMBER_CUDA_CHECK(cudaLaunchHostFunc(native, &ReplayBeat::end, beat));
     work->event().record(stream_);
     work->mark_recorded();
     return work;
@@ -385,6 +411,18 @@ class NcclBackend final : public Backend {
           break;
         }
       }
+      const int64_t now_ns = ReplayBeat::now_ns();
+      for (const auto& beat : beats_) {
+        const int64_t began = beat->began_ns.load();
+        if (!shared_->broken.is() && began != 0 &&
+            static_cast<double>(now_ns - began) * 1e-9 > timeout_) {
+          shared_->abort_locked(
+              fmt::format("dist: {}, replayed from a CUDA graph, timed out after {} s on rank {} "
+                          "of {}: a peer rank did not take part (found by the watchdog; the "
+                          "communicator was aborted with ncclCommAbort)",
+                          beat->what, timeout_, launch_.rank, launch_.world_size));
+        }
+      }
       if (!shared_->broken.is()) {
         try {
           shared_->check_locked("the watchdog's check");
@@ -401,6 +439,7 @@ class NcclBackend final : public Backend {
   Stream stream_;  // the communication stream
   std::condition_variable wake_;
   std::vector<std::weak_ptr<NcclWork> > in_flight_;
+  std::vector<std::shared_ptr<ReplayBeat> > beats_;  // the captured collectives (shared_->mutex)
   bool stopping_ = false;
   std::thread watchdog_;
 };
