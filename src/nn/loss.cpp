@@ -35,6 +35,7 @@ Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Te
   Tensor probs = Tensor::empty(logits.shape(), DType::f32, ctx.stream);
   ops::softmax_cross_entropy_forward(ctx.stream, loss, probs, logits, labels, options_.classes);
   if (ctx.training) {
+    drop_saved();  // a fused forward's gradient before this one is not this one's
     probs_ = probs;
     labels_ = labels;
     logits_dtype_ = logits.dtype();

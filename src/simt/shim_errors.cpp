@@ -38,6 +38,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     EMBER_SHIM_NAME(cudaErrorStreamCaptureInvalidated)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureIsolation)
     EMBER_SHIM_NAME(cudaErrorStreamCaptureUnjoined)
+    EMBER_SHIM_NAME(cudaErrorStreamCaptureImplicit)
     EMBER_SHIM_NAME(cudaErrorCapturedEvent)
     EMBER_SHIM_NAME(cudaErrorInvalidValue)
     EMBER_SHIM_NAME(cudaErrorMemoryAllocation)
@@ -81,6 +82,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorCapturedEvent:
       return "operation not permitted on an event last recorded in a capturing stream";
     case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
       return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorStreamCaptureUnjoined:
       return "capture was not joined back to the origin stream (a forked stream's work is "

@@ -44,9 +44,9 @@ struct EventState {
   Clock::time_point stamp{};
   ember::simt::race::VectorClock vc;  // the recording stream's, at the latest record
   bool captured = false;  // last recorded during a capture: CUDA refuses to query or wait on it
-  CUstream_st* capture = nullptr;  // captured: the capture's origin stream (whose graph it is in)
-  unsigned capture_serial = 0;     // captured: the recording stream (CUstream_st::serial)
-  uint64_t capture_mark = 0;       // captured on a joined stream: its items up to the record
+  uint64_t capture = 0;   // captured: the capture's id (CUstream_st::capture_id)
+  unsigned capture_serial = 0;  // captured: the recording stream (CUstream_st::serial)
+  uint64_t capture_mark = 0;    // captured on a joined stream: its items up to the record
 };
 
 struct Item {
@@ -85,7 +85,8 @@ struct CUstream_st {
   // captured_items counts it; joined_items is how much of it the capture has waited for.
   CUstream_st* capture_origin = nullptr;
   uint64_t captured_items = 0, joined_items = 0;
-  unsigned serial = 0;  // the stream-race checker's name for it (0: the default stream)
+  uint64_t capture_id = 0;  // an origin's capture now (ids never repeat; 0: none)
+  unsigned serial = 0;      // the stream-race checker's name for it (0: the default stream)
   ember::simt::race::VectorClock vc;  // what its next work is ordered after
   std::deque<Item> backlog;
 };
@@ -104,6 +105,11 @@ struct CUgraphExec_st {
 };
 
 namespace {
+
+uint64_t next_capture_id() {
+  static uint64_t next = 1;  // under Streams::mutex
+  return next++;
+}
 
 // The stream whose capture `stream` takes part in: its origin when it joined one, else itself.
 CUstream_st* capture_root(CUstream_st* stream) {
@@ -656,6 +662,21 @@ cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   std::unique_lock lock(s.mutex);
   CUstream_st* stream = resolve(s, handle);
   if (!stream || stream == &s.default_stream) return fail(cudaErrorInvalidResourceHandle);
+  // A capture's streams: an origin destroyed mid-capture lets its joined streams go (their
+  // captured work went with its graph), and a joined stream destroyed invalidates the capture.
+  if (stream->capturing) {
+    if (stream->capture_origin != nullptr) {
+      invalidate_capture(stream);
+    } else {
+      for (CUstream_st* other : all_streams(s)) {
+        if (other->capture_origin != stream) continue;
+        other->capturing = false;
+        other->capture_invalidated = false;
+        other->capture_origin = nullptr;
+        other->captured_items = other->joined_items = 0;
+      }
+    }
+  }
   stream->destroyed = true;
   stream->held = false;
   try {
@@ -678,6 +699,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode) {
              [&] { return idle(*stream); });
   stream->capturing = true;
   stream->capture_invalidated = false;
+  stream->capture_id = next_capture_id();
   return cudaSuccess;
 }
 
@@ -699,6 +721,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
     other->captured_items = other->joined_items = 0;
   }
   stream->capturing = false;
+  stream->capture_id = 0;
   std::deque<Item> captured = std::move(stream->backlog);
   stream->backlog.clear();
   *graph = nullptr;
@@ -848,9 +871,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
     // A record in the same capture: the graph's order (submission order) has it already; on a
     // joined stream, what the record covered is now joined. A wait for work outside the graph
     // is CUDA's isolation error.
-    if (e->captured && e->capture == capture_root(stream)) {
+    CUstream_st* root = capture_root(stream);
+    if (e->captured && e->capture == root->capture_id) {
       for (CUstream_st* other : all_streams(s)) {
-        if (other->capture_origin == e->capture && other->serial == e->capture_serial) {
+        if (other->capture_origin == root && other->serial == e->capture_serial) {
           other->joined_items = std::max(other->joined_items, e->capture_mark);
         }
       }
@@ -859,13 +883,23 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
     invalidate_capture(stream);
     return fail(cudaErrorStreamCaptureIsolation);
   }
-  if (e->captured && e->capture != nullptr && e->capture->capturing) {
+  // The origin whose capture recorded the event, while that capture runs.
+  auto running_origin = [&]() -> CUstream_st* {
+    if (!e->captured || e->capture == 0) return nullptr;
+    for (CUstream_st* other : all_streams(s)) {
+      if (other->capture_id == e->capture) return other;
+    }
+    return nullptr;
+  };
+  if (running_origin() != nullptr) {
     // Waiting on a record of a running capture: this stream joins it (CUDA's fork). Its own
-    // earlier work is not part of the graph: it finishes first.
-    CUstream_st* origin = e->capture;
+    // earlier work is not part of the graph: it finishes first. The legacy default stream
+    // cannot take part in a capture.
+    if (stream == &s.default_stream) return fail(cudaErrorStreamCaptureImplicit);
     wait_until(s, lock, "cudaStreamWaitEvent", Demand{.stream = stream},
                [&] { return idle(*stream); });
-    if (!origin->capturing) return fail(cudaErrorStreamCaptureInvalidated);  // ended meanwhile
+    CUstream_st* origin = running_origin();
+    if (origin == nullptr) return fail(cudaErrorStreamCaptureInvalidated);  // ended meanwhile
     stream->capturing = true;
     stream->capture_invalidated = false;
     stream->capture_origin = origin;
@@ -914,13 +948,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {  // joins the graph: never runs here, never awaited
     e->captured = true;
-    e->capture = capture_root(stream);
+    e->capture = capture_root(stream)->capture_id;
     e->capture_serial = stream->serial;
     e->capture_mark = stream->captured_items;
     return cudaSuccess;
   }
   e->captured = false;
-  e->capture = nullptr;
+  e->capture = 0;
   stamp(s, *stream, {}, {});
   e->vc = stream->vc;
   stream->backlog.push_back(

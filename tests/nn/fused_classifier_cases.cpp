@@ -136,6 +136,13 @@ TEST_P(FusedClassifier, F16AndInferenceTakeTheUnfusedPath) {
   EXPECT_EQ(half.to(DType::f32).to(Device::cpu()).to_vector<float>(), before);  // not written
   const Tensor d = fused.backward(ctx, 2.0f);
   EXPECT_NE(d.data(), half.data());
+  // A fused forward, then an unfused one: backward gives the second one's gradient.
+  Tensor wide = logits(DType::f32);
+  (void)fused.forward(ctx, wide, labels());
+  (void)fused.forward(ctx, half, labels());
+  const Tensor second = fused.backward(ctx, 1.0f);
+  EXPECT_EQ(second.dtype(), DType::f16);
+  EXPECT_NE(second.data(), wide.data());
   nn::Context eval{s, /*training=*/false};
   const Tensor x = logits(DType::f32);
   const std::vector<float> kept = x.to(Device::cpu()).to_vector<float>();

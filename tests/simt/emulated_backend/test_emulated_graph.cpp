@@ -304,6 +304,29 @@ TEST(EmulatedGraph, AStreamThatJoinsTheCaptureAddsItsWorkToTheGraph) {
   side.synchronize();
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 7.0f));
   EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 36.0f));
+
+  // An event recorded in an ended capture forks nothing into the origin's next capture, and the
+  // legacy default stream cannot join a capture.
+  const auto origin = static_cast<cudaStream_t>(s.native());
+  const auto other = static_cast<cudaStream_t>(side.native());
+  cudaEvent_t event = nullptr;
+  ASSERT_EQ(cudaEventCreate(&event), cudaSuccess);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(event, origin), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(origin, &g), cudaSuccess);
+  cudaGraphDestroy(g);
+  ASSERT_EQ(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(other, event, 0), cudaSuccess);
+  cudaStreamCaptureStatus status{};
+  ASSERT_EQ(cudaStreamIsCapturing(other, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone) << "joined a capture through a stale event";
+  ASSERT_EQ(cudaEventRecord(event, origin), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(nullptr, event, 0), cudaErrorStreamCaptureImplicit);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaStreamEndCapture(origin, &g), cudaSuccess);
+  cudaGraphDestroy(g);
+  cudaEventDestroy(event);
 }
 
 // The residual-MLP steps of the graph tests below: a checkpointed model (6 inputs, 5 classes),

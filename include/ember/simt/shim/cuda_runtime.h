@@ -43,6 +43,7 @@ enum cudaError {
   cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
   cudaErrorCapturedEvent = 907,
   cudaErrorUnknown = 999,
 };
