@@ -61,11 +61,12 @@ __global__ void __launch_bounds__(embedding_detail::kThreads)
   }
 }
 
-// One block of kThreads: starts[v] = counts[0] + ... + counts[v - 1] for v <= vocab, and
-// cursor[v] = starts[v] for v < vocab. Tiles of kPer * kThreads counts go through shared memory
-// (coalesced loads and stores; thread t scans the tile's kPer counts from t * kPer), and a warp
-// scan of the threads' totals places each thread's run; the tiles carry their total on.
-// (Each thread once walked a contiguous chunk of global counts: 135 us for 50304 on an H100.)
+// One block of kThreads threads (launched with kScanThreads): starts[v] = counts[0] + ... +
+// counts[v - 1] for v <= vocab, and cursor[v] = starts[v] for v < vocab. Tiles of kPer * kThreads
+// counts go through shared memory (coalesced loads and stores; thread t scans the tile's kPer
+// counts from t * kPer), and a warp scan of the threads' totals places each thread's run; the tiles
+// carry their total on. (Each thread once walked a contiguous chunk of global counts: 135 us for
+// 50304 on an H100.)
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     embedding_starts_kernel(const unsigned* counts, int64_t vocab, unsigned* starts,
