@@ -1,11 +1,11 @@
-// Launcher for src/ops/elementwise/cast.cuh: ops::cast on CUDA between any two dtypes, one kernel
+// Launcher for kernels/cast.cuh: ops::cast on CUDA between any two dtypes, one kernel
 // instantiation per (destination, source) pair.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
-#include "cast.cuh"
 #include "ember/core/launch.hpp"
+#include "ember/kernels/cast.cuh"
 #include "ember/ops/map.hpp"
 #include "ops/elementwise/cast_cuda.hpp"
 

@@ -1,13 +1,13 @@
-// Launcher for ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh): picks a tile
+// Launcher for ember's FP32 SIMT matmul (kernels/matmul_simt.cuh): picks a tile
 // configuration for the shape and this GPU, and adds the bias_grad row sums
-// (src/ops/matmul/row_sums.cuh) when asked.
+// (kernels/row_sums.cuh) when asked.
 #include <cuda_runtime.h>
 
 #include "ember/core/check_cuda.hpp"
-#include "matmul_simt.cuh"
+#include "ember/kernels/matmul_simt.cuh"
+#include "ember/kernels/row_sums.cuh"
 #include "ops/common/cuda_device.hpp"
 #include "ops/matmul/matmul_launchers.hpp"
-#include "row_sums.cuh"
 
 namespace ember::ops::cuda {
 namespace {}  // namespace

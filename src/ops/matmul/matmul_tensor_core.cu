@@ -1,6 +1,6 @@
-// Launcher for src/ops/matmul/matmul_tensor_core.cuh: checks the problem, picks the tile
+// Launcher for kernels/matmul_tensor_core.cuh: checks the problem, picks the tile
 // configuration and the copy width, launches the kernel instantiation that matches, and adds
-// the bias_grad row sums (src/ops/matmul/row_sums.cuh) when asked.
+// the bias_grad row sums (kernels/row_sums.cuh) when asked.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,10 +9,10 @@
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/launch.hpp"
-#include "matmul_tensor_core.cuh"
+#include "ember/kernels/matmul_tensor_core.cuh"
+#include "ember/kernels/row_sums.cuh"
 #include "ops/common/cuda_device.hpp"
 #include "ops/matmul/matmul_launchers.hpp"
-#include "row_sums.cuh"
 
 namespace ember::ops::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // ops::sum, ops::column_sums and ops::max on CUDA devices: scratch for the partial results, then
-// the two-phase kernels of src/ops/reduce/reduce.cuh.
+// the two-phase kernels of kernels/reduce.cuh.
 #if EMBER_WITH_CUDA
 #include "ops/reduce/reduce_cuda.hpp"
 

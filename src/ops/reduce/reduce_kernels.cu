@@ -1,4 +1,4 @@
-// Launchers for ops::sum, ops::max and ops::column_sums (src/ops/reduce/reduce.cuh). Grid sizes
+// Launchers for ops::sum, ops::max and ops::column_sums (kernels/reduce.cuh). Grid sizes
 // depend only on the shape, so the combine order, and with it every bit of the result, is the same
 // on any GPU.
 #include <cuda_runtime.h>
@@ -8,9 +8,9 @@
 
 #include "ember/core/launch.hpp"
 #include "ember/kernels/grid.cuh"
+#include "ember/kernels/reduce.cuh"
 #include "ops/reduce/reduce_dispatch.hpp"
 #include "ops/reduce/reduce_launchers.hpp"
-#include "reduce.cuh"
 
 namespace ember::ops::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Launchers for the reduction and softmax + cross-entropy kernels (src/ops/reduce/reduce.cuh,
+// Launchers for the reduction and softmax + cross-entropy kernels (kernels/reduce.cuh,
 // softmax_cross_entropy.cuh, argmax.cuh), compiled in reduce_kernels.cu and
 // softmax_cross_entropy_kernels.cu. Pointers are device memory of the current device; the
 // scratch buffers come from the host code (reduce_cuda.cpp, softmax_cross_entropy_cuda.cpp),

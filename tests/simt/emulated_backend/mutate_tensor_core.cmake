@@ -1,4 +1,4 @@
-# Writes OUTPUT: src/ops/matmul/matmul_tensor_core.cuh (INPUT) in namespace ember::kernels::mutated,
+# Writes OUTPUT: kernels/matmul_tensor_core.cuh (INPUT) in namespace ember::kernels::mutated,
 # with the classic multistage-pipeline bug: the next tile is loaded into the stage that the
 # previous iteration read *before* the barrier that ends those reads. Fails when the kernel's
 # text no longer has the expected shape (the mutation test must not silently test nothing).

@@ -1,12 +1,12 @@
-// ember's FP32 SIMT matmul (src/ops/matmul/matmul_simt.cuh via src/ops/matmul/matmul_simt.cu) and
-// the bias_grad row sums (src/ops/matmul/row_sums.cuh), run on the SIMT emulator and checked
+// ember's FP32 SIMT matmul (kernels/matmul_simt.cuh via src/ops/matmul/matmul_simt.cu) and
+// the bias_grad row sums (kernels/row_sums.cuh), run on the SIMT emulator and checked
 // against a double-precision reference of MatmulProblem's definition written here: shapes with
 // edges and K tails, all transposes, every epilogue, output types, batches, misaligned layouts, and
 // each tile configuration forced in turn.
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernels need the prelude first
-#include "ops/matmul/matmul_simt.cuh"
-#include "ops/matmul/row_sums.cuh"
+#include "ember/kernels/matmul_simt.cuh"
+#include "ember/kernels/row_sums.cuh"
 // clang-format on
 
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 // double-precision host reference of MatmulProblem's definition (ember/kernels/matmul_problem.cuh).
 #include "ember/simt/prelude.hpp"
 // clang-format off: the kernel header needs the prelude first (for the tile heuristic)
-#include "ops/matmul/matmul_tensor_core.cuh"
+#include "ember/kernels/matmul_tensor_core.cuh"
 // clang-format on
 
 #include <cuda_runtime.h>

@@ -4,8 +4,8 @@
 // cp.async lands early, while the real kernel is right in every order.
 #include "ember/simt/prelude.hpp"
 
+#include "ember/kernels/matmul_tensor_core.cuh"
 #include "mutated/matmul_tensor_core_refill_before_barrier.cuh"
-#include "ops/matmul/matmul_tensor_core.cuh"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
