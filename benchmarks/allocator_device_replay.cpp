@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "ember/memory/adaptor.hpp"
 #include "ember/memory/caching_allocator.hpp"
 #include "ember/memory/cuda_upstream.hpp"
 #include "ember/memory/cuda_virtual_upstream.hpp"
@@ -27,58 +28,47 @@ double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-class TimedUpstream final : public Upstream {
+class TimedUpstream final : public ForwardingUpstream {
  public:
   TimedUpstream(std::shared_ptr<Upstream> inner, CallTimes& times)
-      : inner_(std::move(inner)), times_(times) {}
+      : ForwardingUpstream(std::move(inner), "TimedUpstream"), times_(times) {}
   void* allocate(size_t bytes) override {
     const auto start = Clock::now();
-    void* p = inner_->allocate(bytes);
+    void* p = upstream_->allocate(bytes);
     times_.segment_alloc_s += since(start);
     ++times_.segment_allocs;
     return p;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
     const auto start = Clock::now();
-    inner_->deallocate(ptr, bytes);
+    upstream_->deallocate(ptr, bytes);
     times_.segment_free_s += since(start);
     ++times_.segment_frees;
   }
-  ember::Device device() const override { return inner_->device(); }
-  MemoryInfo info() const override { return inner_->info(); }
-  std::string name() const override { return inner_->name(); }
 
  private:
-  std::shared_ptr<Upstream> inner_;
   CallTimes& times_;
 };
 
-class TimedVirtualUpstream final : public VirtualUpstream {
+class TimedVirtualUpstream final : public ForwardingVirtualUpstream {
  public:
   TimedVirtualUpstream(std::shared_ptr<VirtualUpstream> inner, CallTimes& times)
-      : inner_(std::move(inner)), times_(times) {}
-  size_t page_size() const override { return inner_->page_size(); }
-  void* reserve(size_t bytes) override { return inner_->reserve(bytes); }
-  void release(void* base, size_t bytes) noexcept override { inner_->release(base, bytes); }
+      : ForwardingVirtualUpstream(std::move(inner), "TimedVirtualUpstream"), times_(times) {}
   bool map(void* address, size_t bytes) override {
     const auto start = Clock::now();
-    const bool mapped = inner_->map(address, bytes);
+    const bool mapped = upstream_->map(address, bytes);
     times_.map_s += since(start);
     ++times_.maps;
     return mapped;
   }
   void unmap(void* address, size_t bytes) noexcept override {
     const auto start = Clock::now();
-    inner_->unmap(address, bytes);
+    upstream_->unmap(address, bytes);
     times_.unmap_s += since(start);
     ++times_.unmaps;
   }
-  ember::Device device() const override { return inner_->device(); }
-  MemoryInfo info() const override { return inner_->info(); }
-  std::string name() const override { return inner_->name(); }
 
  private:
-  std::shared_ptr<VirtualUpstream> inner_;
   CallTimes& times_;
 };
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "ember/core/error.hpp"
+#include "ember/memory/adaptor.hpp"
 #include "ember/memory/caching_allocator.hpp"
 #include "ember/memory/simulated_upstream.hpp"
 
@@ -31,23 +32,21 @@ struct Budget {
   void give(size_t bytes) { used -= bytes; }
 };
 
-class BudgetUpstream final : public Upstream {
+class BudgetUpstream final : public ForwardingUpstream {
  public:
   BudgetUpstream(std::shared_ptr<Upstream> inner, Budget& budget)
-      : inner_(std::move(inner)), budget_(budget) {}
+      : ForwardingUpstream(std::move(inner), "BudgetUpstream"), budget_(budget) {}
   void* allocate(size_t bytes) override {
     if (!budget_.take(bytes)) return nullptr;
-    void* ptr = inner_->allocate(bytes);
+    void* ptr = upstream_->allocate(bytes);
     if (ptr == nullptr) budget_.give(bytes);
     return ptr;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
-    inner_->deallocate(ptr, bytes);
+    upstream_->deallocate(ptr, bytes);
     budget_.give(bytes);
   }
-  Device device() const override { return inner_->device(); }
   MemoryInfo info() const override { return budget_info(budget_); }
-  std::string name() const override { return inner_->name(); }
 
   static MemoryInfo budget_info(const Budget& budget) {
     const size_t total = budget.capacity != 0 ? budget.capacity : kUnlimited;
@@ -55,7 +54,6 @@ class BudgetUpstream final : public Upstream {
   }
 
  private:
-  std::shared_ptr<Upstream> inner_;
   Budget& budget_;
 };
 
@@ -63,12 +61,12 @@ class BudgetUpstream final : public Upstream {
 // simulated upstream backs it: map takes what needs a new allocation (retained
 // pages need none), unmap gives back what was freed (nothing while the rest of
 // an allocation is mapped, in map-call granularity).
-class BudgetVirtualUpstream final : public VirtualUpstream {
+class BudgetVirtualUpstream final : public ForwardingVirtualUpstream {
  public:
   BudgetVirtualUpstream(std::shared_ptr<SimulatedVirtualUpstream> inner, Budget& budget)
-      : inner_(std::move(inner)), budget_(budget) {}
-  size_t page_size() const override { return inner_->page_size(); }
-  void* reserve(size_t bytes) override { return inner_->reserve(bytes); }
+      : ForwardingVirtualUpstream(inner, "BudgetVirtualUpstream"),
+        inner_(std::move(inner)),
+        budget_(budget) {}
   void release(void* base, size_t bytes) noexcept override {
     const size_t before = inner_->counters().backed_bytes;
     inner_->release(base, bytes);
@@ -89,13 +87,11 @@ class BudgetVirtualUpstream final : public VirtualUpstream {
     inner_->unmap(address, bytes);
     budget_.give(before - inner_->counters().backed_bytes);
   }
-  Device device() const override { return inner_->device(); }
   MemoryInfo info() const override { return BudgetUpstream::budget_info(budget_); }
-  std::string name() const override { return inner_->name(); }
   const SimulatedVirtualUpstream& inner() const { return *inner_; }
 
  private:
-  std::shared_ptr<SimulatedVirtualUpstream> inner_;
+  std::shared_ptr<SimulatedVirtualUpstream> inner_;  // upstream_, with its simulated counters
   Budget& budget_;
 };
 

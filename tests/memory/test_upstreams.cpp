@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -441,6 +443,10 @@ TEST(LimitingUpstream, RefusesPastTheBudgetWithoutAskingTheUpstream) {
   limited.deallocate(b, 400);
   limited.deallocate(c, 500);
   EXPECT_EQ(limited.used(), 0u);
+  EXPECT_EQ(limited.counters().grants, 3u);
+  EXPECT_EQ(limited.counters().failures, 1u);  // refused here
+  EXPECT_EQ(limited.counters().returns, 3u);
+  EXPECT_EQ(limited.counters().peak_bytes, 1000u);
   EXPECT_EQ(inner->counters().allocate_calls, 3u);
   EXPECT_EQ(inner->counters().current_bytes, 0u);
   EXPECT_NE(limited.name().find("limiting"), std::string::npos);
@@ -452,7 +458,33 @@ TEST(LimitingUpstream, ReleasesTheBudgetWhenTheUpstreamIsOutOfMemory) {
   LimitingUpstream limited(inner, 5000);
   EXPECT_EQ(limited.allocate(2000), nullptr);  // within the budget, but the upstream refuses
   EXPECT_EQ(limited.used(), 0u);
-  EXPECT_EQ(limited.info().total, 1000u);  // the upstream's smaller total
+  EXPECT_EQ(limited.counters().failures, 1u);  // refused by the upstream
+  EXPECT_EQ(limited.info().total, 1000u);      // the upstream's smaller total
+}
+
+// An upstream whose allocate reports what the adaptor above it holds meanwhile, then throws.
+class ThrowingUpstream final : public Upstream {
+ public:
+  std::function<size_t()> seen_by_adaptor;
+  size_t seen = 0;
+  void* allocate(size_t) override {
+    seen = seen_by_adaptor();
+    throw Error("upstream failed");
+  }
+  void deallocate(void*, size_t) noexcept override {}
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "throwing"; }
+};
+
+TEST(LimitingUpstream, HoldsTheBytesDuringTheUpstreamCallAndGivesThemBackWhenItThrows) {
+  auto inner = std::make_shared<ThrowingUpstream>();
+  LimitingUpstream limited(inner, 1000);
+  inner->seen_by_adaptor = [&] { return limited.used(); };
+  expect_error([&] { limited.allocate(700); }, "upstream failed");
+  EXPECT_EQ(inner->seen, 700u);  // in flight: a second thread could not pass the budget
+  EXPECT_EQ(limited.used(), 0u);
+  EXPECT_EQ(limited.counters().failures, 0u);  // a throw is not a refusal
+  EXPECT_EQ(limited.counters().grants, 0u);
 }
 
 TEST(LimitingVirtualUpstream, CountsMappedBytes) {
@@ -483,9 +515,9 @@ TEST(StatisticsUpstream, CountsExactly) {
   stats.deallocate(a, 300);
   void* c = stats.allocate(100);
   auto k = stats.counters();
-  EXPECT_EQ(k.allocations, 3u);
-  EXPECT_EQ(k.failed_allocations, 1u);
-  EXPECT_EQ(k.frees, 1u);
+  EXPECT_EQ(k.grants, 3u);
+  EXPECT_EQ(k.failures, 1u);
+  EXPECT_EQ(k.returns, 1u);
   EXPECT_EQ(k.current_bytes, 600u);
   EXPECT_EQ(k.peak_bytes, 800u);
   EXPECT_EQ(k.total_bytes, 900u);
@@ -494,9 +526,22 @@ TEST(StatisticsUpstream, CountsExactly) {
   stats.deallocate(b, 500);
   stats.deallocate(c, 100);
   k = stats.counters();
-  EXPECT_EQ(k.frees, 3u);
+  EXPECT_EQ(k.returns, 3u);
   EXPECT_EQ(k.current_bytes, 0u);
   EXPECT_EQ(stats.device(), Device::cpu());
+}
+
+TEST(StatisticsUpstream, NeverRefusesACallItself) {
+  // Counting has no budget: even an absurd size (an overflowed size computation) reaches the
+  // upstream, which refuses it.
+  auto inner = std::make_shared<SimulatedUpstream>(1000);
+  StatisticsUpstream stats(inner);
+  void* a = stats.allocate(100);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(stats.allocate(SIZE_MAX - 50), nullptr);
+  EXPECT_EQ(inner->counters().allocate_calls, 2u);
+  EXPECT_EQ(stats.counters().failures, 1u);
+  stats.deallocate(a, 100);
 }
 
 TEST(StatisticsVirtualUpstream, CountsExactly) {
@@ -511,15 +556,15 @@ TEST(StatisticsVirtualUpstream, CountsExactly) {
   stats.unmap(bytes_at(base, 2 * page), 2 * page);
   stats.release(base, 8 * page);
   const auto k = stats.counters();
-  EXPECT_EQ(k.reserves, 1u);
-  EXPECT_EQ(k.releases, 1u);
-  EXPECT_EQ(k.maps, 2u);
-  EXPECT_EQ(k.failed_maps, 1u);
-  EXPECT_EQ(k.unmaps, 2u);
-  EXPECT_EQ(k.mapped_bytes, 0u);
-  EXPECT_EQ(k.peak_mapped_bytes, 4 * page);
-  EXPECT_EQ(k.reserved_bytes, 0u);
-  EXPECT_EQ(k.peak_reserved_bytes, 8 * page);
+  EXPECT_EQ(k.reserved.grants, 1u);
+  EXPECT_EQ(k.reserved.returns, 1u);
+  EXPECT_EQ(k.mapped.grants, 2u);
+  EXPECT_EQ(k.mapped.failures, 1u);
+  EXPECT_EQ(k.mapped.returns, 2u);
+  EXPECT_EQ(k.mapped.current_bytes, 0u);
+  EXPECT_EQ(k.mapped.peak_bytes, 4 * page);
+  EXPECT_EQ(k.reserved.current_bytes, 0u);
+  EXPECT_EQ(k.reserved.peak_bytes, 8 * page);
 }
 
 TEST(Adaptors, Stack) {
@@ -530,7 +575,7 @@ TEST(Adaptors, Stack) {
   void* a = stats.allocate(6 * kGiB);
   EXPECT_EQ(stats.allocate(3 * kGiB), nullptr);
   stats.deallocate(a, 6 * kGiB);
-  EXPECT_EQ(stats.counters().failed_allocations, 1u);
+  EXPECT_EQ(stats.counters().failures, 1u);
   EXPECT_EQ(device->counters().allocate_calls, 1u);
   EXPECT_TRUE(stats.device().is_cuda());
   EXPECT_EQ(stats.name(), "statistics over limiting(8 GiB) over simulated(cuda:0, 16 GiB)");

@@ -19,9 +19,9 @@ AllocatorStats stats(Device device);
 std::string memory_summary(Device device);
 std::string snapshot(Device device);
 void empty_cache(Device device);  // returns cached free memory to the device
-// The same, for a process that ends a phase (evaluation, a checkpoint save) and shares the device
-// with other jobs: every unused segment and the free pages of expandable segments go back;
-// returns the bytes given back (CachingAllocator::release_unused).
+// The same, for a process that ends a phase (evaluation, saving the training state) and shares
+// the device with other jobs: every unused segment and the free pages of expandable segments go
+// back; returns the bytes given back (CachingAllocator::release_unused).
 size_t release_unused(Device device);
 void reset_peak_stats(Device device);
 

@@ -4,75 +4,61 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "ember/memory/adaptor.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
 
-class StatisticsUpstream final : public Upstream {
+// Allocations: grants are successful allocate calls, returns deallocate calls, failures the
+// allocate calls that returned nullptr.
+class StatisticsUpstream final : public ForwardingUpstream {
  public:
-  struct Counters {
-    size_t current_bytes = 0;  // allocated and not yet freed
-    size_t peak_bytes = 0;
-    size_t total_bytes = 0;  // allocated over the lifetime
-    size_t allocations = 0;  // successful allocate calls
-    size_t frees = 0;
-    size_t failed_allocations = 0;  // allocate calls that returned nullptr
-  };
+  explicit StatisticsUpstream(std::shared_ptr<Upstream> upstream)
+      : ForwardingUpstream(std::move(upstream), "StatisticsUpstream") {}
 
-  explicit StatisticsUpstream(std::shared_ptr<Upstream> upstream);
-
-  void* allocate(size_t bytes) override;
+  void* allocate(size_t bytes) override {
+    return allocations_.grant(bytes, [&] { return upstream_->allocate(bytes); });
+  }
   void deallocate(void* ptr, size_t bytes) noexcept override;
-  Device device() const override { return upstream_->device(); }
-  MemoryInfo info() const override { return upstream_->info(); }
   std::string name() const override { return "statistics over " + upstream_->name(); }
 
-  Counters counters() const;
-  void reset_peak();  // peak_bytes = current_bytes
-  const std::shared_ptr<Upstream>& upstream() const { return upstream_; }
+  ByteCounters counters() const { return allocations_.counters(); }
+  void reset_peak() { allocations_.reset_peak(); }  // peak_bytes = current_bytes
 
  private:
-  std::shared_ptr<Upstream> upstream_;
-  mutable std::mutex mutex_;
-  Counters counters_;
+  detail::ByteLedger allocations_;
 };
 
-class StatisticsVirtualUpstream final : public VirtualUpstream {
+// Reservations (address space) and mapped pages, counted apart: failures are the map calls that
+// returned false.
+class StatisticsVirtualUpstream final : public ForwardingVirtualUpstream {
  public:
   struct Counters {
-    size_t reserved_bytes = 0;
-    size_t peak_reserved_bytes = 0;
-    size_t mapped_bytes = 0;
-    size_t peak_mapped_bytes = 0;
-    size_t reserves = 0;
-    size_t releases = 0;
-    size_t maps = 0;  // successful map calls
-    size_t unmaps = 0;
-    size_t failed_maps = 0;  // map calls that returned false
+    ByteCounters reserved;
+    ByteCounters mapped;
   };
 
-  explicit StatisticsVirtualUpstream(std::shared_ptr<VirtualUpstream> upstream);
+  explicit StatisticsVirtualUpstream(std::shared_ptr<VirtualUpstream> upstream)
+      : ForwardingVirtualUpstream(std::move(upstream), "StatisticsVirtualUpstream") {}
 
-  size_t page_size() const override { return upstream_->page_size(); }
-  void* reserve(size_t bytes) override;
+  void* reserve(size_t bytes) override {
+    return reserved_.grant(bytes, [&] { return upstream_->reserve(bytes); });
+  }
   void release(void* base, size_t bytes) noexcept override;
-  bool map(void* address, size_t bytes) override;
+  bool map(void* address, size_t bytes) override {
+    return mapped_.grant(bytes, [&] { return upstream_->map(address, bytes); });
+  }
   void unmap(void* address, size_t bytes) noexcept override;
-  Device device() const override { return upstream_->device(); }
-  MemoryInfo info() const override { return upstream_->info(); }
   std::string name() const override { return "statistics over " + upstream_->name(); }
 
-  Counters counters() const;
+  Counters counters() const { return {reserved_.counters(), mapped_.counters()}; }
   void reset_peak();  // peaks = current values
-  const std::shared_ptr<VirtualUpstream>& upstream() const { return upstream_; }
 
  private:
-  std::shared_ptr<VirtualUpstream> upstream_;
-  mutable std::mutex mutex_;
-  Counters counters_;
+  detail::ByteLedger reserved_;
+  detail::ByteLedger mapped_;
 };
 
 }  // namespace ember::memory
