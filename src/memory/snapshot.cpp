@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "caching_allocator_impl.hpp"
+#include "ember/core/enum_name.hpp"
 #include "ember/memory/snapshot_svg.hpp"
 
 #include <unistd.h>
@@ -13,22 +14,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace ember::memory {
 
 namespace {
 const char* state_name(detail::BlockState s) {
-  switch (s) {
-    case detail::BlockState::allocated:
-      return "allocated";
-    case detail::BlockState::inactive:
-      return "inactive";
-    case detail::BlockState::unmapped:
-      return "unmapped";
-    case detail::BlockState::free:
-      break;
-  }
-  return "free";
+  static constexpr const char* kNames[] = {"free", "allocated", "inactive", "unmapped"};
+  static_assert(std::size(kNames) == static_cast<size_t>(detail::BlockState::unmapped) + 1);
+  return enum_name(s, kNames);
 }
 }  // namespace
 

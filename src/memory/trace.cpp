@@ -8,9 +8,11 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <unordered_set>
 
+#include "ember/core/enum_name.hpp"
 #include "ember/core/error.hpp"
 
 namespace ember::memory {
@@ -58,15 +60,9 @@ std::string read_file_text(const std::string& path) {
 }
 
 const char* kind_name(TraceEvent::Kind kind) {
-  switch (kind) {
-    case TraceEvent::allocate:
-      return "a";
-    case TraceEvent::free:
-      return "f";
-    case TraceEvent::record_stream:
-      return "r";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"a", "f", "r"};
+  static_assert(std::size(kNames) == static_cast<size_t>(TraceEvent::record_stream) + 1);
+  return enum_name(kind, kNames);
 }
 
 }  // namespace

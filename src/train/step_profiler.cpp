@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <iterator>
 #include <utility>
 
+#include "ember/core/enum_name.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/profile.hpp"
 
@@ -25,21 +27,10 @@ void trace_event(const char* name, const char* category, Clock::time_point start
 }  // namespace
 
 const char* step_phase_name(StepPhase phase) {
-  switch (phase) {
-    case StepPhase::data:
-      return "data";
-    case StepPhase::forward:
-      return "forward";
-    case StepPhase::backward:
-      return "backward";
-    case StepPhase::optimizer:
-      return "optimizer";
-    case StepPhase::communication:
-      return "comm";
-    case StepPhase::other:
-      return "other";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"data",      "forward", "backward",
+                                           "optimizer", "comm",    "other"};
+  static_assert(std::size(kNames) == static_cast<size_t>(StepPhase::other) + 1);
+  return enum_name(phase, kNames);
 }
 
 std::string StepBreakdown::describe() const {

@@ -1,7 +1,9 @@
 // ops::map's argument checks and the small non-template helpers of map.hpp.
 #include <cstdint>
+#include <iterator>
 #include <string_view>
 
+#include "ember/core/enum_name.hpp"
 #include "ember/ops/check.hpp"
 #include "ember/ops/map.hpp"
 
@@ -18,14 +20,9 @@ void check_map_dtype(std::string_view op, std::string_view role, const TensorVie
 }
 
 const char* kind_name(MapKind kind) {
-  switch (kind) {
-    case MapKind::row:
-      return "row vector";
-    case MapKind::col:
-      return "column vector";
-    default:
-      return "input";
-  }
+  static constexpr const char* kNames[] = {"input", "row vector", "column vector", "input"};
+  static_assert(std::size(kNames) == static_cast<size_t>(MapKind::scalar) + 1);
+  return enum_name(kind, kNames);
 }
 
 size_t load_bytes(DType dtype) {  // the kernels' chunk load granularity

@@ -16,9 +16,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <string>
 
+#include "ember/core/enum_name.hpp"
 #include "ember/core/error.hpp"
 #include "ops/matmul/matmul_onednn.hpp"
 
@@ -99,15 +101,9 @@ CpuGemmEngine cpu_gemm_engine() {
 }
 
 const char* cpu_gemm_engine_name(CpuGemmEngine engine) {
-  switch (engine) {
-    case CpuGemmEngine::automatic:
-      return "automatic";
-    case CpuGemmEngine::onednn:
-      return "onednn";
-    case CpuGemmEngine::openblas:
-      return "openblas";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"automatic", "onednn", "openblas"};
+  static_assert(std::size(kNames) == static_cast<size_t>(CpuGemmEngine::openblas) + 1);
+  return enum_name(engine, kNames);
 }
 
 namespace cpu {

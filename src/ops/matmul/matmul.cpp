@@ -2,6 +2,9 @@
 #include "ember/ops/matmul.hpp"
 #include "ember/core/profile.hpp"
 
+#include <iterator>
+
+#include "ember/core/enum_name.hpp"
 #include "ember/ops/check.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
 #include "ops/matmul/matmul_dims.hpp"
@@ -69,17 +72,9 @@ bool check_optional(Stream& stream, std::string_view name, const TensorView& t, 
 }  // namespace
 
 const char* backend_name(MatmulBackend backend) {
-  switch (backend) {
-    case MatmulBackend::automatic:
-      return "automatic";
-    case MatmulBackend::tiled:
-      return "tiled";
-    case MatmulBackend::cublaslt:
-      return "cublaslt";
-    case MatmulBackend::cpu:
-      return "cpu";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"automatic", "tiled", "cublaslt", "cpu"};
+  static_assert(std::size(kNames) == static_cast<size_t>(MatmulBackend::cpu) + 1);
+  return enum_name(backend, kNames);
 }
 
 void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
