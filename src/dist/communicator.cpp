@@ -1,7 +1,9 @@
 #include "ember/dist/communicator.hpp"
+#include "ember/core/enum_name.hpp"
 #include "ember/core/profile.hpp"
 
 #include <cstdlib>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,15 +13,9 @@
 namespace ember::dist {
 
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"sum", "avg", "max"};
+  static_assert(std::size(kNames) == static_cast<size_t>(ReduceOp::max) + 1);
+  return enum_name(op, kNames);
 }
 
 namespace detail {
@@ -37,7 +33,7 @@ void throw_timeout(const std::string& what, int rank, int world, double seconds,
       "dist: {} timed out after {:.1f} s on rank {} of {}: a peer rank did not take part in time "
       "(it "
       "died, hangs, or called a different collective). The communicator is unusable now; end "
-      "the job (dist::abort_job) and resume from a checkpoint. {}",
+      "the job (dist::abort_job) and resume from a saved state. {}",
       what, seconds, rank, world, engine_note);
 }
 
@@ -74,6 +70,20 @@ void check_in_place(const Tensor& whole, const Tensor& part, int rank, const cha
               static_cast<size_t>(rank + 1) * part.nbytes());
 }
 
+void check_parts(const char* what, const Tensor& out, const Tensor& in, bool whole_is_out,
+                 int world_size, int rank) {
+  const Tensor& whole = whole_is_out ? out : in;
+  const Tensor& part = whole_is_out ? in : out;
+  EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
+                  out.device() == in.device() && whole.numel() == part.numel() * world_size,
+              "dist: {} needs an {} of {} x the {}'s elements, dtype and device: got output {} and "
+              "input {}",
+              what, whole_is_out ? "output" : "input", world_size,
+              whole_is_out ? "input" : "output", out.defined() ? describe(out) : "undefined",
+              in.defined() ? describe(in) : "undefined");
+  check_in_place(whole, part, rank, what);
+}
+
 }  // namespace detail
 
 namespace {
@@ -102,20 +112,23 @@ double checked_timeout(const CommOptions& options) {
   return options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout();
 }
 
-bool checked_metadata(const CommOptions& options);
+int checked_metadata(const CommOptions& options);
 
-bool default_check() {
+int default_check() {
   if (const char* text = std::getenv("EMBER_DIST_CHECK")) {
     const std::string v = text;
-    EMBER_CHECK(v == "0" || v == "1", "EMBER_DIST_CHECK='{}' must be 0 or 1", v);
-    return v == "1";
+    EMBER_CHECK(v == "0" || v == "1" || v == "2", "EMBER_DIST_CHECK='{}' must be 0, 1 or 2", v);
+    return v[0] - '0';
   }
 #ifdef NDEBUG
-  return false;
+  return 0;
 #else
-  return true;
+  return 2;
 #endif
 }
+
+// The communicator whose collectives this thread issues under an AgreedCollectives.
+thread_local const Communicator* agreed_on = nullptr;
 
 // Metadata compared across ranks: collective kind, dtype, elements, root, op.
 enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
@@ -134,11 +147,11 @@ const char* kind_name(int64_t kind) {
   return "?";
 }
 
-bool checked_metadata(const CommOptions& options) {
-  EMBER_CHECK(options.check_metadata >= -1 && options.check_metadata <= 1,
-              "dist: CommOptions::check_metadata must be -1 (the default), 0 or 1, not {}",
+int checked_metadata(const CommOptions& options) {
+  EMBER_CHECK(options.check_metadata >= -1 && options.check_metadata <= 2,
+              "dist: CommOptions::check_metadata must be -1 (the default), 0, 1 or 2, not {}",
               options.check_metadata);
-  return options.check_metadata < 0 ? default_check() : options.check_metadata == 1;
+  return options.check_metadata < 0 ? default_check() : options.check_metadata;
 }
 
 }  // namespace
@@ -200,7 +213,8 @@ detail::Backend& Communicator::backend_for(const Tensor& t, const char* what) {
 
 void Communicator::check(const char* what, const Tensor& t, int64_t elements, int root,
                          ReduceOp op) {
-  if (!check_metadata_ || local_) return;
+  if (check_metadata_ == 0 || local_) return;
+  if (check_metadata_ == 2 && agreed_on == this) return;
   detail::Backend* host = mpi_ ? mpi_.get() : nccl_.get();
   if (host == nullptr) return;
   const int64_t kind = std::string_view(what) == "all_reduce"   ? kAllReduce
@@ -209,6 +223,7 @@ void Communicator::check(const char* what, const Tensor& t, int64_t elements, in
                                                                 : kReduceScatter;
   const std::vector<int64_t> mine{kind, static_cast<int64_t>(t.dtype()), elements, root,
                                   static_cast<int64_t>(op)};
+  ++metadata_checks_;
   const std::vector<int64_t> all =
       host->host_all_gather(mine, fmt::format("{}'s metadata check", what));
   bool same = true;
@@ -228,6 +243,15 @@ void Communicator::check(const char* what, const Tensor& t, int64_t elements, in
       "dist: the ranks called mismatched collectives (rank {} is at {}); each would "
       "corrupt or hang the others:{}",
       launch_.rank, what, table);
+}
+
+Communicator::AgreedCollectives::AgreedCollectives(const Communicator& comm)
+    : previous_(agreed_on) {
+  agreed_on = &comm;
+}
+
+Communicator::AgreedCollectives::~AgreedCollectives() {
+  agreed_on = previous_;
 }
 
 Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op) {
@@ -256,13 +280,8 @@ Work Communicator::broadcast(Stream& stream, const Tensor& tensor, int root) {
 
 Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& in) {
   EMBER_OP_RANGE("all_gather");
-  EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
-                  out.device() == in.device() && out.numel() == in.numel() * launch_.world_size,
-              "dist: all_gather needs an output of {} x the input's elements, dtype and device: "
-              "got output {} and input {}",
-              launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
-              in.defined() ? detail::describe(in) : "undefined");
-  detail::check_in_place(out, in, launch_.rank, "all_gather");
+  detail::check_parts("all_gather", out, in, /*whole_is_out=*/true, launch_.world_size,
+                      launch_.rank);
   detail::Backend& b = backend_for(in, "all_gather");
   check("all_gather", in, in.numel(), -1, ReduceOp::sum);
   ++collectives_;
@@ -272,13 +291,8 @@ Work Communicator::all_gather(Stream& stream, const Tensor& out, const Tensor& i
 Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tensor& in,
                                   ReduceOp op) {
   EMBER_OP_RANGE("reduce_scatter");
-  EMBER_CHECK(out.defined() && in.defined() && out.dtype() == in.dtype() &&
-                  out.device() == in.device() && in.numel() == out.numel() * launch_.world_size,
-              "dist: reduce_scatter needs an input of {} x the output's elements, dtype and "
-              "device: got output {} and input {}",
-              launch_.world_size, out.defined() ? detail::describe(out) : "undefined",
-              in.defined() ? detail::describe(in) : "undefined");
-  detail::check_in_place(in, out, launch_.rank, "reduce_scatter");
+  detail::check_parts("reduce_scatter", out, in, /*whole_is_out=*/false, launch_.world_size,
+                      launch_.rank);
   detail::Backend& b = backend_for(in, "reduce_scatter");
   EMBER_CHECK(op != ReduceOp::avg || is_floating(in.dtype()),
               "dist: reduce_scatter: avg needs a float tensor, not {}", detail::describe(in));

@@ -84,7 +84,7 @@ Tensor Embedding::backward(Context& ctx, const Tensor& dy) {
   const bool accumulate = !weight_.grad_zero_pending;
   ops::embedding_backward(ctx.stream, weight_.grad, dy, ids_, accumulate);
   weight_.mark_grad_written();
-  grad_ready(weight_);
+  grad_ready(weight_, ctx.stream);
   drop_saved();
   return Tensor();
 }
@@ -169,8 +169,8 @@ Tensor TokenPositionEmbedding::backward(Context& ctx, const Tensor& dy) {
                           !wpe_.grad_zero_pending);
   wte_.mark_grad_written();
   wpe_.mark_grad_written();
-  grad_ready(wte_);
-  grad_ready(wpe_);
+  grad_ready(wte_, ctx.stream);
+  grad_ready(wpe_, ctx.stream);
   drop_saved();
   return Tensor();
 }

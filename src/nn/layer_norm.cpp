@@ -104,8 +104,8 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   if (options_.affine) {
     weight_.mark_grad_written();
     bias_.mark_grad_written();
-    grad_ready(weight_);
-    grad_ready(bias_);
+    grad_ready(weight_, ctx.stream);
+    grad_ready(bias_, ctx.stream);
   }
   drop_saved();
   return dx;

@@ -184,8 +184,8 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   ops::matmul(ctx.stream, weight_.grad, grad, input_, dw);
   weight_.mark_grad_written();
   if (has_bias_) bias_.mark_grad_written();
-  grad_ready(weight_);
-  if (has_bias_) grad_ready(bias_);
+  grad_ready(weight_, ctx.stream);
+  if (has_bias_) grad_ready(bias_, ctx.stream);
   Tensor dx = Tensor::empty(input_.shape(), dtype, ctx.stream);
   ops::matmul(ctx.stream, dx, grad, weight_used_);  // dx = grad W, with forward's W
   if (input_dtype_ != dtype) {                      // forward cast its input: undo for dx

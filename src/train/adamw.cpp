@@ -77,16 +77,15 @@ void AdamW::check_counters(const rules::StepCounters& c) const {
               c.power1, c.power2, c.applied, options_.beta1, options_.beta2);
 }
 
-void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
+void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) {
   if (options_.amsgrad) {
     apply_rule(
         rule<true>(group.param_group), inputs,
         gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_}),
-        cuda_stream);
+        stream);
   } else {
     apply_rule(rule<false>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_}),
-               cuda_stream);
+               gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_}), stream);
   }
 }
 

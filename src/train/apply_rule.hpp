@@ -93,17 +93,17 @@ void apply_rule_cpu(const Rule& rule, const StepInputs& inputs,
   }
 }
 
-// Applies `rule` to a device group: on the CPU when cuda_stream is null, else enqueued on the
-// cudaStream_t `cuda_stream` of the current device.
+// Applies `rule` to a device group: on the CPU for a CPU stream, else enqueued on `stream` (its
+// device current).
 template <class Rule>
 void apply_rule(const Rule& rule, const StepInputs& inputs,
-                const std::vector<TensorOperands>& tensors, void* cuda_stream) {
-  if (cuda_stream == nullptr) {
+                const std::vector<TensorOperands>& tensors, const Stream& stream) {
+  if (stream.device().is_cpu()) {
     apply_rule_cpu(rule, inputs, tensors);
     return;
   }
 #if EMBER_WITH_CUDA
-  cuda::apply_rule_cuda(rule, inputs, tensors, static_cast<cudaStream_t>(cuda_stream));
+  cuda::apply_rule_cuda(rule, inputs, tensors, static_cast<cudaStream_t>(stream.native()));
 #else
   EMBER_THROW("optimizer: CUDA parameters need a build with CUDA");
 #endif

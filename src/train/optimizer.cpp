@@ -364,16 +364,16 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     inputs.counters_out = counters + (1 - slot);
     inputs.lr = group.lr.defined() ? group.lr.data<float>() : nullptr;
     if (group.device.is_cpu()) {
-      update(group, inputs, nullptr);
+      Stream cpu = current_stream(Device::cpu());
+      update(group, inputs, cpu);
       continue;
     }
 #if EMBER_WITH_CUDA
     // Queued after the backward pass on the same stream: no host wait. Parameters, gradients
     // and state living on other streams (the state is created on its parameter's) are waited
     // for on the device.
-    const Stream s = stream != nullptr && stream->device() == group.device
-                         ? *stream
-                         : current_stream(group.device);
+    Stream s = stream != nullptr && stream->device() == group.device ? *stream
+                                                                     : current_stream(group.device);
     std::vector<Stream> waited{s};
     auto wait_for = [&](const Tensor& t) {
       if (std::find(waited.begin(), waited.end(), t.stream()) != waited.end()) return;
@@ -390,7 +390,7 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     if (inv_scale != nullptr) wait_for(*inv_scale);
     group.last_step = s;
     EMBER_CUDA_CHECK(cudaSetDevice(group.device.index()));
-    update(group, inputs, s.native());
+    update(group, inputs, s);
     if (s.capturing()) {
       // In a CUDA graph (ember::Graph) every replay reads the same slot: the next counters are
       // copied back into it, so that they advance replay after replay (and both slots agree,

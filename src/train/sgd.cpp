@@ -65,13 +65,13 @@ void SGD::prepare_step() {
   }
 }
 
-void SGD::update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) {
+void SGD::update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) {
   if (options_.momentum != 0) {
     apply_rule(rule<true>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {&momentum_}), cuda_stream);
+               gather_operands(parameters_, group.parameters, {&momentum_}), stream);
   } else {
     apply_rule(rule<false>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {}), cuda_stream);
+               gather_operands(parameters_, group.parameters, {}), stream);
   }
 }
 

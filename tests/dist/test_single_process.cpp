@@ -56,7 +56,7 @@ TEST(SingleProcessCommunicator, BadArgumentsAreErrors) {
   testing::expect_error([&] { Communicator(Launch{}, CommOptions{.timeout_seconds = -1}); },
                         "timeout_seconds must be from 0.001 to 1e8 seconds");
   testing::expect_error([&] { Communicator(Launch{}, CommOptions{.check_metadata = 7}); },
-                        "check_metadata must be -1 (the default), 0 or 1, not 7");
+                        "check_metadata must be -1 (the default), 0, 1 or 2, not 7");
   {
     ::setenv("EMBER_DIST_TIMEOUT", "0x10", 1);
     testing::expect_error([&] { Communicator(Launch{}); }, "EMBER_DIST_TIMEOUT='0x10' is not");
@@ -167,8 +167,8 @@ class PartlyUsed : public nn::Module {
   Tensor backward(nn::Context& ctx, const Tensor& dy) override {
     Tensor dx = a_.backward(ctx, dy);
     if (twice_) {
-      callback_(*a_.parameters()[0]);
-      for (nn::Parameter* p : b_.parameters()) callback_(*p);
+      callback_(*a_.parameters()[0], ctx.stream);
+      for (nn::Parameter* p : b_.parameters()) callback_(*p, ctx.stream);
     }
     return dx;
   }
@@ -252,7 +252,7 @@ TEST(SingleProcessDdp, MisuseIsAnError) {
     // set_sync during a backward applies from the next one: this one still reduces everything.
     auto mlp = small_mlp(7);
     DistributedDataParallel ddp(mlp, comm);
-    ddp.set_grad_ready_callback([&](nn::Parameter&) { ddp.set_sync(false); });
+    ddp.set_grad_ready_callback([&](nn::Parameter&, Stream&) { ddp.set_sync(false); });
     Tensor in = Tensor::zeros({2, 3});
     ddp.forward(ctx, in);
     ddp.backward(ctx, Tensor::zeros({2, 4}));

@@ -43,7 +43,7 @@ class ModuleEdges : public OnDevice {
   Step run(nn::Module& m, nn::Precision precision = nn::Precision::f32, int steps = 2) {
     Stream s = stream();
     Step out;
-    m.set_grad_ready_callback([&](nn::Parameter& p) { out.ready.push_back(p.name); });
+    m.set_grad_ready_callback([&](nn::Parameter& p, Stream&) { out.ready.push_back(p.name); });
     nn::SoftmaxCrossEntropy loss;
     for (uint64_t step = 0; step < static_cast<uint64_t>(steps); ++step) {
       nn::Context ctx{s, true, precision, step};
@@ -328,7 +328,7 @@ TEST_P(ModuleEdges, PlanCheckpointsSideEffects) {
     values.push_back(p->value.to_vector<float>());
   }
   int callbacks = 0;
-  model->set_grad_ready_callback([&](nn::Parameter&) { ++callbacks; });
+  model->set_grad_ready_callback([&](nn::Parameter&, Stream&) { ++callbacks; });
   nn::Context ctx{s, true, nn::Precision::bf16, 0};
   const Tensor x = on(Tensor::empty({32, 6}).uniform_(1, -1, 1));
   const nn::CheckpointPlan plan = nn::plan_checkpoints(*model, x, int64_t{1} << 40, ctx);

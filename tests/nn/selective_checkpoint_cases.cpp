@@ -46,7 +46,7 @@ class SelectiveCheckpointing : public OnDevice {
   Step run(nn::Module& m, nn::Precision precision = nn::Precision::f32, int steps = 2) {
     Stream s = stream();
     Step out;
-    m.set_grad_ready_callback([&](nn::Parameter& p) { out.ready.push_back(p.name); });
+    m.set_grad_ready_callback([&](nn::Parameter& p, Stream&) { out.ready.push_back(p.name); });
     nn::SoftmaxCrossEntropy loss;
     for (uint64_t step = 0; step < static_cast<uint64_t>(steps); ++step) {
       nn::Context ctx{s, true, precision, step};

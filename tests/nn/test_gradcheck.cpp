@@ -255,7 +255,7 @@ TEST(Module, GradReadyFiresOncePerParameterFromLastLayer) {
       .emplace<nn::Linear>(4, 2, nn::LinearOptions{.seed = 2});
   net.parameters();  // names them
   std::vector<std::string> fired;
-  net.set_grad_ready_callback([&](nn::Parameter& p) { fired.push_back(p.name); });
+  net.set_grad_ready_callback([&](nn::Parameter& p, ember::Stream&) { fired.push_back(p.name); });
   net.forward(ctx, random({5, 3}, 3));
   net.backward(ctx, random({5, 2}, 4));
   EXPECT_EQ(fired, (std::vector<std::string>{"2.weight", "2.bias", "0.weight", "0.bias"}));

@@ -95,7 +95,7 @@ TEST(ModuleNames, ADeadContainersCallbackLeavesWithIt) {
   {
     auto s = std::make_unique<nn::Sequential>();
     s->add(layer);
-    s->set_grad_ready_callback([&](nn::Parameter&) { ++calls; });
+    s->set_grad_ready_callback([&](nn::Parameter&, Stream&) { ++calls; });
   }
   nn::Sequential fresh;
   fresh.add(layer);

@@ -37,8 +37,11 @@ struct CommOptions {
   // 0.001 to 1e8 s. Default 600 s, or EMBER_DIST_TIMEOUT (decimal seconds) when set.
   double timeout_seconds = 0;  // 0: the default
   // Compare (collective, dtype, elements, root) across ranks before each collective: one small
-  // extra collective each. Default: EMBER_DIST_CHECK=1, or a build without NDEBUG.
-  int check_metadata = -1;  // -1: the default, 0: off, 1: on
+  // blocking host collective each. 0: off; 1: every collective; 2: every collective but those
+  // agreed across ranks beforehand (AgreedCollectives: DDP's buckets, whose layout DDP compares
+  // once at construction). -1, the default: EMBER_DIST_CHECK (0, 1 or 2) when set, else 2 in a
+  // build without NDEBUG and 0 with it.
+  int check_metadata = -1;
 };
 
 // The GPU a rank drives: cuda:0 when the process sees one GPU (CUDA_VISIBLE_DEVICES per rank, as
@@ -62,7 +65,21 @@ class Communicator {
   int local_rank() const { return launch_.local_rank; }
   const Launch& launch() const { return launch_; }
   double timeout_seconds() const { return timeout_; }
-  bool checks_metadata() const { return check_metadata_; }
+  bool checks_metadata() const { return check_metadata_ != 0; }
+  int check_metadata_mode() const { return check_metadata_; }  // 0, 1 or 2 (CommOptions)
+
+  // While one lives, the collectives this thread issues on `comm` count as agreed across ranks
+  // beforehand: check_metadata 2 (the debug default) skips their check, 1 still checks them.
+  class AgreedCollectives {
+   public:
+    explicit AgreedCollectives(const Communicator& comm);
+    ~AgreedCollectives();
+    AgreedCollectives(const AgreedCollectives&) = delete;
+    AgreedCollectives& operator=(const AgreedCollectives&) = delete;
+
+   private:
+    const Communicator* previous_;
+  };
 
   // In place: every rank's `tensor` becomes the sum (average, maximum) over ranks. CUDA (NCCL):
   // f32, f16, bf16, i32, i64, u8; CPU (MPI): f32, i32, i64, u8. avg: float types only.
@@ -77,11 +94,13 @@ class Communicator {
   // Returns when every rank has called it (within the timeout).
   virtual void barrier();
   // Every rank's `mine` (the same length on every rank), in rank order, on the host; blocks
-  // (with the timeout). For small agreements: which checkpoint to resume, whether to stop.
+  // (with the timeout). For small agreements: which saved state to resume, whether to stop.
   std::vector<int64_t> host_all_gather(const std::vector<int64_t>& mine);
 
   // Collectives issued through this communicator (barriers and metadata checks excluded).
   uint64_t collectives() const { return collectives_.load(); }
+  // Metadata checks run (each a small blocking host collective).
+  uint64_t metadata_checks() const { return metadata_checks_.load(); }
 
  private:
   detail::Backend& backend_for(const Tensor& t, const char* what);
@@ -90,11 +109,12 @@ class Communicator {
 
   Launch launch_;
   double timeout_;
-  bool check_metadata_;
+  int check_metadata_;                      // 0, 1 or 2
   std::unique_ptr<detail::Backend> mpi_;    // CPU tensors (world > 1) and host-side checks
   std::unique_ptr<detail::Backend> nccl_;   // CUDA tensors, made at the first one
   std::unique_ptr<detail::Backend> local_;  // a single process
   std::atomic<uint64_t> collectives_{0};
+  std::atomic<uint64_t> metadata_checks_{0};
 };
 
 // A Communicator over every rank of this launch (detect_launch()).

@@ -119,8 +119,9 @@ class DistributedDataParallel : public nn::Wrapper {
     const void* grad_data = nullptr;  // the gradient view DDP made
   };
 
-  void on_grad_ready(nn::Parameter& p);
-  void launch_ready_buckets(bool during_backward);
+  void on_grad_ready(nn::Parameter& p, Stream& stream);
+  // Launches, on `stream`, the buckets whose gradients are all ready, in bucket order.
+  void launch_ready_buckets(Stream& stream, bool during_backward);
   void reset_backward();
   void drain_launched() noexcept;
 
@@ -130,7 +131,6 @@ class DistributedDataParallel : public nn::Wrapper {
   std::unordered_map<const nn::Parameter*, Slot> slots_;
   std::vector<nn::Parameter*> order_;  // the model's parameter order
   nn::GradReadyCallback user_callback_;
-  Stream* stream_ = nullptr;  // ctx.stream during backward
   bool sync_ = true;
   bool syncing_ = true;  // sync_ as the current backward began
   bool in_backward_ = false;

@@ -60,7 +60,9 @@ struct Context {
   void publish_step();
 };
 
-using GradReadyCallback = std::function<void(Parameter&)>;
+// Called with a parameter whose gradient backward has just finalised, and the stream that wrote
+// it (the backward's): work on the gradient queued there needs no other wait (DDP's all-reduce).
+using GradReadyCallback = std::function<void(Parameter&, Stream&)>;
 
 class Module {
  public:
@@ -109,7 +111,7 @@ class Module {
   virtual bool has_saved() const = 0;
   virtual std::string name() const = 0;
 
-  // Called with each parameter whose gradient backward has just finalised.
+  // Called with each parameter whose gradient backward has just finalised (GradReadyCallback).
   virtual void set_grad_ready_callback(GradReadyCallback callback) {
     grad_ready_ = std::move(callback);
   }
@@ -129,8 +131,8 @@ class Module {
   // Throws when activations from an earlier forward are still saved (see the header).
   void check_nothing_saved(const char* what) const;
 
-  void grad_ready(Parameter& p) const {
-    if (grad_ready_) grad_ready_(p);
+  void grad_ready(Parameter& p, Stream& stream) const {
+    if (grad_ready_) grad_ready_(p, stream);
   }
 
  private:

@@ -42,7 +42,7 @@ class AdamW final : public Optimizer {
   const Tensor& max_exp_avg_sq(size_t i) const;
 
  private:
-  void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
+  void update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) override;
   StateDict state_tensors(int64_t steps) override;
   const char* kind() const override { return "AdamW"; }
   void check_counters(const rules::StepCounters& counters) const override;

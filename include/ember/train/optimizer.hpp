@@ -90,7 +90,7 @@ class Optimizer {
   // devices. Parameters are numbered in the order given to the constructor. With several
   // parameter groups, "param_groups" (i64 [parameters]: each one's group) too, so that state
   // never loads into another grouping. Learning rates are not in it (schedules set them; the
-  // Checkpointer's TrainingState saves them). Waits for the last step.
+  // TrainingState, which a TrainingStateStore saves, holds them). Waits for the last step.
   StateDict state_dict();
   // Restores the step count and every state tensor (copied, any device). A dict that does not
   // match (missing, unexpected, mis-shaped entries; another optimizer's or other options'
@@ -111,8 +111,9 @@ class Optimizer {
   // Called once per step, before any update: state created lazily.
   virtual void prepare_step() {}
   // Applies the rule to a group: apply_rule (src/train/apply_rule.hpp) with this optimizer's
-  // rule and state. `cuda_stream` is the cudaStream_t of a CUDA group, its device current.
-  virtual void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) = 0;
+  // rule and state, on `stream`: the group's device's (made current for a CUDA group), a CPU
+  // stream for a CPU group.
+  virtual void update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) = 0;
   // The state tensors ("state.<i>.<name>") the optimizer holds after `steps` applied steps: the
   // live ones, or, where it has none yet (state created at the first step), new tensors that
   // adopt_state() then keeps.

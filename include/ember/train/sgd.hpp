@@ -38,7 +38,7 @@ class SGD final : public Optimizer {
 
  private:
   void prepare_step() override;
-  void update(const DeviceGroup& group, const StepInputs& inputs, void* cuda_stream) override;
+  void update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) override;
   StateDict state_tensors(int64_t steps) override;
   void adopt_state(const StateDict& state, int64_t steps) override;
   const char* kind() const override { return "SGD"; }

@@ -275,6 +275,30 @@ TEST_P(Ddp, BucketsAreLaunchedDuringBackward) {
   }
 }
 
+// DDP compared the model and its buckets across ranks at construction: under check_metadata 2
+// (the debug builds' default) its bucket all-reduces make no blocking host check each, while a
+// collective of the user's is still checked; under 1 (EMBER_DIST_CHECK=1) every bucket is.
+TEST_P(Ddp, BucketsAreCheckedOnlyWhereAskedFor) {
+  for (const int mode : {2, 1}) {
+    dist::Communicator comm(world().launch(), {.timeout_seconds = 60, .check_metadata = mode});
+    ASSERT_EQ(comm.check_metadata_mode(), mode);
+    dist::DistributedDataParallel ddp(model(5), comm,
+                                      {.bucket_cap_mb = 0.003, .first_bucket_mb = 0.001});
+    const auto buckets = static_cast<uint64_t>(ddp.buckets().size());
+    ASSERT_GE(buckets, 3u);
+    Stream s = stream();
+    nn::Context ctx{s};
+    const uint64_t checks = comm.metadata_checks();
+    const uint64_t collectives = comm.collectives();
+    forward_backward(ddp, ctx, batch(0, rank() * kBatch, kBatch), one());
+    EXPECT_EQ(comm.collectives() - collectives, buckets) << "mode " << mode;
+    EXPECT_EQ(comm.metadata_checks() - checks, mode == 2 ? 0 : buckets) << "mode " << mode;
+    Tensor loss = Tensor::zeros({1}, DType::f32, s);
+    comm.all_reduce(s, loss).wait(s);  // the user's own collective: checked in both modes
+    EXPECT_EQ(comm.metadata_checks() - checks, (mode == 2 ? 0 : buckets) + 1) << "mode " << mode;
+  }
+}
+
 // A non-finite gradient on one rank only (after the all-reduce): with the found-inf flag reduced
 // across ranks, every rank skips the step and backs off.
 TEST_P(Ddp, AmpSkipsTheSameStepsOnEveryRank) {
