@@ -216,10 +216,31 @@ void assign(Stream& stream, const std::array<TensorView, kOuts>& outs, const E&.
   detail::run("ops::expr::assign", stream, outs, as_node(es)...);
 }
 
+#if !EMBER_MAP_KERNELS
+// A CudaStream where ops::map's kernel cannot be instantiated: a compile-time error (map.hpp).
+template <class... Args>
+void assign(const CudaStream&, Args&&...) {
+  static_assert(
+      kMapNeedsKernelCompiler<Args...>,
+      "ops::expr::assign on a CudaStream needs its kernel instantiated in this "
+      "translation unit: call it from a .cu file compiled by nvcc (or pass a CPU stream)");
+}
+#endif
+
 // `Out(stream, y) = e;` is assign(stream, y, e).
 class Out {
  public:
   Out(Stream& stream, const TensorView& out) : stream_(stream), out_(out) {}
+#if !EMBER_MAP_KERNELS
+  template <class T>  // never runs: it does not compile
+  Out(const CudaStream& stream, const T& out)
+      : Out(static_cast<Stream&>(const_cast<CudaStream&>(stream)), TensorView(out)) {
+    static_assert(kMapNeedsKernelCompiler<T>,
+                  "ops::expr::Out on a CudaStream needs its kernel instantiated in this "
+                  "translation unit: call it from a .cu file compiled by nvcc (or pass a CPU "
+                  "stream)");
+  }
+#endif
   template <Operand E>
   void operator=(const E& e) const {
     assign(stream_, out_, e);

@@ -25,8 +25,8 @@
 // thread count). CUDA streams launch ember/kernels/map.cuh's kernel, instantiated in the calling
 // translation unit, which must then be compiled by nvcc (a .cu file; f a functor or an
 // `__host__ __device__` lambda, which needs nvcc's --extended-lambda) or by the SIMT emulator;
-// anywhere else a CUDA stream throws. ember's own pointwise ops (elementwise.hpp) come
-// precompiled.
+// anywhere else a CUDA stream throws, and a CudaStream (ember/core/cuda_stream.hpp) does not
+// compile. ember's own pointwise ops (elementwise.hpp) come precompiled.
 //
 // map_reduce(stream, out, r, f, inputs...): out (one f32, f16 or bf16 element) = r-combination
 // of f over all elements (f returns one float; the shape comes from the tensor inputs, of which
@@ -46,6 +46,7 @@
 #include <tuple>
 #include <utility>
 
+#include "ember/core/cuda_stream.hpp"
 #include "ember/core/profile.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/core/stream.hpp"
@@ -200,5 +201,27 @@ void map_reduce(Stream& stream, const TensorView& out, const R& r, const F& f, c
   EMBER_OP_RANGE("map_reduce");
   detail::map_reduce_named("ops::map_reduce", stream, out, r, f, ins...);
 }
+
+#if !EMBER_MAP_KERNELS
+// A CudaStream (any CudaStream: const, or a temporary) in a translation unit the host compiler
+// builds: the kernel cannot be instantiated here, so this is a compile-time error (a plain Stream
+// on a CUDA device is a run-time one). ops::expr's assign and Out do the same.
+template <class...>
+inline constexpr bool kMapNeedsKernelCompiler = false;
+
+template <class... Args>
+void map(const CudaStream&, Args&&...) {
+  static_assert(kMapNeedsKernelCompiler<Args...>,
+                "ops::map on a CudaStream needs its kernel instantiated in this translation unit: "
+                "call it from a .cu file compiled by nvcc (or pass a CPU stream)");
+}
+
+template <class... Args>
+void map_reduce(const CudaStream&, Args&&...) {
+  static_assert(kMapNeedsKernelCompiler<Args...>,
+                "ops::map_reduce on a CudaStream needs its kernel instantiated in this translation "
+                "unit: call it from a .cu file compiled by nvcc (or pass a CPU stream)");
+}
+#endif
 
 }  // namespace ember::ops
