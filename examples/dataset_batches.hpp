@@ -62,7 +62,7 @@ class DatasetBatches {
             ember::Tensor::empty({batch_}, ember::DType::i32, stream)};
   }
 
-  // Where the next batch starts, for a checkpoint: (epoch, cursor in rows).
+  // Where the next batch starts, for a saved state: (epoch, cursor in rows).
   std::pair<uint64_t, int64_t> position() const {
     const int64_t index = loader_->position();
     return {static_cast<uint64_t>(index / per_epoch_), index % per_epoch_ * batch_};

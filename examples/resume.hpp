@@ -1,6 +1,6 @@
-// --save-dir DIR --save-every N --resume, shared by the training examples: periodic checkpoints
-// (train::Checkpointer), a resume from the newest valid one, and a graceful stop on SIGTERM or
-// SIGUSR1 (train::PreemptionGuard) that saves and exits 0.
+// --save-dir DIR --save-every N --resume, shared by the training examples: periodic saves of the
+// training state (train::TrainingStateStore), a resume from the newest valid one, and a graceful
+// stop on SIGTERM or SIGUSR1 (train::PreemptionGuard) that saves and exits 0.
 #pragma once
 
 #include <cstdio>
@@ -16,23 +16,16 @@
 #include "ember/core/error.hpp"
 #include "ember/core/state_dict.hpp"
 #include "ember/data/loader.hpp"
-#include "ember/train/checkpointer.hpp"
 #include "ember/train/preemption.hpp"
+#include "ember/train/training_state.hpp"
 
 namespace example {
 
 struct SaveConfig {
-  std::string dir;    // empty: no checkpoints
-  int64_t every = 0;  // steps between checkpoints (0: only on preemption)
+  std::string dir;    // empty: no saved states
+  int64_t every = 0;  // steps between saves (0: only on preemption)
   bool resume = false;
 };
-
-constexpr const char* kSaveUsage =
-    R"(  --save-dir DIR     checkpoints (training state) go to DIR; SIGTERM or SIGUSR1 then
-                     saves at the end of the current step and exits 0
-  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
-  --resume           continue from the newest valid checkpoint in --save-dir, if any
-)";
 
 inline void add_save_options(std::map<std::string_view, Setter>& options, SaveConfig& c) {
   options["--save-dir"] = [&c](const std::string& v) {
@@ -51,16 +44,15 @@ inline void check_save_options(const SaveConfig& c) {
   }
 }
 
-// An example's training state (model, optimizer, scaler, progress) with checkpoints, resume and
+// An example's training state (model, optimizer, scaler, progress) with saves, resume and
 // the preemption guard when --save-dir is given; nothing otherwise.
-class Checkpoints {
+class SavedStates {
  public:
   // `options`: what a bitwise continuation depends on (--seed, --steps...): saved as metadata; a
-  // resume with other values warns. `group`: the ranks (dist::checkpoint_group), one by default.
-  Checkpoints(const SaveConfig& config, ember::nn::Module& model,
+  // resume with other values warns. `group`: the ranks (dist::save_group), one by default.
+  SavedStates(const SaveConfig& config, ember::nn::Module& model,
               ember::train::Optimizer& optimizer, ember::amp::GradScaler& scaler,
-              std::map<std::string, std::string> options = {},
-              ember::train::CheckpointGroup group = {})
+              std::map<std::string, std::string> options = {}, ember::train::SaveGroup group = {})
       : config_(config), options_(std::move(options)) {
     state_.add_module("model", model);
     state_.add_optimizer("optimizer", optimizer);
@@ -73,7 +65,7 @@ class Checkpoints {
           if (!scaler.enabled()) return {};
           if (given.empty()) {
             return {
-                "the checkpoint has no loss-scaling state (it was saved with --amp bf16 or "
+                "the saved state has no loss-scaling state (it was saved with --amp bf16 or "
                 "f32), which --amp f16 needs: resume with the --amp it was saved with, or "
                 "start a new f16 run without --resume"};
           }
@@ -83,70 +75,70 @@ class Checkpoints {
         });
     state_.metadata = options_;
     if (config.dir.empty()) return;
-    checkpoints_.emplace(ember::train::CheckpointOptions{.dir = config.dir}, std::move(group));
+    store_.emplace(ember::train::StateStoreOptions{.dir = config.dir}, std::move(group));
     guard_.emplace();
   }
 
   // Makes `loader`'s position part of the training state (data::track_in): saved with each
-  // checkpoint, and a resume seeks the loader there.
+  // save, and a resume seeks the loader there.
   void track(ember::data::Loader& loader, int64_t batches_per_epoch) {
     ember::data::track_in(state_, loader, batches_per_epoch);
   }
 
-  // With --resume: the progress of the newest valid checkpoint, now loaded (nullopt without
+  // With --resume: the progress of the newest valid saved state, now loaded (nullopt without
   // one); `say` gets a line on what happened.
   std::optional<ember::train::Progress> resume(const std::function<void(const std::string&)>& say) {
-    if (!checkpoints_ || !config_.resume) return std::nullopt;
-    const auto step = checkpoints_->resume(state_);
+    if (!store_ || !config_.resume) return std::nullopt;
+    const auto step = store_->resume(state_);
     if (!step) {
-      say(fmt::format("no checkpoint in {}: starting from step 1\n", config_.dir));
+      say(fmt::format("no saved state in {}: starting from step 1\n", config_.dir));
       return std::nullopt;
     }
     for (const auto& [key, value] : options_) {
       const auto it = state_.metadata.find(key);
       if (it != state_.metadata.end() && it->second != value) {
         say(
-            fmt::format("warning: the checkpoint was made with --{} {}, this run has {}: the "
+            fmt::format("warning: the saved state was made with --{} {}, this run has {}: the "
                         "continuation is not the run that was interrupted\n",
                         key, it->second, value));
       }
     }
     state_.metadata = options_;
-    say(fmt::format("resumed from {} (step {})\n", checkpoints_->path_of(*step), *step));
+    say(fmt::format("resumed from {} (step {})\n", store_->path_of(*step), *step));
     return state_.progress;
   }
 
-  // After each step: a checkpoint on --save-every steps; true when a signal asked to stop (then
+  // After each step: a save on --save-every steps; true when a signal asked to stop (then
   // the state is saved). `any_rank` (data parallel) makes every rank stop after the same step.
   // A periodic save that fails (a full disk for a while, an I/O error) is a warning and training
   // goes on: the next save retries (ranks fail a save together, so they go on together).
   bool after_step(const ember::train::Progress& progress,
                   const std::function<bool(bool)>& any_rank = {}) {
-    if (!checkpoints_) return false;
+    if (!store_) return false;
     state_.progress = progress;
     const bool periodic = config_.every > 0 && progress.step % config_.every == 0;
     if (periodic) {
       try {
-        checkpoints_->save(state_);
+        store_->save(state_);
       } catch (const ember::Error& e) {
-        std::fprintf(stderr, "warning: the checkpoint of step %lld failed; training goes on: %s\n",
+        std::fprintf(stderr, "warning: the save of step %lld failed; training goes on: %s\n",
                      static_cast<long long>(progress.step), e.message().c_str());
       }
     }
     bool stop = guard_->requested();
     if (any_rank) stop = any_rank(stop);
-    if (stop && !periodic) checkpoints_->save(state_);
-    if (stop) checkpoints_->wait();
+    if (stop && !periodic) store_->save(state_);
+    if (stop) store_->wait();
     return stop;
   }
 
-  std::string path_of(int64_t step) const { return checkpoints_->path_of(step); }
+  std::string path_of(int64_t step) const { return store_->path_of(step); }
 
  private:
   SaveConfig config_;
   std::map<std::string, std::string> options_;
   ember::train::TrainingState state_;
-  std::optional<ember::train::Checkpointer> checkpoints_;
+  std::optional<ember::train::TrainingStateStore> store_;
   std::optional<ember::train::PreemptionGuard> guard_;
 };
 

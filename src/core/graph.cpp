@@ -129,7 +129,7 @@ Graph Graph::capture(Stream& stream, const std::function<void()>& record, Option
   const std::shared_ptr<Allocator> allocator = allocator_for(stream.device());
   const auto native = static_cast<cudaStream_t>(stream.native());
   allocator->begin_capture(stream.id(), impl->pool);
-  // Thread-local mode: other threads (a loader's workers, a checkpoint writer) may go on
+  // Thread-local mode: other threads (a loader's workers, a training state writer) may go on
   // synchronizing and allocating; this thread may not.
   if (const cudaError_t e = cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal);
       e != cudaSuccess) {

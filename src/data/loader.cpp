@@ -20,7 +20,7 @@
 #include "ember/core/error.hpp"
 #include "ember/data/token_shards.hpp"
 #include "ember/memory/pinned_host_upstream.hpp"
-#include "ember/train/checkpointer.hpp"
+#include "ember/train/training_state.hpp"
 
 namespace ember::data {
 
@@ -421,7 +421,7 @@ void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_e
         EMBER_CHECK(
             p.epoch >= 0 && p.data_position >= 0 &&
                 (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position <= batches_per_epoch),
-            "data::track_in: the checkpoint's data position (epoch {}, batch {}) does not "
+            "data::track_in: the saved state's data position (epoch {}, batch {}) does not "
             "fit {} batches per epoch",
             p.epoch, p.data_position, batches_per_epoch);
         loader.seek(batches_per_epoch > 0 ? p.epoch * batches_per_epoch + p.data_position

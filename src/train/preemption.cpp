@@ -45,8 +45,8 @@ void mask_in_workers(int how) {
 // Async-signal-safe: lock-free atomics, sigaction and raise. The first request after a step
 // boundary is recorded for the loop to act on; a request before any step boundary (a resume
 // that hangs on a bad file, a long start-up), or a second one while the first is unanswered,
-// ends the process as the signal would without the guard: nothing is lost that a checkpoint
-// could save, and a stuck process cannot ignore being told to stop.
+// ends the process as the signal would without the guard: nothing is lost that a save of the
+// training state could keep, and a stuck process cannot ignore being told to stop.
 extern "C" void on_signal(int signal) {
   int expected = 0;
   if (g_armed.load() && g_signal.compare_exchange_strong(expected, signal)) return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ember/core/error.hpp"
+#include "train/durable_files.hpp"
 
 namespace ember::train {
 namespace {
@@ -133,39 +134,23 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
                 v.device.to_string());
   }
   const std::string header = header_bytes(tensors, metadata);  // may throw: before the file
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  EMBER_CHECK(fd >= 0, "safetensors: cannot create '{}': {}", path, std::strerror(errno));
+  durable::FileWriter file(path, "safetensors");
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                        &XXH3_freeState);
   XXH3_state_t* hash = state.get();
   XXH3_64bits_reset(hash);
-  WrittenFile out;
   auto put = [&](const void* data, size_t n) {
     XXH3_64bits_update(hash, data, n);
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t k = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) {
-        const int e = errno;
-        ::close(fd);
-        EMBER_THROW("safetensors: writing '{}' failed after {} bytes: {}", path, out.bytes,
-                    std::strerror(e));
-      }
-      p += k;
-      n -= static_cast<size_t>(k);
-      out.bytes += k;
-    }
+    file.write(data, n);
   };
   put(header.data(), header.size());
   for (const auto& [name, v] : tensors) {
     if (v.nbytes() > 0) put(v.data, v.nbytes());
   }
+  WrittenFile out;
   out.xxh3 = XXH3_64bits_digest(hash);
-  const bool synced = ::fsync(fd) == 0;
-  const int e = errno;
-  ::close(fd);
-  EMBER_CHECK(synced, "safetensors: fsync of '{}' failed: {}", path, std::strerror(e));
+  file.finish();
+  out.bytes = file.bytes_written();
   return out;
 }
 

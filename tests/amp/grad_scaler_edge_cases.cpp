@@ -36,7 +36,7 @@ class GradScalerEdges : public OnDevice {
   nn::Parameter a, b;
 };
 
-// A checkpoint of an enabled scaler (f16 run) loaded into a disabled one (resumed in bf16).
+// A saved state of an enabled scaler (f16 run) loaded into a disabled one (resumed in bf16).
 // PyTorch: load_state_dict is a no-op on a disabled scaler; scale() must stay 1 since step()
 // does not unscale.
 TEST_P(GradScalerEdges, DisabledScalerLoadStateDictKeepsScaleOne) {

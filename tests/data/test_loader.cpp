@@ -18,7 +18,7 @@
 
 #include "ember/data/loader.hpp"
 #include "ember/data/token_shards.hpp"
-#include "ember/train/checkpointer.hpp"
+#include "ember/train/training_state.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -349,8 +349,8 @@ TEST(Loader, TokenShardsBatchesMatchTheReadersOwnAcrossEpochs) {
   std::filesystem::remove_all(dir);
 }
 
-// The loader's position is part of a TrainingState's progress (data::track_in): a checkpoint
-// saves it as epoch and batch, a resume seeks a new loader there, and it sees the batches the
+// The loader's position is part of a TrainingState's progress (data::track_in): a save stores
+// it as epoch and batch, a resume seeks a new loader there, and it sees the batches the
 // first one would have.
 TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
   const auto dir =
@@ -364,7 +364,7 @@ TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
     ember::data::track_in(state, loader, /*batches_per_epoch=*/6);
     take(loader, 14);
     state.progress.step = 14;
-    ember::train::Checkpointer({.dir = dir.string()}).save(state);
+    ember::train::TrainingStateStore({.dir = dir.string()}).save(state);
     EXPECT_EQ(state.progress.epoch, 2);  // 14 = 2 * 6 + 2
     EXPECT_EQ(state.progress.data_position, 2);
   }
@@ -372,7 +372,7 @@ TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
   take(resumed, 2);  // made ahead from 0: dropped by the resume
   ember::train::TrainingState state;
   ember::data::track_in(state, resumed, 6);
-  ASSERT_EQ(ember::train::Checkpointer({.dir = dir.string()}).resume(state), 14);
+  ASSERT_EQ(ember::train::TrainingStateStore({.dir = dir.string()}).resume(state), 14);
   EXPECT_EQ(resumed.position(), 14);
   EXPECT_EQ(take(resumed, 6), std::vector<std::vector<float>>(want.begin() + 14, want.end()));
 
@@ -382,7 +382,7 @@ TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
   ember::data::track_in(other, endless);
   other.progress = {.step = 14, .epoch = 2, .data_position = 2};
   expect_error([&] { other.progress_hooks()[0].load(other.progress); },
-               {"data::track_in: the checkpoint's data position (epoch 2, batch 2) does not fit 0 "
+               {"data::track_in: the saved state's data position (epoch 2, batch 2) does not fit 0 "
                 "batches per epoch"});
   other.progress = {.step = 3, .epoch = 0, .data_position = 9};
   other.progress_hooks()[0].load(other.progress);

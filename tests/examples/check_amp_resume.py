@@ -1,5 +1,5 @@
-"""Resuming across --amp, as docs/amp.md says: an f16 checkpoint resumes in bf16 (the disabled
-scaler loads nothing; the example warns that --amp differs), and a bf16 checkpoint resumed with
+"""Resuming across --amp, as docs/amp.md says: an f16 saved state resumes in bf16 (the disabled
+scaler loads nothing; the example warns that --amp differs), and a bf16 saved state resumed with
 --amp f16 is an Error naming the fix (the f16 scaler needs state a bf16 run never saved).
 
 usage: check_amp_resume.py WORK_DIR -- TRAIN_MLP [options...]"""
@@ -34,7 +34,7 @@ def main():
                     "resume with the --amp it was saved with" not in out:
                 sys.exit(f"bf16 -> f16: expected an Error naming the fix, got exit "
                          f"{second.returncode}:\n{out}")
-        print(f"--amp {saved} checkpoint, --amp {resumed} resume: as documented")
+        print(f"--amp {saved} saved state, --amp {resumed} resume: as documented")
 
 
 main()

@@ -39,7 +39,7 @@ def main():
                 break
             time.sleep(0.005)
         if p.poll() is not None:
-            sys.exit(f"SIG{name}: the run ended before a checkpoint at step 100:\n{p.stdout.read()}")
+            sys.exit(f"SIG{name}: the run ended before the save at step 100:\n{p.stdout.read()}")
         p.send_signal(sig)
         out, _ = p.communicate(timeout=120)
         if sig == signal.SIGKILL:

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs a command with a small tmpfs mounted at a directory, in a private mount namespace, and the
-# directory in EMBER_TEST_TMPFS: a disk that fills up, for the checkpoint tests. Needs root; prints
+# directory in EMBER_TEST_TMPFS: a disk that fills up, for the saved-state tests. Needs root; prints
 # EMBER_SKIP and exits 0 where a mount namespace cannot be made (the test's skip expression).
 # Usage: on_small_tmpfs.sh <dir> <size, e.g. 912k> <command> [args...]
 set -eu

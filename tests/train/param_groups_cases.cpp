@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "ember/train/adamw.hpp"
-#include "ember/train/checkpointer.hpp"
 #include "ember/train/lr_schedule.hpp"
 #include "ember/train/sgd.hpp"
+#include "ember/train/training_state.hpp"
 #include "ops/device_cases.hpp"
 #include "test_support.hpp"
 

@@ -95,7 +95,7 @@ class Loader {
 // starting at the reader's position (Options::first is that, whatever it said): the batches its
 // next() would have returned, in order. The reader must outlive the loader and its workers, and
 // is not advanced (the loader's position() is a batch index; TokenShards::position_at converts it
-// back for a checkpoint).
+// back for a saved state).
 // Makes `loader`'s position part of `state`'s progress (train::TrainingState): a save records it
 // as the epoch and the batch within it (`batches_per_epoch`; 0: one endless epoch, the position in
 // data_position), a resume seeks the loader there, so a resumed run sees the same batches. The

@@ -6,8 +6,8 @@
 //   train::PreemptionGuard guard;
 //   for (...) {
 //     train_step();
-//     if (guard.requested()) { checkpoints.save(state); return 0; }  // data parallel:
-//   }                                                   // dist::any_rank(comm, guard.requested())
+//     if (guard.requested()) { store.save(state); return 0; }  // data parallel:
+//   }                                             // dist::any_rank(comm, guard.requested())
 //
 // One guard at a time; the previous handlers come back when it is destroyed.
 //

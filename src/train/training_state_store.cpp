@@ -1,4 +1,4 @@
-#include "ember/train/checkpointer.hpp"
+#include "ember/train/training_state.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -30,6 +30,7 @@
 #include "ember/memory/pinned_host_upstream.hpp"
 #include "ember/nn/dropout.hpp"
 #include "ember/train/safetensors.hpp"
+#include "train/durable_files.hpp"
 
 namespace ember::train {
 namespace {
@@ -40,6 +41,8 @@ using json = nlohmann::json;
 constexpr int kFormatVersion = 1;
 constexpr const char* kEmberVersion = "0.1.0";
 constexpr const char* kReplicated = "replicated.safetensors";
+// What the durable file I/O's messages begin with.
+constexpr std::string_view kWho = "saved state";
 
 std::string rank_file(int rank) {
   return fmt::format("rank-{:05d}.json", rank);
@@ -49,40 +52,9 @@ std::string hex(uint64_t h) {
   return fmt::format("{:016x}", h);
 }
 
-// Writes `bytes` to `path` and fsyncs it: when this returns, the file is on the disk.
-void write_durably(const fs::path& path, std::string_view bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  EMBER_CHECK(fd >= 0, "checkpoint: cannot create '{}': {}", path.string(), std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      EMBER_THROW("checkpoint: writing '{}' failed after {} of {} bytes: {}", path.string(), done,
-                  bytes.size(), std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int e = errno;
-  ::close(fd);
-  EMBER_CHECK(synced, "checkpoint: fsync of '{}' failed: {}", path.string(), std::strerror(e));
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  EMBER_CHECK(fd >= 0, "checkpoint: cannot open directory '{}': {}", dir.string(),
-              std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  EMBER_CHECK(synced, "checkpoint: fsync of directory '{}' failed", dir.string());
-}
-
-// A checkpoint that was read and is damaged (sizes, checksums, JSON, headers, tables that do not
-// match): resume skips it, and it holds no keep_last slot. A plain std::runtime_error is a
-// checkpoint that could not be read (an I/O error, a FIFO, a newer format): skipped too, but kept,
+// A saved state that was read and is damaged (sizes, checksums, JSON, headers, tables that do
+// not match): resume skips it, and it holds no keep_last slot. A plain std::runtime_error is a
+// saved state that could not be read (an I/O error, a FIFO, a newer format): skipped too, but kept,
 // since it may be fine (a transient error, a newer ember).
 struct Damaged : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -91,7 +63,7 @@ struct Damaged : std::runtime_error {
 // A manifest lists files and tensors: far below this unless something else took its place.
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 
-// A file's bytes (at most kMaxManifestBytes); a std::runtime_error (the checkpoint is skipped)
+// A file's bytes (at most kMaxManifestBytes); a std::runtime_error (the saved state is skipped)
 // when it cannot be read.
 std::string read_file(const fs::path& path) {
   try {
@@ -108,7 +80,7 @@ uint64_t checksum(std::string_view bytes) {
 // A file's bytes in CPU memory from ember's caching allocator (reused from one load to the next:
 // no fresh pages to fault in), and their XXH3-64, hashed chunk by chunk as each is read, while it
 // is still in cache: one pass over the bytes instead of three (zeroing, reading, hashing). A
-// std::runtime_error (the checkpoint is skipped) when the file cannot be read or its size is not
+// std::runtime_error (the saved state is skipped) when the file cannot be read or its size is not
 // the manifest's.
 struct HashedFile {
   Tensor buffer;    // u8, the file's size when it was opened
@@ -253,7 +225,7 @@ void TrainingState::add_module(std::string name, nn::Module& module) {
           const auto v = t->to_vector<int64_t>();
           if (static_cast<uint64_t>(v[0]) != ds[i]->seed()) {
             problems.push_back(fmt::format(
-                "dropout {} ({}) has seed {}, the checkpoint's has seed {} (the model was built "
+                "dropout {} ({}) has seed {}, the saved state's has seed {} (the model was built "
                 "with other seeds)",
                 i, ds[i]->name(), ds[i]->seed(), v[0]));
           }
@@ -326,34 +298,35 @@ void TrainingState::add_state(std::string name, std::function<StateDict()> save,
   add(Component{std::move(name), std::move(save), std::move(load), nullptr, std::move(fit)});
 }
 
-// ---- Checkpointer --------------------------------------------------------------------------
+// ---- TrainingStateStore --------------------------------------------------------------------
 
-struct Checkpointer::Impl {
-  CheckpointOptions options;
-  CheckpointGroup group;
+struct TrainingStateStore::Impl {
+  StateStoreOptions options;
+  SaveGroup group;
   fs::path dir;
 
   // The writer's lock on <dir>/.lock (rank 0), taken at the first save and held for this
-  // Checkpointer's life: a second writer's save is an Error naming the holder.
+  // TrainingStateStore's life: a second writer's save is an Error naming the holder.
   int lock_fd = -1;
 
   void take_writer_lock() {
     if (lock_fd >= 0 || group.rank != 0) return;
     const fs::path path = dir / ".lock";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    EMBER_CHECK(fd >= 0, "Checkpointer: cannot open the lock file '{}': {}", path.string(),
+    EMBER_CHECK(fd >= 0, "TrainingStateStore: cannot open the lock file '{}': {}", path.string(),
                 std::strerror(errno));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;
       char holder[256] = {};
       const ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
       ::close(fd);
-      EMBER_CHECK(e != EWOULDBLOCK,
-                  "Checkpointer: another writer is saving into '{}' ({}): one Checkpointer per "
-                  "directory; give this job its own directory",
-                  options.dir,
-                  n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("unknown"));
-      EMBER_THROW("Checkpointer: cannot lock '{}': {}", path.string(), std::strerror(e));
+      EMBER_CHECK(
+          e != EWOULDBLOCK,
+          "TrainingStateStore: another writer is saving into '{}' ({}): one TrainingStateStore per "
+          "directory; give this job its own directory",
+          options.dir,
+          n > 0 ? std::string(holder, static_cast<size_t>(n)) : std::string("unknown"));
+      EMBER_THROW("TrainingStateStore: cannot lock '{}': {}", path.string(), std::strerror(e));
     }
     char host[128] = {};
     ::gethostname(host, sizeof(host) - 1);
@@ -383,16 +356,17 @@ struct Checkpointer::Impl {
     if (group.world_size == 1) return mine;
     std::vector<int64_t> all = group.all_gather(mine);
     // A custom group's answer is checked before it is indexed: world_size entries of ours.
-    EMBER_CHECK(all.size() == mine.size() * static_cast<size_t>(group.world_size),
-                "Checkpointer: the group's all_gather returned {} values for {} ranks of {} each "
-                "(expected {}): it must return every rank's values in rank order",
-                all.size(), group.world_size, mine.size(),
-                mine.size() * static_cast<size_t>(group.world_size));
+    EMBER_CHECK(
+        all.size() == mine.size() * static_cast<size_t>(group.world_size),
+        "TrainingStateStore: the group's all_gather returned {} values for {} ranks of {} each "
+        "(expected {}): it must return every rank's values in rank order",
+        all.size(), group.world_size, mine.size(),
+        mine.size() * static_cast<size_t>(group.world_size));
     return all;
   }
 
   std::string name_of(int64_t step) const { return fmt::format("step-{:012d}", step); }
-  fs::path tmp_of(int64_t step) const { return dir / (".tmp-" + name_of(step)); }
+  fs::path tmp_of(int64_t step) const { return durable::temporary_path(dir / name_of(step)); }
 
   std::shared_ptr<PinnedBuffer> pinned;
 
@@ -418,7 +392,7 @@ struct Checkpointer::Impl {
       auto buffer = std::make_shared<PinnedBuffer>();
       buffer->data = buffer->upstream.allocate(device_bytes);
       EMBER_CHECK(buffer->data != nullptr,
-                  "Checkpointer: cannot allocate {} bytes of pinned host memory for an "
+                  "TrainingStateStore: cannot allocate {} bytes of pinned host memory for an "
                   "asynchronous save",
                   device_bytes);
       buffer->bytes = device_bytes;
@@ -458,9 +432,9 @@ struct Checkpointer::Impl {
   // hash}.
   std::vector<int64_t> write_files(const Snapshot& s) {
     const fs::path tmp = tmp_of(s.step);
-    fs::create_directories(tmp);
+    durable::create_temporary_directory(tmp);
     const std::string progress = progress_json(s.progress, group.rank).dump(2);
-    write_durably(tmp / rank_file(group.rank), progress);
+    durable::write_file(tmp / rank_file(group.rank), progress, kWho);
     std::vector<int64_t> records{static_cast<int64_t>(progress.size()),
                                  static_cast<int64_t>(checksum(progress)), 0, 0};
     if (group.rank == 0) {
@@ -476,7 +450,7 @@ struct Checkpointer::Impl {
   // files, empty when it could); if every rank wrote its files, rank 0 writes the manifest and
   // renames the directory into place, and the ranks agree on that too. Any failure throws the
   // same Error on every rank, naming the first failing rank's cause: no rank waits for a commit
-  // another rank abandoned, and every rank skips the same checkpoint.
+  // another rank abandoned, and every rank skips the same saved state.
   void commit(const Snapshot& s, const std::vector<int64_t>& records,
               const std::string& failure = {}) {
     std::vector<int64_t> mine = records;
@@ -529,7 +503,7 @@ struct Checkpointer::Impl {
         std::error_code ignored;
         fs::remove_all(tmp_of(step), ignored);
       }
-      EMBER_THROW("Checkpointer: saving step {} in '{}' failed on rank {} of {}: {}", step,
+      EMBER_THROW("TrainingStateStore: saving step {} in '{}' failed on rank {} of {}: {}", step,
                   options.dir, r, group.world_size, message);
     }
   }
@@ -569,23 +543,12 @@ struct Checkpointer::Impl {
     try {
       text = manifest.dump(2);
     } catch (const json::exception& e) {
-      EMBER_THROW("checkpoint: the metadata must be valid UTF-8 text: {}", e.what());
+      EMBER_THROW("{}: the metadata must be valid UTF-8 text: {}", kWho, e.what());
     }
-    write_durably(tmp / "manifest.json", text);
-    fsync_dir(tmp);
-    const fs::path final_path = dir / name_of(s.step);
-    if (fs::exists(final_path)) {
-      // The same step saved again: swap the two directories in one atomic step, so that a
-      // crash leaves one complete checkpoint of that step, then remove the old one.
-      EMBER_CHECK(
-          ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
-          "checkpoint: cannot replace '{}': {}", final_path.string(), std::strerror(errno));
-      fsync_dir(dir);
-      fs::remove_all(tmp);
-    } else {
-      fs::rename(tmp, final_path);
-      fsync_dir(dir);
-    }
+    durable::write_file(tmp / "manifest.json", text, kWho);
+    // The same step saved again replaces the old saved state in one atomic step: a crash leaves
+    // one complete saved state of that step.
+    durable::rename_into_place(tmp, dir / name_of(s.step), kWho);
     prune(s.step);
   }
 
@@ -597,7 +560,8 @@ struct Checkpointer::Impl {
     std::error_code error;
     for (const auto& entry : fs::directory_iterator(dir, error)) {
       const std::string n = entry.path().filename().string();
-      if ((n.starts_with(".tmp-") && entry.path() != tmp_of(saving)) || n.starts_with(".old-")) {
+      if ((n.starts_with(durable::kTemporaryPrefix) && entry.path() != tmp_of(saving)) ||
+          n.starts_with(".old-")) {
         std::error_code ignored;
         fs::remove_all(entry.path(), ignored);
       }
@@ -611,11 +575,11 @@ struct Checkpointer::Impl {
     fs::remove_all(tmp_of(step), ignored);
   }
 
-  // Checkpoints a resume skipped as corrupt (on some rank): they hold no keep_last slot.
+  // Saved states a resume skipped as corrupt (on some rank): they hold no keep_last slot.
   std::set<int64_t> known_corrupt;
 
-  // Keeps the newest keep_last checkpoints that are not known to be corrupt, and always
-  // `written`; known-corrupt ones go when a later checkpoint commits (resume never takes them).
+  // Keeps the newest keep_last saved states that are not known to be corrupt, and always
+  // `written`; known-corrupt ones go when a later saved state commits (resume never takes them).
   void prune(int64_t written) {
     known_corrupt.erase(written);  // written again just now: whole
     std::vector<int64_t> all = steps();
@@ -637,7 +601,7 @@ struct Checkpointer::Impl {
     // Leftovers of interrupted saves (their step is not in flight: we just committed).
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string n = entry.path().filename().string();
-      if (n.starts_with(".tmp-") || n.starts_with(".old-")) {
+      if (n.starts_with(durable::kTemporaryPrefix) || n.starts_with(".old-")) {
         std::error_code ignored;
         fs::remove_all(entry.path(), ignored);
       }
@@ -681,30 +645,33 @@ struct Checkpointer::Impl {
   }
 };
 
-Checkpointer::Checkpointer(CheckpointOptions options, CheckpointGroup group)
+TrainingStateStore::TrainingStateStore(StateStoreOptions options, SaveGroup group)
     : impl_(std::make_unique<Impl>()) {
-  EMBER_CHECK(!options.dir.empty(), "Checkpointer: CheckpointOptions::dir is empty");
-  EMBER_CHECK(options.keep_last >= 1, "Checkpointer: keep_last must be >= 1, not {}",
+  EMBER_CHECK(!options.dir.empty(), "TrainingStateStore: StateStoreOptions::dir is empty");
+  EMBER_CHECK(options.keep_last >= 1, "TrainingStateStore: keep_last must be >= 1, not {}",
               options.keep_last);
-  EMBER_CHECK(group.world_size >= 1 && group.rank >= 0 && group.rank < group.world_size &&
-                  (group.world_size == 1 || group.all_gather),
-              "Checkpointer: rank {} of {} is not a valid group (several ranks need all_gather: "
-              "dist::checkpoint_group)",
-              group.rank, group.world_size);
+  EMBER_CHECK(
+      group.world_size >= 1 && group.rank >= 0 && group.rank < group.world_size &&
+          (group.world_size == 1 || group.all_gather),
+      "TrainingStateStore: rank {} of {} is not a valid group (several ranks need all_gather: "
+      "dist::save_group)",
+      group.rank, group.world_size);
   impl_->options = std::move(options);
   impl_->group = std::move(group);
   impl_->dir = impl_->options.dir;
   std::error_code error;
-  EMBER_CHECK(!(fs::is_symlink(impl_->dir, error) && !fs::exists(impl_->dir, error)),
-              "Checkpointer: '{}' is a symbolic link to '{}', which does not exist: create it, "
-              "or point the link at a directory",
-              impl_->options.dir, fs::read_symlink(impl_->dir, error).string());
+  EMBER_CHECK(
+      !(fs::is_symlink(impl_->dir, error) && !fs::exists(impl_->dir, error)),
+      "TrainingStateStore: '{}' is a symbolic link to '{}', which does not exist: create it, "
+      "or point the link at a directory",
+      impl_->options.dir, fs::read_symlink(impl_->dir, error).string());
   fs::create_directories(impl_->dir, error);
-  EMBER_CHECK(fs::is_directory(impl_->dir), "Checkpointer: cannot create the directory '{}'{}",
-              impl_->options.dir, error ? ": " + error.message() : "");
+  EMBER_CHECK(fs::is_directory(impl_->dir),
+              "TrainingStateStore: cannot create the directory '{}'{}", impl_->options.dir,
+              error ? ": " + error.message() : "");
 }
 
-Checkpointer::~Checkpointer() {
+TrainingStateStore::~TrainingStateStore() {
   struct ReleaseLock {  // after the last save is done
     int fd;
     ~ReleaseLock() {
@@ -714,13 +681,14 @@ Checkpointer::~Checkpointer() {
   try {
     impl_->join_writer();
   } catch (const std::exception& e) {
-    impl_->warn(fmt::format("the last asynchronous checkpoint save failed: {}", e.what()));
+    impl_->warn(
+        fmt::format("the last asynchronous save of the training state failed: {}", e.what()));
   }
 }
 
-void Checkpointer::save(TrainingState& state) {
+void TrainingStateStore::save(TrainingState& state) {
   EMBER_CHECK(state.progress.step >= 0 && state.progress.step < 1'000'000'000'000,
-              "Checkpointer::save: the step {} is outside [0, 10^12)", state.progress.step);
+              "TrainingStateStore::save: the step {} is outside [0, 10^12)", state.progress.step);
   for (const auto& hook : state.progress_hooks()) hook.save(state.progress);
   // At most one save in flight. Its failure is reported after this save is done (or started),
   // so that one failed save does not also lose the next.
@@ -734,7 +702,7 @@ void Checkpointer::save(TrainingState& state) {
   const std::vector<int64_t> committed = impl_->steps();
   if (!committed.empty() && committed.front() > state.progress.step && impl_->group.rank == 0) {
     impl_->warn(fmt::format(
-        "saving step {} below the newest checkpoint in '{}' (step {}): resume takes the highest "
+        "saving step {} below the newest saved state in '{}' (step {}): resume takes the highest "
         "step",
         state.progress.step, impl_->options.dir, committed.front()));
   }
@@ -795,7 +763,7 @@ void Checkpointer::save(TrainingState& state) {
           } catch (const fs::filesystem_error& e) {  // an ember::Error, as the synchronous path
             impl_->discard_failed(step);
             impl_->writer_error = std::make_exception_ptr(
-                Error(fmt::format("Checkpointer: saving step {} in '{}' failed: {}", step,
+                Error(fmt::format("TrainingStateStore: saving step {} in '{}' failed: {}", step,
                                   impl_->options.dir, e.what())));
           } catch (...) {
             impl_->discard_failed(step);
@@ -805,31 +773,32 @@ void Checkpointer::save(TrainingState& state) {
       }
     }
   } catch (const fs::filesystem_error& e) {
-    EMBER_THROW("Checkpointer: saving step {} in '{}' failed: {}", step, impl_->options.dir,
+    EMBER_THROW("TrainingStateStore: saving step {} in '{}' failed: {}", step, impl_->options.dir,
                 e.what());
   }
-  EMBER_CHECK(earlier_failure.empty(),
-              "Checkpointer: the earlier asynchronous save of step {} failed ({}); this save of "
-              "step {} was {}",
-              earlier_step, earlier_failure, state.progress.step,
-              impl_->options.async ? "started" : "done");
+  EMBER_CHECK(
+      earlier_failure.empty(),
+      "TrainingStateStore: the earlier asynchronous save of step {} failed ({}); this save of "
+      "step {} was {}",
+      earlier_step, earlier_failure, state.progress.step,
+      impl_->options.async ? "started" : "done");
 }
 
-void Checkpointer::wait() {
+void TrainingStateStore::wait() {
   impl_->join_writer();
 }
 
-std::vector<int64_t> Checkpointer::steps() const {
+std::vector<int64_t> TrainingStateStore::steps() const {
   return impl_->steps();
 }
 
-std::string Checkpointer::path_of(int64_t step) const {
+std::string TrainingStateStore::path_of(int64_t step) const {
   return (impl_->dir / impl_->name_of(step)).string();
 }
 
 namespace {
 
-// One checkpoint as this rank reads it, verified.
+// One saved state as this rank reads it, verified.
 struct Loaded {
   Safetensors replicated;
   Progress progress;
@@ -848,7 +817,7 @@ int64_t get_int(const json& j, const char* key) {
 
 // Verifies `path` for `rank` (sizes and checksums of its files): the loaded state, or a
 // std::runtime_error saying what is wrong (the caller skips it). A world size that differs is an
-// ember::Error (the job does not fit the checkpoint).
+// ember::Error (the job does not fit the saved state).
 // The manifest's tensor table against the tensor file's own header: the same names, dtypes and
 // shapes, or a std::runtime_error naming the first difference.
 void check_tensor_table(const json& manifest, const Safetensors& replicated) {
@@ -882,7 +851,7 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
     throw Damaged(fmt::format("its manifest is not valid JSON: {}", e.what()));
   }
   if (!manifest.is_object() || manifest.value("format", "") != "ember-checkpoint") {
-    throw Damaged("its manifest is not an ember checkpoint's");
+    throw Damaged("its manifest is not an ember saved state's");
   }
   if (get_int(manifest, "format_version") != kFormatVersion) {
     throw std::runtime_error(fmt::format("format version {} is not {}",
@@ -890,7 +859,7 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
   }
   const int64_t saved_world = get_int(manifest, "world_size");
   EMBER_CHECK(saved_world == world_size,
-              "checkpoint '{}' was saved by {} ranks, but this job has {}: resume with the same "
+              "saved state '{}' was saved by {} ranks, but this job has {}: resume with the same "
               "world size",
               path.string(), saved_world, world_size);
   if (!manifest.contains("files") || !manifest["files"].is_object()) {
@@ -930,7 +899,7 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
   out.progress.data_position = get_int(progress, "data_position");
   out.progress.micro_step = static_cast<uint64_t>(get_int(progress, "micro_step"));
   // The directory's step, the manifest's and this rank's progress agree: a step directory copied
-  // or renamed is not a checkpoint of the step its name says.
+  // or renamed is not a saved state of the step its name says.
   const int64_t manifest_step = get_int(manifest, "step");
   if (manifest_step != step || out.progress.step != step) {
     throw Damaged(
@@ -944,17 +913,18 @@ Loaded load_verified(const fs::path& path, int64_t step, int rank, int world_siz
 
 }  // namespace
 
-std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
+std::optional<int64_t> TrainingStateStore::resume(TrainingState& state) {
   impl_->join_writer();
   const std::vector<int64_t> candidates = impl_->steps();
-  // Every rank sees the same directory; each verifies its files; the newest checkpoint that
+  // Every rank sees the same directory; each verifies its files; the newest saved state that
   // verifies on every rank wins.
   const std::vector<int64_t> count = impl_->gather({static_cast<int64_t>(candidates.size())});
   for (int64_t c : count) {
-    EMBER_CHECK(c == static_cast<int64_t>(candidates.size()),
-                "Checkpointer::resume: the ranks see different checkpoints in '{}' ({} here): is "
-                "the directory shared by every rank?",
-                impl_->options.dir, candidates.size());
+    EMBER_CHECK(
+        c == static_cast<int64_t>(candidates.size()),
+        "TrainingStateStore::resume: the ranks see different saved states in '{}' ({} here): is "
+        "the directory shared by every rank?",
+        impl_->options.dir, candidates.size());
   }
   for (int64_t step : candidates) {
     const fs::path path = impl_->dir / impl_->name_of(step);
@@ -971,7 +941,7 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
     } catch (const std::exception& e) {
       reason = e.what();
     }
-    if (!loaded) impl_->warn(fmt::format("skipping checkpoint '{}': {}", path.string(), reason));
+    if (!loaded) impl_->warn(fmt::format("skipping saved state '{}': {}", path.string(), reason));
     // 1: loaded here; 0: unreadable here (kept); 2: damaged here (it holds no keep_last slot).
     const std::vector<int64_t> outcome = impl_->gather({loaded ? 1 : (damaged ? 2 : 0)});
     if (std::find(outcome.begin(), outcome.end(), 2) != outcome.end()) {
@@ -982,7 +952,7 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
       continue;
     }
 
-    // The checkpoint must fit everything registered before anything is loaded.
+    // The saved state must fit everything registered before anything is loaded.
     std::vector<std::pair<const TrainingState::Component*, StateDict>> parts;
     std::string problems;
     std::set<std::string> used;
@@ -1011,7 +981,7 @@ std::optional<int64_t> Checkpointer::resume(TrainingState& state) {
       if (!used.contains(key)) problems += fmt::format("\n  unexpected entry '{}'", key);
     }
     EMBER_CHECK(problems.empty(),
-                "checkpoint '{}' does not fit this training state (nothing was loaded):{}",
+                "saved state '{}' does not fit this training state (nothing was loaded):{}",
                 path.string(), problems);
     for (auto& [c, given] : parts) c->load(given);
     state.progress = loaded->progress;

@@ -1,5 +1,5 @@
 // Training state across ranks: DDP training saved and resumed bitwise, rank 0 writing the
-// replicated state and every rank its progress; every rank resumes from the same checkpoint even
+// replicated state and every rank its progress; every rank resumes from the same saved state even
 // when one rank's file of the newest is corrupt; preemption agreed across ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 
 #include "dist_test_support.hpp"
 #include "ember/core/error.hpp"
-#include "ember/dist/checkpoint_group.hpp"
 #include "ember/dist/ddp.hpp"
+#include "ember/dist/save_group.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/train/adamw.hpp"
 #include "ember/train/residual_mlp.hpp"
@@ -21,7 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class DistCheckpoint : public DistOnDevice {
+class DistTrainingState : public DistOnDevice {
  protected:
   // A directory every rank names alike (rank 0's pid).
   std::string shared_dir(const char* name) {
@@ -81,39 +81,40 @@ struct Replica {
 };
 
 // A save (and its asynchronous commit) expected to fail: the Error's message ("" if it did not).
-std::string save_failure(train::Checkpointer& ck, train::TrainingState& state) {
+std::string save_failure(train::TrainingStateStore& store, train::TrainingState& state) {
   try {
-    ck.save(state);
-    ck.wait();
+    store.save(state);
+    store.wait();
   } catch (const Error& e) {
     return e.message();
   }
   return "";
 }
 
-TEST_P(DistCheckpoint, ResumesBitwiseAndEveryRankAgrees) {
+TEST_P(DistTrainingState, ResumesBitwiseAndEveryRankAgrees) {
   const std::string dir = shared_dir("resume");
   Replica straight(device());
   straight.train_to(6, device(), stream());
   const auto expected = straight.values();
   {
     Replica first(device());
-    train::Checkpointer ck({.dir = dir, .keep_last = 3}, dist::checkpoint_group(world()));
+    train::TrainingStateStore store({.dir = dir, .keep_last = 3}, dist::save_group(world()));
     first.train_to(2, device(), stream());
-    ck.save(first.state);
+    store.save(first.state);
     first.train_to(3, device(), stream());
-    ck.save(first.state);
+    store.save(first.state);
   }
-  // Rank 1's progress file of the newest checkpoint is damaged: every rank takes step 2.
+  // Rank 1's progress file of the newest saved state is damaged: every rank takes step 2.
   if (rank() == 1) {
     std::ofstream(fs::path(dir) / "step-000000000003" / "rank-00001.json") << "{}";
   }
   world().barrier();
   Replica second(device());
   std::vector<std::string> warnings;
-  train::Checkpointer ck({.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }},
-                         dist::checkpoint_group(world()));
-  ASSERT_EQ(ck.resume(second.state), std::optional<int64_t>(2));
+  train::TrainingStateStore store(
+      {.dir = dir, .warn = [&](const std::string& w) { warnings.push_back(w); }},
+      dist::save_group(world()));
+  ASSERT_EQ(store.resume(second.state), std::optional<int64_t>(2));
   EXPECT_EQ(warnings.size(), rank() == 1 ? 1u : 0u);
   EXPECT_EQ(second.state.progress.data_position, 2 * 6 + rank());  // this rank's own
   second.train_to(6, device(), stream());
@@ -126,7 +127,7 @@ TEST_P(DistCheckpoint, ResumesBitwiseAndEveryRankAgrees) {
 // the last rank: its progress file cannot be created) fails on every rank with the same Error
 // naming that rank and its cause, promptly (no rank waits for a commit another abandoned),
 // synchronous and asynchronous; the failed step is not committed and the next save is.
-TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
+TEST_P(DistTrainingState, ASaveThatFailsOnOneRankFailsOnEveryRank) {
   for (bool async : {false, true}) {
     for (int failing : {0, ranks() - 1}) {
       SCOPED_TRACE(::testing::Message() << (async ? "async" : "sync") << ", rank " << failing);
@@ -134,11 +135,11 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
       if (rank() == 0) fs::remove_all(dir);
       world().barrier();
       Replica replica(device());
-      train::Checkpointer ck({.dir = dir, .keep_last = 5, .async = async},
-                             dist::checkpoint_group(world()));
+      train::TrainingStateStore store({.dir = dir, .keep_last = 5, .async = async},
+                                      dist::save_group(world()));
       replica.train_to(1, device(), stream());
-      ck.save(replica.state);
-      ck.wait();
+      store.save(replica.state);
+      store.wait();
       replica.train_to(2, device(), stream());
       if (rank() == failing && failing == 0) replica.state.metadata["note"] = "\xff\xfe";
       if (rank() == failing && failing != 0) {
@@ -146,7 +147,7 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
                                fmt::format("rank-{:05d}.json", failing));
       }
       world().barrier();
-      const std::string message = save_failure(ck, replica.state);
+      const std::string message = save_failure(store, replica.state);
       EXPECT_NE(message.find(fmt::format("saving step 2 in '{}' failed on rank {} of {}", dir,
                                          failing, ranks())),
                 std::string::npos)
@@ -155,9 +156,9 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
           << message;
       replica.state.metadata.clear();
       replica.train_to(3, device(), stream());
-      ck.save(replica.state);
-      ck.wait();
-      EXPECT_EQ(ck.steps(), (std::vector<int64_t>{3, 1}));
+      store.save(replica.state);
+      store.wait();
+      EXPECT_EQ(store.steps(), (std::vector<int64_t>{3, 1}));
       world().barrier();
       if (rank() == 0) fs::remove_all(dir);
     }
@@ -167,7 +168,7 @@ TEST_P(DistCheckpoint, ASaveThatFailsOnOneRankFailsOnEveryRank) {
 // Rank 0 cannot take the writer's lock (another writer holds the directory): every rank fails
 // the save at once with the same Error, sync and async (the other ranks used to wait out
 // EMBER_DIST_TIMEOUT in the commit).
-TEST_P(DistCheckpoint, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
+TEST_P(DistTrainingState, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
   for (bool async : {false, true}) {
     SCOPED_TRACE(async ? "async" : "sync");
     const std::string dir = shared_dir(async ? "locked_async" : "locked_sync");
@@ -175,16 +176,16 @@ TEST_P(DistCheckpoint, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
     world().barrier();
     Replica replica(device());
     replica.train_to(1, device(), stream());
-    std::optional<train::Checkpointer> holder;  // another writer, on rank 0's side
+    std::optional<train::TrainingStateStore> holder;  // another writer, on rank 0's side
     if (rank() == 0) {
-      holder.emplace(train::CheckpointOptions{.dir = dir});
+      holder.emplace(train::StateStoreOptions{.dir = dir});
       train::TrainingState other;
       other.progress.step = 1;
       holder->save(other);
     }
     world().barrier();
-    train::Checkpointer ck({.dir = dir, .async = async}, dist::checkpoint_group(world()));
-    const std::string message = save_failure(ck, replica.state);
+    train::TrainingStateStore store({.dir = dir, .async = async}, dist::save_group(world()));
+    const std::string message = save_failure(store, replica.state);
     EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
     EXPECT_NE(message.find("another writer is saving into"), std::string::npos) << message;
     holder.reset();
@@ -195,26 +196,26 @@ TEST_P(DistCheckpoint, ALockHeldElsewhereFailsTheSaveOnEveryRank) {
 
 // A directory that is not shared (each rank its own node-local path): the save fails on every
 // rank, naming the missing file and asking whether the directory is shared.
-TEST_P(DistCheckpoint, ADirectoryThatIsNotSharedFailsTheSaveOnEveryRank) {
+TEST_P(DistTrainingState, ADirectoryThatIsNotSharedFailsTheSaveOnEveryRank) {
   const std::string base = shared_dir("local");
   const std::string dir = rank() == 0 ? base : fmt::format("{}_rank{}", base, rank());
   Replica replica(device());
   replica.train_to(1, device(), stream());
-  train::Checkpointer ck({.dir = dir}, dist::checkpoint_group(world()));
-  const std::string message = save_failure(ck, replica.state);
+  train::TrainingStateStore store({.dir = dir}, dist::save_group(world()));
+  const std::string message = save_failure(store, replica.state);
   EXPECT_NE(message.find("failed on rank 0 of"), std::string::npos) << message;
   EXPECT_NE(message.find("is the directory shared by every rank?"), std::string::npos) << message;
-  EXPECT_TRUE(ck.steps().empty());
+  EXPECT_TRUE(store.steps().empty());
   world().barrier();
   fs::remove_all(dir);
 }
 
-TEST_P(DistCheckpoint, APreemptionSignalOnOneRankStopsEveryRank) {
+TEST_P(DistTrainingState, APreemptionSignalOnOneRankStopsEveryRank) {
   EXPECT_TRUE(dist::any_rank(world(), rank() == ranks() - 1));
   EXPECT_FALSE(dist::any_rank(world(), false));
 }
 
-INSTANTIATE_DIST_DEVICES(DistCheckpoint);
+INSTANTIATE_DIST_DEVICES(DistTrainingState);
 
 }  // namespace
 }  // namespace ember::testing

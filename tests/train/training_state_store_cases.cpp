@@ -11,16 +11,16 @@
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/train/adamw.hpp"
-#include "ember/train/checkpointer.hpp"
 #include "ember/train/lr_schedule.hpp"
 #include "ember/train/residual_mlp.hpp"
+#include "ember/train/training_state.hpp"
 #include "ops/device_cases.hpp"
 #include "test_support.hpp"
 
 namespace ember::testing {
 namespace {
 
-class CheckpointResume : public OnDevice {};
+class TrainingStateResume : public OnDevice {};
 
 // One training run's objects, built the same way every time.
 struct Run {
@@ -111,13 +111,13 @@ void check_resume(Device device, Stream s, bool f16, const char* name, bool asyn
     Run first(device, s, f16);
     first.train_to(kFirst, device, f16);
     first.state.metadata["note"] = "halfway";
-    train::Checkpointer ck(train::CheckpointOptions{.dir = dir, .async = async});
-    ck.save(first.state);
+    train::TrainingStateStore store(train::StateStoreOptions{.dir = dir, .async = async});
+    store.save(first.state);
     first.train_to(kFirst + 2, device, f16);  // goes on while an asynchronous save is written
   }
   Run second(device, s, f16);
-  train::Checkpointer checkpoints(train::CheckpointOptions{.dir = dir});
-  ASSERT_EQ(checkpoints.resume(second.state), std::optional<int64_t>(kFirst));
+  train::TrainingStateStore store(train::StateStoreOptions{.dir = dir});
+  ASSERT_EQ(store.resume(second.state), std::optional<int64_t>(kFirst));
   EXPECT_EQ(second.state.progress.step, kFirst);
   EXPECT_EQ(second.state.progress.micro_step, static_cast<uint64_t>(kFirst));
   EXPECT_EQ(second.state.metadata.at("note"), "halfway");
@@ -135,21 +135,21 @@ void check_resume(Device device, Stream s, bool f16, const char* name, bool asyn
   std::filesystem::remove_all(dir);
 }
 
-TEST_P(CheckpointResume, BitwiseWithDropoutAndCheckpointing) {
+TEST_P(TrainingStateResume, BitwiseWithDropoutAndCheckpointing) {
   check_resume(device(), stream(), false, "resume_f32");
 }
 
-TEST_P(CheckpointResume, BitwiseWithF16AndTheScalerMidTrajectory) {
+TEST_P(TrainingStateResume, BitwiseWithF16AndTheScalerMidTrajectory) {
   check_resume(device(), stream(), true, "resume_f16");
 }
 
 // The asynchronous save: device tensors copied into pinned memory on their streams at the step
 // boundary, written by a thread while training goes on.
-TEST_P(CheckpointResume, BitwiseFromAnAsynchronousSave) {
+TEST_P(TrainingStateResume, BitwiseFromAnAsynchronousSave) {
   check_resume(device(), stream(), true, "resume_async", /*async=*/true);
 }
 
-INSTANTIATE_EMBER_DEVICES(CheckpointResume);
+INSTANTIATE_EMBER_DEVICES(TrainingStateResume);
 
 }  // namespace
 }  // namespace ember::testing

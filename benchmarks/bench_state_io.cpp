@@ -1,16 +1,17 @@
-// bench_checkpoint_io: training-state checkpoints against plain file I/O of the same bytes, and
-// the step-time cost of saving.
+// bench_state_io: saving and resuming the training state against plain file I/O of the same
+// bytes, and the step-time cost of saving.
 //
-//   save/ember/<MiB>  Checkpointer::save (safetensors + manifest + XXH3 checksums + fsync +
-//                     rename) of a model and its AdamW state of about <MiB> MiB
+//   save/ember/<MiB>  TrainingStateStore::save (safetensors + manifest + XXH3 checksums +
+//                     fsync + rename) of a model and its AdamW state of about <MiB> MiB
 //   save/plain/<MiB>  one write() of as many bytes into one file, then fsync
-//   load/ember/<MiB>  Checkpointer::resume (read, verify every checksum, load into the model)
+//   load/ember/<MiB>  TrainingStateStore::resume (read, verify every checksum, load into the
+//                     model)
 //   load/plain/<MiB>  one read of that file
 // The ratio tables print ember's speed relative to plain I/O (GB/s as bytes_per_second), and a
 // training step that saves every step asynchronously or synchronously relative to one that
 // never saves (step_async_save, step_sync_save vs step_no_save).
 //
-//   bench_checkpoint_io [--benchmark_filter=...]   (files under $TMPDIR or /tmp)
+//   bench_state_io [--benchmark_filter=...]   (files under $TMPDIR or /tmp)
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -68,11 +69,11 @@ struct Model {
 void save_ember(benchmark::State& state) {
   Model m(state.range(0));
   const fs::path dir = work_dir("save");
-  train::Checkpointer ck({.dir = dir.string(), .keep_last = 1});
+  train::TrainingStateStore store({.dir = dir.string(), .keep_last = 1});
   int64_t step = 0;
   for (auto _ : state) {
     m.state.progress.step = ++step;
-    ck.save(m.state);
+    store.save(m.state);
   }
   state.SetBytesProcessed(state.iterations() * m.bytes);
   fs::remove_all(dir);
@@ -98,10 +99,10 @@ void save_plain(benchmark::State& state) {
 void load_ember(benchmark::State& state) {
   Model m(state.range(0));
   const fs::path dir = work_dir("load");
-  train::Checkpointer ck({.dir = dir.string(), .keep_last = 1});
+  train::TrainingStateStore store({.dir = dir.string(), .keep_last = 1});
   m.state.progress.step = 1;
-  ck.save(m.state);
-  for (auto _ : state) benchmark::DoNotOptimize(ck.resume(m.state));
+  store.save(m.state);
+  for (auto _ : state) benchmark::DoNotOptimize(store.resume(m.state));
   state.SetBytesProcessed(state.iterations() * m.bytes);
   fs::remove_all(dir);
 }
@@ -137,18 +138,19 @@ void load_plain(benchmark::State& state) {
 void step_with(benchmark::State& state, int mode) {
   Model m(state.range(0));
   const fs::path dir = work_dir(fmt::format("step{}", mode));
-  std::optional<train::Checkpointer> ck;
+  std::optional<train::TrainingStateStore> store;
   if (mode > 0)
-    ck.emplace(train::CheckpointOptions{.dir = dir.string(), .keep_last = 1, .async = mode == 1});
+    store.emplace(
+        train::StateStoreOptions{.dir = dir.string(), .keep_last = 1, .async = mode == 1});
   int64_t step = 0;
   for (auto _ : state) {
     m.step();
-    if (ck) {
+    if (store) {
       m.state.progress.step = ++step;
-      ck->save(m.state);
+      store->save(m.state);
     }
   }
-  if (ck) ck->wait();
+  if (store) store->wait();
   fs::remove_all(dir);
 }
 void step_no_save(benchmark::State& s) {

@@ -1,12 +1,12 @@
-// A fuzz target for the checkpoint readers: the safetensors decoder and a checkpoint's manifest
-// (through Checkpointer::resume on a directory holding the input as its manifest.json). Any
-// input must give a successful read, a skipped checkpoint or an ember::Error: never a crash, a
-// hang or an out-of-bounds access.
+// A fuzz target for the training state's readers: the safetensors decoder and a saved state's
+// manifest (through TrainingStateStore::resume on a directory holding the input as its
+// manifest.json). Any input must give a successful read, a skipped saved state or an
+// ember::Error: never a crash, a hang or an out-of-bounds access.
 //
 // With libFuzzer (clang -fsanitize=fuzzer,address -DEMBER_LIBFUZZER): LLVMFuzzerTestOneInput.
 // Built with g++ it has its own main:
-//   fuzz_checkpoint FILE...                 each file as one input
-//   fuzz_checkpoint --mutate N [SEED]       N random mutations of valid files (ctest runs this)
+//   fuzz_training_state FILE...             each file as one input
+//   fuzz_training_state --mutate N [SEED]   N random mutations of valid files (ctest runs this)
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,8 +18,8 @@
 #include <string>
 
 #include "ember/core/error.hpp"
-#include "ember/train/checkpointer.hpp"
 #include "ember/train/safetensors.hpp"
+#include "ember/train/training_state.hpp"
 
 namespace {
 
@@ -31,7 +31,7 @@ const fs::path& work_dir() {
   return dir;
 }
 
-// A state holding one tensor, and a valid checkpoint of it (made once).
+// A state holding one tensor, and a valid saved state of it (made once).
 struct Sample {
   Tensor value = Tensor::full({4, 3}, 2.0);
   train::TrainingState state;
@@ -46,10 +46,11 @@ struct Sample {
         },
         [this](const StateDict& d) { value.copy_(d.at("v")); });
     fs::remove_all(work_dir());
-    train::Checkpointer ck({.dir = work_dir().string(), .warn = [](const std::string&) {}});
+    train::TrainingStateStore store(
+        {.dir = work_dir().string(), .warn = [](const std::string&) {}});
     state.progress.step = 1;
-    ck.save(state);
-    const fs::path dir = ck.path_of(1);
+    store.save(state);
+    const fs::path dir = store.path_of(1);
     manifest = train::read_whole_file((dir / "manifest.json").string());
     safetensors = train::read_whole_file((dir / "replicated.safetensors").string());
   }
@@ -70,13 +71,15 @@ void fuzz_safetensors(std::span<const uint8_t> bytes) {
 void fuzz_manifest(std::span<const uint8_t> bytes) {
   Sample& s = sample();
   const fs::path file =
-      fs::path(train::Checkpointer({.dir = work_dir().string()}).path_of(1)) / "manifest.json";
+      fs::path(train::TrainingStateStore({.dir = work_dir().string()}).path_of(1)) /
+      "manifest.json";
   std::ofstream(file, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(bytes.data()),
              static_cast<std::streamsize>(bytes.size()));
   try {
-    train::Checkpointer ck({.dir = work_dir().string(), .warn = [](const std::string&) {}});
-    ck.resume(s.state);
+    train::TrainingStateStore store(
+        {.dir = work_dir().string(), .warn = [](const std::string&) {}});
+    store.resume(s.state);
   } catch (const Error&) {
   }
 }
@@ -121,13 +124,13 @@ int main(int argc, char** argv) {
       }
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     }
-    std::printf("fuzz_checkpoint: %ld mutated inputs, no crash\n", n);
+    std::printf("fuzz_training_state: %ld mutated inputs, no crash\n", n);
   } else {
     for (int i = 1; i < argc; ++i) {
       const std::string bytes = train::read_whole_file(argv[i]);
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     }
-    std::printf("fuzz_checkpoint: %d inputs, no crash\n", argc - 1);
+    std::printf("fuzz_training_state: %d inputs, no crash\n", argc - 1);
   }
   fs::remove_all(work_dir());
   return 0;

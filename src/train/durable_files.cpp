@@ -1,0 +1,118 @@
+#include "train/durable_files.hpp"
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "ember/core/error.hpp"
+
+namespace ember::train::durable {
+namespace {
+
+namespace fs = std::filesystem;
+
+int create_for_writing(const fs::path& path, std::string_view who) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(fd >= 0, "{}: cannot create '{}': {}", who, path.string(), std::strerror(errno));
+  return fd;
+}
+
+// Writes `n` bytes at `fd`, counting them in `done`: 0, or the errno of the write that failed.
+int write_all(int fd, const char* p, size_t n, int64_t& done) {
+  while (n > 0) {
+    const ssize_t k = ::write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return k < 0 && errno != 0 ? errno : EIO;  // 0 bytes written: no progress
+    p += k;
+    n -= static_cast<size_t>(k);
+    done += k;
+  }
+  return 0;
+}
+
+// fsyncs and closes `fd`.
+void sync_and_close(int fd, const fs::path& path, std::string_view who) {
+  const bool synced = ::fsync(fd) == 0;
+  const int e = errno;
+  ::close(fd);
+  EMBER_CHECK(synced, "{}: fsync of '{}' failed: {}", who, path.string(), std::strerror(e));
+}
+
+}  // namespace
+
+FileWriter::FileWriter(const fs::path& path, std::string_view who)
+    : path_(path), who_(who), fd_(create_for_writing(path, who)) {}
+
+FileWriter::~FileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileWriter::write(const void* data, size_t n) {
+  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
+  const int e = write_all(fd_, static_cast<const char*>(data), n, written_);
+  if (e != 0) {
+    ::close(std::exchange(fd_, -1));
+    EMBER_THROW("{}: writing '{}' failed after {} bytes: {}", who_, path_.string(), written_,
+                std::strerror(e));
+  }
+}
+
+void FileWriter::finish() {
+  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
+  sync_and_close(std::exchange(fd_, -1), path_, who_);
+}
+
+void write_file(const fs::path& path, std::string_view bytes, std::string_view who) {
+  const int fd = create_for_writing(path, who);
+  int64_t done = 0;
+  const int e = write_all(fd, bytes.data(), bytes.size(), done);
+  if (e != 0) {
+    ::close(fd);
+    EMBER_THROW("{}: writing '{}' failed after {} of {} bytes: {}", who, path.string(), done,
+                bytes.size(), std::strerror(e));
+  }
+  sync_and_close(fd, path, who);
+}
+
+void fsync_directory(const fs::path& dir, std::string_view who) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EMBER_CHECK(fd >= 0, "{}: cannot open directory '{}': {}", who, dir.string(),
+              std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  EMBER_CHECK(synced, "{}: fsync of directory '{}' failed", who, dir.string());
+}
+
+fs::path temporary_path(const fs::path& final_path) {
+  return final_path.parent_path() /
+         (std::string(kTemporaryPrefix) + final_path.filename().string());
+}
+
+void create_temporary_directory(const fs::path& tmp) {
+  fs::create_directories(tmp);
+}
+
+void rename_into_place(const fs::path& tmp, const fs::path& final_path, std::string_view who) {
+  fsync_directory(tmp, who);
+  const fs::path parent = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
+  if (fs::exists(final_path)) {
+    // Replacing: swap the two directories in one atomic step, so that a crash leaves one whole
+    // directory at `final_path`, then remove the old one.
+    EMBER_CHECK(
+        ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
+        "{}: cannot replace '{}': {}", who, final_path.string(), std::strerror(errno));
+    fsync_directory(parent, who);
+    fs::remove_all(tmp);
+  } else {
+    fs::rename(tmp, final_path);
+    fsync_directory(parent, who);
+  }
+}
+
+}  // namespace ember::train::durable

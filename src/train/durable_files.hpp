@@ -1,0 +1,63 @@
+// Durable file I/O, shared by training_state_store.cpp (saved training states) and
+// safetensors.cpp: files written and fsynced before they are relied on, and directories written
+// under a temporary name, fsynced, then renamed (or exchanged) into place with their parent
+// fsynced, so that a crash at any moment leaves either the old or the new one whole.
+//
+// Failures are ember::Errors whose messages begin with `who` (the caller's name for itself in
+// messages, e.g. "safetensors" or "saved state"), but for create_temporary_directory's and
+// rename_into_place's std::filesystem calls, which throw std::filesystem::filesystem_error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace ember::train::durable {
+
+// A file written in pieces: created (or truncated) by the constructor, fsynced and closed by
+// finish(). Destroyed without finish() (a failure meanwhile), it is closed unsynced.
+class FileWriter {
+ public:
+  FileWriter(const std::filesystem::path& path, std::string_view who);
+  ~FileWriter();
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  // Appends `n` bytes (short writes and EINTR retried).
+  void write(const void* data, size_t n);
+  // fsyncs and closes the file: when this returns, the file is on the disk.
+  void finish();
+  int64_t bytes_written() const { return written_; }
+
+ private:
+  std::filesystem::path path_;
+  std::string who_;
+  int fd_ = -1;
+  int64_t written_ = 0;
+};
+
+// Writes `bytes` to `path` (created or truncated) and fsyncs it: when this returns, the file is
+// on the disk.
+void write_file(const std::filesystem::path& path, std::string_view bytes, std::string_view who);
+
+// fsyncs a directory: the entries created, renamed or removed in it are on the disk.
+void fsync_directory(const std::filesystem::path& dir, std::string_view who);
+
+// What the names of temporaries begin with: a directory `<parent>/<name>` is written as
+// `<parent>/.tmp-<name>` first.
+inline constexpr std::string_view kTemporaryPrefix = ".tmp-";
+// The temporary that `final_path` is written as before it is renamed into place.
+std::filesystem::path temporary_path(const std::filesystem::path& final_path);
+// Creates the temporary directory `tmp` (and any missing parents); an existing one is kept.
+void create_temporary_directory(const std::filesystem::path& tmp);
+
+// Commits the directory `tmp`, whose files are written and fsynced: fsyncs `tmp`, renames it to
+// `final_path` and fsyncs the parent. When `final_path` exists, the two are exchanged in one
+// atomic step (renameat2 RENAME_EXCHANGE), so that a crash leaves one of them whole there, and
+// the old one, now at `tmp`, is removed after the parent's fsync.
+void rename_into_place(const std::filesystem::path& tmp, const std::filesystem::path& final_path,
+                       std::string_view who);
+
+}  // namespace ember::train::durable
