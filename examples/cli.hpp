@@ -49,6 +49,63 @@ inline double parse_double(std::string_view flag, const std::string& text) {
 
 using Setter = std::function<void(const std::string&)>;
 
+// An integer option >= `min` (parse_int), into `out`.
+template <class Int>
+Setter int_option(std::string_view flag, Int& out, int64_t min) {
+  return
+      [flag, &out, min](const std::string& v) { out = static_cast<Int>(parse_int(flag, v, min)); };
+}
+
+// A finite number >= 0 (parse_double), into `out`.
+template <class Real>
+Setter number_option(std::string_view flag, Real& out) {
+  return [flag, &out](const std::string& v) { out = static_cast<Real>(parse_double(flag, v)); };
+}
+
+// An option naming a file (not empty), into `out`.
+inline Setter file_option(std::string_view flag, std::string& out) {
+  return [flag, &out](const std::string& v) {
+    if (v.empty()) throw UsageError{fmt::format("{} needs a file, not ''", flag)};
+    out = v;
+  };
+}
+
+// --seed: an integer >= 0, into `out`.
+inline Setter seed_option(uint64_t& out) {
+  return [&out](const std::string& v) { out = static_cast<uint64_t>(parse_int("--seed", v, 0)); };
+}
+
+// --device: auto or a device ember::Device::parse accepts (bad names fail here, exit code 2).
+inline Setter device_option(std::string& out) {
+  return [&out](const std::string& v) {
+    if (v != "auto") ember::Device::parse(v);
+    out = v;
+  };
+}
+
+// The options every spirals example has: --steps --depth --width --batch --lr --classes --points
+// --log-every --seed, into the fields of those names.
+template <class Config>
+void add_spiral_options(std::map<std::string_view, Setter>& options, Config& c) {
+  options["--steps"] = int_option("--steps", c.steps, 1);
+  options["--depth"] = int_option("--depth", c.depth, 0);
+  options["--width"] = int_option("--width", c.width, 1);
+  options["--batch"] = int_option("--batch", c.batch, 1);
+  options["--lr"] = number_option("--lr", c.lr);
+  options["--classes"] = int_option("--classes", c.classes, 2);
+  options["--points"] = int_option("--points", c.points, 1);
+  options["--log-every"] = int_option("--log-every", c.log_every, 1);
+  options["--seed"] = seed_option(c.seed);
+}
+
+// --batch must split into --accumulate micro-batches.
+inline void check_accumulate(int64_t batch, int64_t accumulate) {
+  if (batch % accumulate != 0) {
+    throw UsageError{
+        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", batch, accumulate)};
+  }
+}
+
 // --amp: f32, f16 or bf16, into `out`.
 inline Setter amp_option(std::string& out) {
   return [&out](const std::string& v) {
@@ -104,12 +161,12 @@ inline Setter dropout_option(double& out) {
 // `positional`, when given, collects the arguments that are not options (not "--..."), in order;
 // without it they are unknown options.
 inline void parse_options(int argc, char** argv, const std::map<std::string_view, Setter>& options,
-                          const char* usage, const std::set<std::string_view>& flags = {},
+                          std::string_view usage, const std::set<std::string_view>& flags = {},
                           std::vector<std::string>* positional = nullptr) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::fputs(usage, stdout);
+      std::fwrite(usage.data(), 1, usage.size(), stdout);
       std::exit(0);
     }
     if (positional != nullptr && !arg.starts_with("--")) {

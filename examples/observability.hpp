@@ -28,12 +28,21 @@ struct ObservabilityConfig {
   std::string metrics_file;
 };
 
+// kUsage's lines followed by those of the options above and -h.
+inline std::string usage_with_observability(const char* usage) {
+  return std::string(usage) +
+         R"(  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
+                     modules; chrome://tracing and Perfetto open it)
+  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0 under mpirun;
+                     0: any free port, printed)
+  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
+  -h, --help         show this help
+)";
+}
+
 inline void add_observability_options(std::map<std::string_view, Setter>& options,
                                       ObservabilityConfig& c) {
-  options["--trace"] = [&c](const std::string& v) {
-    if (v.empty()) throw UsageError{"--trace needs a file, not ''"};
-    c.trace = v;
-  };
+  options["--trace"] = file_option("--trace", c.trace);
   options["--trace-steps"] = [&c](const std::string& v) {
     const size_t colon = v.find(':');
     if (colon == std::string::npos) {
@@ -47,10 +56,7 @@ inline void add_observability_options(std::map<std::string_view, Setter>& option
     if (port > 65535) throw UsageError{fmt::format("--metrics-port {} is not a port", v)};
     c.metrics_port = static_cast<int>(port);
   };
-  options["--metrics-file"] = [&c](const std::string& v) {
-    if (v.empty()) throw UsageError{"--metrics-file needs a file, not ''"};
-    c.metrics_file = v;
-  };
+  options["--metrics-file"] = file_option("--metrics-file", c.metrics_file);
 }
 
 class Observability {

@@ -27,7 +27,6 @@
 namespace {
 
 using example::parse_double;
-using example::parse_int;
 using example::percent_or_none;
 using example::Setter;
 using example::UsageError;
@@ -77,34 +76,23 @@ options:
   --device D         auto (the rank's GPU when there is one), cpu or cuda (default auto)
   --seed N           seed for data, initialization, dropout and shuffling (default 1)
   --log-every N      steps between progress lines (default 100)
-  --save-dir DIR     checkpoints go to DIR (a directory every rank sees); SIGTERM or
-                     SIGUSR1 on any rank (mpirun forwards SIGUSR1) then saves at the end
-                     of the current step on every rank and exits 0
-  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
-  --resume           continue from the newest checkpoint that verifies on every rank
+  --save-dir DIR     the training state is saved in DIR (a directory every rank sees);
+                     SIGTERM or SIGUSR1 on any rank (mpirun forwards SIGUSR1) then saves at
+                     the end of the current step on every rank and exits 0
+  --save-every N     save the training state every N steps (default: only when stopped by a
+                     signal)
+  --resume           continue from the newest saved state that verifies on every rank
   --workers N        threads that make training batches ahead (data::Loader; default: the
                      cores OpenMP leaves free, at least 1; 0: none)
   --cuda-graph       run each step (micro-batches, dropout, the buckets' all-reduces, the scaler
                      and AdamW) as one CUDA graph launch after a warm-up step
                      (train::CapturedStep); on the CPU the steps run as usual
-  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
-                     modules; chrome://tracing and Perfetto open it)
-  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (rank 0; 0: any
-                     free port, printed)
-  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
-  -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
   std::map<std::string_view, Setter> options = {
-      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
-      {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
-      {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
-      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
-      {"--accumulate",
-       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
-      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
+      {"--accumulate", example::int_option("--accumulate", c.accumulate, 1)},
       {"--dropout", example::dropout_option(c.dropout)},
       {"--bucket-mb",
        [&](const std::string& v) {
@@ -113,11 +101,6 @@ Config parse_args(int argc, char** argv) {
            throw UsageError{fmt::format("--bucket-mb must be > 0 and below 1e9, not {}", v)};
          }
        }},
-      {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
-      {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
-      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
-      {"--seed",
-       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
       {"--checkpoint",
        [&](const std::string& v) {
          if (v != "none" && v != "full" && v != "selective") {
@@ -137,15 +120,14 @@ Config parse_args(int argc, char** argv) {
          c.device = v;
        }},
   };
+  example::add_spiral_options(options, c);
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
   options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
-  example::parse_options(argc, argv, options, kUsage, {"--resume", "--cuda-graph"});
+  example::parse_options(argc, argv, options, example::usage_with_observability(kUsage),
+                         {"--resume", "--cuda-graph"});
   example::check_save_options(c.save);
-  if (c.batch % c.accumulate != 0) {
-    throw UsageError{
-        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
-  }
+  example::check_accumulate(c.batch, c.accumulate);
   return c;
 }
 
@@ -223,26 +205,26 @@ int run(const Config& c) {
   Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
 
   // Training state: rank 0 writes the replicated part, each rank its data position.
-  example::Checkpoints checkpoints(c.save, *ddp, optimizer, scaler,
-                                   {{"steps", std::to_string(c.steps)},
-                                    {"batch", std::to_string(c.batch)},
-                                    {"accumulate", std::to_string(c.accumulate)},
-                                    {"lr", fmt::format("{}", c.lr)},
-                                    {"dropout", fmt::format("{}", c.dropout)},
-                                    {"classes", std::to_string(c.classes)},
-                                    {"points", std::to_string(c.points)},
-                                    {"seed", std::to_string(c.seed)},
-                                    {"amp", c.amp}},
-                                   dist::checkpoint_group(*comm));
+  example::SavedStates saves(c.save, *ddp, optimizer, scaler,
+                             {{"steps", std::to_string(c.steps)},
+                              {"batch", std::to_string(c.batch)},
+                              {"accumulate", std::to_string(c.accumulate)},
+                              {"lr", fmt::format("{}", c.lr)},
+                              {"dropout", fmt::format("{}", c.dropout)},
+                              {"classes", std::to_string(c.classes)},
+                              {"points", std::to_string(c.points)},
+                              {"seed", std::to_string(c.seed)},
+                              {"amp", c.amp}},
+                             dist::save_group(*comm));
   int64_t first_step = 1;
-  if (const auto resumed = checkpoints.resume(say)) {
+  if (const auto resumed = saves.resume(say)) {
     first_step = resumed->step + 1;
     epoch = static_cast<uint64_t>(resumed->epoch);
     cursor = resumed->data_position;
     ctx.step = resumed->micro_step;
   }
   if (first_step > c.steps) {
-    say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
+    say(fmt::format("done: the saved state has all {} steps already\n", c.steps));
     return 0;
   }
   // This rank's share of each epoch's shuffle, the batches made ahead by data::Loader's workers.
@@ -325,13 +307,13 @@ int run(const Config& c) {
       interval_steps = 0;
     }
     // A signal reaches one rank or all: every rank stops after the same step.
-    if (checkpoints.after_step({.step = step,
-                                .epoch = static_cast<int64_t>(epoch),
-                                .data_position = cursor,
-                                .micro_step = ctx.step},
-                               [&](bool stop) { return dist::any_rank(*comm, stop); })) {
+    if (saves.after_step({.step = step,
+                          .epoch = static_cast<int64_t>(epoch),
+                          .data_position = cursor,
+                          .micro_step = ctx.step},
+                         [&](bool stop) { return dist::any_rank(*comm, stop); })) {
       say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
-                      checkpoints.path_of(step)));
+                      saves.path_of(step)));
       return 0;
     }
   }

@@ -116,10 +116,11 @@ model and training:
   --sample-tokens N  tokens per sample (default 300)
   --temperature X    sampling temperature (default 0.8)
   --top-k N          sample among the k likeliest tokens (default 40; 0: all)
-  --save-dir DIR     checkpoints (training state, data position included) go to DIR; SIGTERM or
+  --save-dir DIR     the training state (data position included) is saved in DIR; SIGTERM or
                      SIGUSR1 then saves at the end of the current step and exits 0
-  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
-  --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --save-every N     save the training state every N steps (default: only when stopped by a
+                     signal)
+  --resume           continue from the newest valid saved state in --save-dir, if any
   --cuda-graph       run each training step (every micro-batch, the scaler, DDP's all-reduces
                      under mpirun, and AdamW) as one CUDA graph launch after a warm-up step
                      (train::CapturedStep); not with --seq-lengths; on the CPU the steps run as
@@ -129,12 +130,6 @@ model and training:
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses; under mpirun, rank N > 0 writes
                      FILE with .rankN before its .trace)
-  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
-                     modules; chrome://tracing and Perfetto open it)
-  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
-                     printed)
-  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
-  -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
@@ -150,7 +145,7 @@ Config parse_args(int argc, char** argv) {
       {"--text", [&](const std::string& v) { c.text.push_back(v); }},
       {"--shards", [&](const std::string& v) { c.shards = v; }},
       {"--val-shards", [&](const std::string& v) { c.val_shards = v; }},
-      {"--seq", [&](const std::string& v) { c.seq = parse_int("--seq", v, 1); }},
+      {"--seq", example::int_option("--seq", c.seq, 1)},
       {"--vocab-multiple",
        [&](const std::string& v) {
          c.vocab_multiple = parse_int("--vocab-multiple", v, 1);
@@ -158,13 +153,11 @@ Config parse_args(int argc, char** argv) {
            throw UsageError{fmt::format("--vocab-multiple must be at most 4096, not {}", v)};
          }
        }},
-      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
-      {"--accumulate",
-       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
-      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
-      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
-      {"--weight-decay",
-       [&](const std::string& v) { c.weight_decay = parse_double("--weight-decay", v); }},
+      {"--batch", example::int_option("--batch", c.batch, 1)},
+      {"--accumulate", example::int_option("--accumulate", c.accumulate, 1)},
+      {"--steps", example::int_option("--steps", c.steps, 1)},
+      {"--lr", example::number_option("--lr", c.lr)},
+      {"--weight-decay", example::number_option("--weight-decay", c.weight_decay)},
       {"--amp", example::amp_option(c.amp)},
       {"--checkpoint", example::checkpoint_option(c.checkpoint)},
       {"--seq-lengths",
@@ -179,51 +172,36 @@ Config parse_args(int argc, char** argv) {
          if (c.seq_lengths.empty()) throw UsageError{"--seq-lengths needs lengths, not ''"};
        }},
       {"--workers", example::workers_option(c.workers)},
-      {"--record-allocations",
-       [&](const std::string& v) {
-         if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
-         c.record_allocations = v;
-       }},
+      {"--record-allocations", example::file_option("--record-allocations", c.record_allocations)},
       {"--init-from", [&](const std::string& v) { c.init_from = v; }},
       {"--export-hf", [&](const std::string& v) { c.export_hf = v; }},
-      {"--device",
-       [&](const std::string& v) {
-         if (v != "auto") ember::Device::parse(v);
-         c.device = v;
-       }},
-      {"--seed",
-       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
+      {"--device", example::device_option(c.device)},
+      {"--seed", example::seed_option(c.seed)},
       {"--peak-tflops",
        [&](const std::string& v) {
          c.peak_tflops = parse_double("--peak-tflops", v);
          if (c.peak_tflops <= 0) throw UsageError{"--peak-tflops must be positive"};
        }},
-      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
-      {"--eval-every",
-       [&](const std::string& v) { c.eval_every = parse_int("--eval-every", v, 1); }},
-      {"--eval-batches",
-       [&](const std::string& v) { c.eval_batches = parse_int("--eval-batches", v, 1); }},
-      {"--sample-every",
-       [&](const std::string& v) { c.sample_every = parse_int("--sample-every", v, 0); }},
-      {"--sample-tokens",
-       [&](const std::string& v) { c.sample_tokens = parse_int("--sample-tokens", v, 0); }},
+      {"--log-every", example::int_option("--log-every", c.log_every, 1)},
+      {"--eval-every", example::int_option("--eval-every", c.eval_every, 1)},
+      {"--eval-batches", example::int_option("--eval-batches", c.eval_batches, 1)},
+      {"--sample-every", example::int_option("--sample-every", c.sample_every, 0)},
+      {"--sample-tokens", example::int_option("--sample-tokens", c.sample_tokens, 0)},
       {"--temperature",
        [&](const std::string& v) {
          c.temperature = parse_double("--temperature", v);
          if (c.temperature <= 0) throw UsageError{"--temperature must be positive"};
        }},
-      {"--top-k", [&](const std::string& v) { c.top_k = parse_int("--top-k", v, 0); }},
+      {"--top-k", example::int_option("--top-k", c.top_k, 0)},
   };
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
   c.command_line = example::command_line(argc, argv);
   options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
-  example::parse_options(argc, argv, options, kUsage, {"--resume", "--cuda-graph"});
+  example::parse_options(argc, argv, options, example::usage_with_observability(kUsage),
+                         {"--resume", "--cuda-graph"});
   example::check_save_options(c.save);
-  if (c.batch % c.accumulate != 0) {
-    throw UsageError{
-        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
-  }
+  example::check_accumulate(c.batch, c.accumulate);
   for (const int64_t length : c.seq_lengths) {
     if (length > c.seq) {
       throw UsageError{fmt::format(
@@ -527,7 +505,7 @@ int run(const Config& c) {
   const double nats_to_bits = 1.0 / std::log(2.0);
   // Training state: the model, the optimizer, the scaler, and the data position; the options
   // a bitwise continuation depends on are saved with it.
-  example::Checkpoints checkpoints(
+  example::SavedStates saves(
       c.save, *model, optimizer, scaler,
       {{"model", model_name},
        {"steps", std::to_string(c.steps)},
@@ -542,10 +520,10 @@ int run(const Config& c) {
        {"amp", c.amp},
        {"data", c.shards.empty() ? fmt::format("{}", fmt::join(c.text, ",")) : c.shards},
        {"ranks", std::to_string(ranks)}},
-      dist::checkpoint_group(*comm));
-  checkpoints.track(loader, train_data->batches_per_epoch());
+      dist::save_group(*comm));
+  saves.track(loader, train_data->batches_per_epoch());
   int64_t first_step = 1;
-  if (const auto resumed = checkpoints.resume([&](const std::string& line) {
+  if (const auto resumed = saves.resume([&](const std::string& line) {
         if (rank == 0) std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
       })) {
     first_step = resumed->step + 1;  // the loader is at the checkpoint's data position
@@ -557,7 +535,7 @@ int run(const Config& c) {
                     bytes ? fmt::format(" ({:.3f} bits/byte)", loss * nats_to_bits) : ""));
   }
   if (first_step > c.steps) {
-    say(fmt::format("done: the checkpoint has all {} steps already\n", c.steps));
+    say(fmt::format("done: the saved state has all {} steps already\n", c.steps));
     return 0;
   }
 
@@ -699,11 +677,11 @@ int run(const Config& c) {
     if (rank == 0 && c.sample_every > 0 && step % c.sample_every == 0 && step != c.steps) {
       print_sample(step);
     }
-    // The data position comes from the loader (Checkpoints::track).
-    if (checkpoints.after_step({.step = step, .micro_step = ctx.step},
-                               [&](bool stop) { return dist::any_rank(*comm, stop); })) {
+    // The data position comes from the loader (SavedStates::track).
+    if (saves.after_step({.step = step, .micro_step = ctx.step},
+                         [&](bool stop) { return dist::any_rank(*comm, stop); })) {
       say(fmt::format("stopped by signal after step {}: saved {}; continue with --resume\n", step,
-                      checkpoints.path_of(step)));
+                      saves.path_of(step)));
       return 0;
     }
   }

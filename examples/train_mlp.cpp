@@ -30,8 +30,6 @@ namespace {
 
 using example::accuracy;
 using example::choose_device;
-using example::parse_double;
-using example::parse_int;
 using example::parse_options;
 using example::percent_or_none;
 using example::Setter;
@@ -83,10 +81,11 @@ options:
   --log-every N      steps between progress lines (default 250)
   --log-csv FILE     write step, loss, learning rate, validation accuracy (on progress
                      steps) and samples/s of every step to FILE
-  --save-dir DIR     checkpoints (training state) go to DIR; SIGTERM or SIGUSR1 then
-                     saves at the end of the current step and exits 0
-  --save-every N     a checkpoint every N steps (default: only when stopped by a signal)
-  --resume           continue from the newest valid checkpoint in --save-dir, if any
+  --save-dir DIR     the training state is saved in DIR; SIGTERM or SIGUSR1 then saves
+                     at the end of the current step and exits 0
+  --save-every N     save the training state every N steps (default: only when stopped by a
+                     signal)
+  --resume           continue from the newest valid saved state in --save-dir, if any
   --count-subnormals on progress lines, count the subnormal values in the parameters, the
                      gradients, AdamW's moments, and the layers' outputs and input
                      gradients (a debugging aid; docs/cpu.md)
@@ -94,12 +93,6 @@ options:
                      cores OpenMP leaves free, at least 1; 0: none)
   --cuda-graph       run each training step as one CUDA graph launch after a warm-up step
                      (train::CapturedStep; on the CPU the steps run as usual)
-  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
-                     modules; chrome://tracing and Perfetto open it)
-  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
-                     printed)
-  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
-  -h, --help         show this help
 )";
 
 // Subnormal values in the training state (--count-subnormals).
@@ -129,33 +122,14 @@ void print_subnormals(const std::vector<ember::nn::Parameter*>& parameters,
 Config parse_args(int argc, char** argv) {
   Config c;
   std::map<std::string_view, Setter> options = {
-      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
-      {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
-      {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
-      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
-      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
-      {"--weight-decay",
-       [&](const std::string& v) { c.weight_decay = parse_double("--weight-decay", v); }},
-      {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
-      {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
-      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
-      {"--seed",
-       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
-      {"--log-csv",
-       [&](const std::string& v) {
-         if (v.empty()) throw UsageError{"--log-csv needs a file name, not ''"};
-         c.log_csv = v;
-       }},
+      {"--weight-decay", example::number_option("--weight-decay", c.weight_decay)},
+      {"--log-csv", example::file_option("--log-csv", c.log_csv)},
       {"--data",
        [&](const std::string& v) {
          if (v.empty()) throw UsageError{"--data needs a directory, not ''"};
          c.data_dir = v;
        }},
-      {"--device",
-       [&](const std::string& v) {
-         if (v != "auto") ember::Device::parse(v);  // rejects bad names here, with exit code 2
-         c.device = v;
-       }},
+      {"--device", example::device_option(c.device)},
       {"--amp", example::amp_option(c.amp)},
       {"--workers", example::workers_option(c.workers)},
       {"--activation",
@@ -166,6 +140,7 @@ Config parse_args(int argc, char** argv) {
          c.activation = v;
        }},
   };
+  example::add_spiral_options(options, c);
   options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
   options["--count-subnormals"] = [&](const std::string&) {
     c.count_subnormals = true;
@@ -173,7 +148,8 @@ Config parse_args(int argc, char** argv) {
   };
   example::add_save_options(options, c.save);
   example::add_observability_options(options, c.observe);
-  parse_options(argc, argv, options, kUsage, {"--resume", "--count-subnormals", "--cuda-graph"});
+  parse_options(argc, argv, options, example::usage_with_observability(kUsage),
+                {"--resume", "--count-subnormals", "--cuda-graph"});
   example::check_save_options(c.save);
   return c;
 }
@@ -256,19 +232,19 @@ int run(const Config& c) {
 
   // Training state: the model, AdamW's moments and step, the scaler, and where the data is; the
   // options a bitwise continuation depends on are saved with it.
-  example::Checkpoints checkpoints(c.save, *model, optimizer, scaler,
-                                   {{"steps", std::to_string(c.steps)},
-                                    {"batch", std::to_string(c.batch)},
-                                    {"lr", fmt::format("{}", c.lr)},
-                                    {"weight_decay", fmt::format("{}", c.weight_decay)},
-                                    {"seed", std::to_string(c.seed)},
-                                    {"classes", std::to_string(c.classes)},
-                                    {"points", std::to_string(c.points)},
-                                    {"data", c.data_dir},
-                                    {"activation", c.activation},
-                                    {"amp", c.amp}});
+  example::SavedStates saves(c.save, *model, optimizer, scaler,
+                             {{"steps", std::to_string(c.steps)},
+                              {"batch", std::to_string(c.batch)},
+                              {"lr", fmt::format("{}", c.lr)},
+                              {"weight_decay", fmt::format("{}", c.weight_decay)},
+                              {"seed", std::to_string(c.seed)},
+                              {"classes", std::to_string(c.classes)},
+                              {"points", std::to_string(c.points)},
+                              {"data", c.data_dir},
+                              {"activation", c.activation},
+                              {"amp", c.amp}});
   int64_t first_step = 1;
-  if (const auto resumed = checkpoints.resume([](const std::string& line) {
+  if (const auto resumed = saves.resume([](const std::string& line) {
         std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);
       })) {
     first_step = resumed->step + 1;
@@ -277,7 +253,7 @@ int run(const Config& c) {
     ctx.step = resumed->micro_step;
   }
   if (first_step > c.steps) {
-    fmt::print("done: the checkpoint has all {} steps already\n", c.steps);
+    fmt::print("done: the saved state has all {} steps already\n", c.steps);
     return 0;
   }
   // Each epoch a fresh shuffle, the batches made ahead by data::Loader's workers.
@@ -383,13 +359,13 @@ int run(const Config& c) {
       interval_seconds = 0;
       interval_samples = 0;
     }
-    if (checkpoints.after_step({.step = step,
-                                .epoch = static_cast<int64_t>(epoch),
-                                .data_position = cursor,
-                                .micro_step = ctx.step})) {
+    if (saves.after_step({.step = step,
+                          .epoch = static_cast<int64_t>(epoch),
+                          .data_position = cursor,
+                          .micro_step = ctx.step})) {
       close_csv();
       fmt::print("stopped by signal after step {}: saved {}; continue with --resume\n", step,
-                 checkpoints.path_of(step));
+                 saves.path_of(step));
       return 0;
     }
   }

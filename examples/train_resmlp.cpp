@@ -23,11 +23,8 @@
 
 namespace {
 
-using example::parse_double;
-using example::parse_int;
 using example::percent_or_none;
 using example::Setter;
-using example::UsageError;
 
 struct Config {
   int64_t steps = 600;
@@ -84,53 +81,27 @@ options:
                      cores OpenMP leaves free, at least 1; 0: none)
   --record-allocations FILE  write every allocation on the device to FILE (an allocation
                      trace for bench_allocator; .gz compresses)
-  --trace FILE       write steps --trace-steps A:B (default 2:3) as a Chrome trace (phases and
-                     modules; chrome://tracing and Perfetto open it)
-  --metrics-port N   serve Prometheus metrics on http://0.0.0.0:N/metrics (0: any free port,
-                     printed)
-  --metrics-file F   write them to F at every progress line (node_exporter's textfile collector)
-  -h, --help         show this help
 )";
 
 Config parse_args(int argc, char** argv) {
   Config c;
   std::map<std::string_view, Setter> options = {
-      {"--steps", [&](const std::string& v) { c.steps = parse_int("--steps", v, 1); }},
-      {"--depth", [&](const std::string& v) { c.depth = parse_int("--depth", v, 0); }},
-      {"--width", [&](const std::string& v) { c.width = parse_int("--width", v, 1); }},
-      {"--expansion", [&](const std::string& v) { c.expansion = parse_int("--expansion", v, 1); }},
-      {"--batch", [&](const std::string& v) { c.batch = parse_int("--batch", v, 1); }},
-      {"--accumulate",
-       [&](const std::string& v) { c.accumulate = parse_int("--accumulate", v, 1); }},
-      {"--lr", [&](const std::string& v) { c.lr = parse_double("--lr", v); }},
+      {"--expansion", example::int_option("--expansion", c.expansion, 1)},
+      {"--accumulate", example::int_option("--accumulate", c.accumulate, 1)},
       {"--dropout", example::dropout_option(c.dropout)},
-      {"--classes", [&](const std::string& v) { c.classes = parse_int("--classes", v, 2); }},
-      {"--points", [&](const std::string& v) { c.points = parse_int("--points", v, 1); }},
-      {"--log-every", [&](const std::string& v) { c.log_every = parse_int("--log-every", v, 1); }},
-      {"--seed",
-       [&](const std::string& v) { c.seed = static_cast<uint64_t>(parse_int("--seed", v, 0)); }},
       {"--checkpoint", example::checkpoint_option(c.checkpoint)},
       {"--amp", example::amp_option(c.amp)},
       {"--workers", example::workers_option(c.workers)},
-      {"--record-allocations",
-       [&](const std::string& v) {
-         if (v.empty()) throw UsageError{"--record-allocations needs a file, not ''"};
-         c.record_allocations = v;
-       }},
-      {"--device",
-       [&](const std::string& v) {
-         if (v != "auto") ember::Device::parse(v);
-         c.device = v;
-       }},
+      {"--record-allocations", example::file_option("--record-allocations", c.record_allocations)},
+      {"--device", example::device_option(c.device)},
   };
+  example::add_spiral_options(options, c);
   c.command_line = example::command_line(argc, argv);
   example::add_observability_options(options, c.observe);
   options["--cuda-graph"] = [&](const std::string&) { c.cuda_graph = true; };
-  example::parse_options(argc, argv, options, kUsage, {"--cuda-graph"});
-  if (c.batch % c.accumulate != 0) {
-    throw UsageError{
-        fmt::format("--batch ({}) must be a multiple of --accumulate ({})", c.batch, c.accumulate)};
-  }
+  example::parse_options(argc, argv, options, example::usage_with_observability(kUsage),
+                         {"--cuda-graph"});
+  example::check_accumulate(c.batch, c.accumulate);
   return c;
 }
 

@@ -114,6 +114,35 @@ EMBER_CPU_CLONES void scale_in_double(float* p, int64_t n, double scale) {
   for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(static_cast<double>(p[j]) * scale);
 }
 
+// A row's softmax before the division: its max m, p[j] = e^(x[j] - m) (p may be x) and
+// s = sum p[j], both reductions in their fixed lane order.
+struct ShiftedExp {
+  float max;
+  double sum;
+};
+
+ShiftedExp shifted_exp(const float* x, int64_t cols, float* p) {
+  MaxLanes max_lanes;
+  max_lanes.add(x, cols);
+  const float m = max_lanes.total();
+  exp_shifted(x, m, cols, p);
+  SumLanes sum_lanes;
+  sum_lanes.add(p, cols);
+  return {m, sum_lanes.total()};
+}
+
+// The row's loss, log s + m - x[label], from its ShiftedExp.
+double row_loss(const ShiftedExp& e, float x_label) {
+  return (static_cast<double>(e.max) - static_cast<double>(x_label)) + std::log(e.sum);
+}
+
+// loss (one f32) = the mean of the rows' losses, summed in row order.
+void store_mean_loss(const TensorView& loss, const std::vector<double>& losses) {
+  double total = 0.0;
+  for (const double l : losses) total += l;
+  *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(losses.size()));
+}
+
 }  // namespace
 
 // Per row: m = max, p = e^(x - m) / s with s = sum e^(x - m) (every exponent <= 0, so nothing
@@ -124,7 +153,7 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
-  std::vector<double> row_loss(static_cast<size_t>(rows));
+  std::vector<double> losses(static_cast<size_t>(rows));
   const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
   {
@@ -136,21 +165,12 @@ void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& pro
       const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
       float* p = static_cast<float*>(probs.data) + r * cols;
       const float x_label = x[index_at(labels, r)];
-      MaxLanes max_lanes;
-      max_lanes.add(x, cols);
-      const float m = max_lanes.total();
-      exp_shifted(x, m, cols, p);
-      SumLanes sum_lanes;
-      sum_lanes.add(p, cols);
-      const double s = sum_lanes.total();
-      scale_in_double(p, cols, 1.0 / s);
-      row_loss[static_cast<size_t>(r)] =
-          (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+      const ShiftedExp e = shifted_exp(x, cols, p);
+      scale_in_double(p, cols, 1.0 / e.sum);
+      losses[static_cast<size_t>(r)] = row_loss(e, x_label);
     }
   }
-  double total = 0.0;
-  for (const double l : row_loss) total += l;
-  *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
+  store_mean_loss(loss, losses);
 }
 
 // The fused classifier: the forward's rows, then (p - onehot) * scale / B over the logits, each
@@ -160,7 +180,7 @@ void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logit
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
   RowScratch scratch(logits.dtype, cols);
-  std::vector<double> row_loss(static_cast<size_t>(rows));
+  std::vector<double> losses(static_cast<size_t>(rows));
   const double factor = (1.0 / static_cast<double>(rows)) * static_cast<double>(scale);
   const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
@@ -173,26 +193,17 @@ void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logit
           const_cast<float*>(load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get()));
       const int64_t label = index_at(labels, r);
       const float x_label = x[label];
-      MaxLanes max_lanes;
-      max_lanes.add(x, cols);
-      const float m = max_lanes.total();
-      exp_shifted(x, m, cols, x);
-      SumLanes sum_lanes;
-      sum_lanes.add(x, cols);
-      const double s = sum_lanes.total();
-      const double inv_s = 1.0 / s;
+      const ShiftedExp e = shifted_exp(x, cols, x);
+      const double inv_s = 1.0 / e.sum;
       for (int64_t j = 0; j < cols; ++j) {
         const double p = static_cast<double>(x[j]) * inv_s;
         x[j] = static_cast<float>((j == label ? p - 1.0 : p) * factor);
       }
       if (logits.dtype != DType::f32) write_f32(logits.data, logits.dtype, r * cols, cols, x);
-      row_loss[static_cast<size_t>(r)] =
-          (static_cast<double>(m) - static_cast<double>(x_label)) + std::log(s);
+      losses[static_cast<size_t>(r)] = row_loss(e, x_label);
     }
   }
-  double total = 0.0;
-  for (const double l : row_loss) total += l;
-  *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(rows));
+  store_mean_loss(loss, losses);
 }
 
 // dlogits = (p - onehot) * dloss / B, in (row, column block) items so that a few wide rows
