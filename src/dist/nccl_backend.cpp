@@ -239,6 +239,18 @@ class NcclBackend final : public Backend {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Replays of graphs that captured collectives may still be queued or running: the device
+    // finishes them first (the watchdog still runs, and aborts one past its deadline). A graph
+    // must not be replayed after this (docs/distributed.md).
+    bool captured_any = false;
+    {
+      std::lock_guard lock(shared_->mutex);
+      captured_any = !beats_.empty() && !shared_->broken.is();
+    }
+    if (captured_any && cudaSetDevice(device_.index()) == cudaSuccess) {
+      (void)cudaDeviceSynchronize();
+      (void)cudaGetLastError();
+    }
     {
       std::lock_guard lock(shared_->mutex);
       stopping_ = true;

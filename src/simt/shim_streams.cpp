@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -45,8 +46,8 @@ struct EventState {
   ember::simt::race::VectorClock vc;  // the recording stream's, at the latest record
   bool captured = false;  // last recorded during a capture: CUDA refuses to query or wait on it
   uint64_t capture = 0;   // captured: the capture's id (CUstream_st::capture_id)
-  unsigned capture_serial = 0;  // captured: the recording stream (CUstream_st::serial)
-  uint64_t capture_mark = 0;    // captured on a joined stream: its items up to the record
+  // captured: the joined streams' work the record follows (CUstream_st::capture_follows)
+  std::map<unsigned, uint64_t> capture_follows;
 };
 
 struct Item {
@@ -82,9 +83,13 @@ struct CUstream_st {
   bool capture_invalidated = false;  // an illegal call during the capture (EndCapture fails)
   // A stream that joined another's capture (it waited on an event recorded in it): its work goes
   // into the origin's graph, in submission order (a valid order of CUDA's dependency graph).
-  // captured_items counts it; joined_items is how much of it the capture has waited for.
+  // captured_items counts it. capture_follows: in a capture, for each joined stream (by serial),
+  // how many of its items this stream's next work follows, through waits on events, directly or
+  // transitively (a vector clock). The capture ends joined when the origin follows every item of
+  // every joined stream, as CUDA requires.
   CUstream_st* capture_origin = nullptr;
-  uint64_t captured_items = 0, joined_items = 0;
+  uint64_t captured_items = 0;
+  std::map<unsigned, uint64_t> capture_follows;
   uint64_t capture_id = 0;  // an origin's capture now (ids never repeat; 0: none)
   unsigned serial = 0;      // the stream-race checker's name for it (0: the default stream)
   ember::simt::race::VectorClock vc;  // what its next work is ordered after
@@ -109,6 +114,14 @@ namespace {
 uint64_t next_capture_id() {
   static uint64_t next = 1;  // under Streams::mutex
   return next++;
+}
+
+// `stream` now follows `known` too: the elementwise maximum of two capture_follows.
+void follow(CUstream_st& stream, const std::map<unsigned, uint64_t>& known) {
+  for (const auto& [serial, items] : known) {
+    uint64_t& mine = stream.capture_follows[serial];
+    mine = std::max(mine, items);
+  }
 }
 
 // The stream whose capture `stream` takes part in: its origin when it joined one, else itself.
@@ -673,7 +686,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t handle) {
         other->capturing = false;
         other->capture_invalidated = false;
         other->capture_origin = nullptr;
-        other->captured_items = other->joined_items = 0;
+        other->captured_items = 0;
+        other->capture_follows.clear();
       }
     }
   }
@@ -700,6 +714,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t handle, cudaStreamCaptureMode) {
   stream->capturing = true;
   stream->capture_invalidated = false;
   stream->capture_id = next_capture_id();
+  stream->capture_follows.clear();
   return cudaSuccess;
 }
 
@@ -709,17 +724,22 @@ cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
   CUstream_st* stream = resolve(s, handle);
   if (!stream || !graph) return fail(cudaErrorInvalidValue);
   if (!stream->capturing || stream->capture_origin != nullptr) return fail(cudaErrorIllegalState);
-  // The streams that joined: each leaves the capture; work of theirs that the origin never
-  // waited for is CUDA's unjoined error.
+  // The streams that joined: each leaves the capture; work of theirs that the origin does not
+  // follow (waited for directly, or through another stream that waited for it) is CUDA's
+  // unjoined error.
   bool unjoined = false;
   for (CUstream_st* other : all_streams(s)) {
     if (other->capture_origin != stream) continue;
-    if (other->captured_items > other->joined_items) unjoined = true;
+    const auto followed = stream->capture_follows.find(other->serial);
+    const uint64_t joined = followed == stream->capture_follows.end() ? 0 : followed->second;
+    if (other->captured_items > joined) unjoined = true;
     other->capturing = false;
     other->capture_invalidated = false;
     other->capture_origin = nullptr;
-    other->captured_items = other->joined_items = 0;
+    other->captured_items = 0;
+    other->capture_follows.clear();
   }
+  stream->capture_follows.clear();
   stream->capturing = false;
   stream->capture_id = 0;
   std::deque<Item> captured = std::move(stream->backlog);
@@ -868,16 +888,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
   EventState* e = resolve(s, event);
   if (!stream || !e) return fail(cudaErrorInvalidResourceHandle);
   if (stream->capturing) {
-    // A record in the same capture: the graph's order (submission order) has it already; on a
-    // joined stream, what the record covered is now joined. A wait for work outside the graph
-    // is CUDA's isolation error.
+    // A record in the same capture: the graph's order (submission order) has it already; this
+    // stream now follows what the record followed. A wait for work outside the graph is CUDA's
+    // isolation error.
     CUstream_st* root = capture_root(stream);
     if (e->captured && e->capture == root->capture_id) {
-      for (CUstream_st* other : all_streams(s)) {
-        if (other->capture_origin == root && other->serial == e->capture_serial) {
-          other->joined_items = std::max(other->joined_items, e->capture_mark);
-        }
-      }
+      follow(*stream, e->capture_follows);
       return cudaSuccess;
     }
     invalidate_capture(stream);
@@ -903,7 +919,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
     stream->capturing = true;
     stream->capture_invalidated = false;
     stream->capture_origin = origin;
-    stream->captured_items = stream->joined_items = 0;
+    stream->captured_items = 0;
+    stream->capture_follows = e->capture_follows;
     return cudaSuccess;
   }
   // Waits for the record most recently submitted, as in CUDA; nothing to wait
@@ -949,12 +966,15 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
   if (stream->capturing) {  // joins the graph: never runs here, never awaited
     e->captured = true;
     e->capture = capture_root(stream)->capture_id;
-    e->capture_serial = stream->serial;
-    e->capture_mark = stream->captured_items;
+    e->capture_follows = stream->capture_follows;
+    if (stream->capture_origin != nullptr) {
+      e->capture_follows[stream->serial] = stream->captured_items;  // and its own work so far
+    }
     return cudaSuccess;
   }
   e->captured = false;
   e->capture = 0;
+  e->capture_follows.clear();
   stamp(s, *stream, {}, {});
   e->vc = stream->vc;
   stream->backlog.push_back(

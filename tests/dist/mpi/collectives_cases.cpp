@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "dist_test_support.hpp"
+#include "ember/core/graph.hpp"
 #include "test_support.hpp"
 
 namespace ember::testing {
@@ -150,9 +152,11 @@ TEST_P(Collectives, MismatchedSizesAreReportedNotCorrupted) {
   Stream s = stream();
   const int64_t n = rank() == 0 ? 10 : 12;
   Tensor t = Tensor::zeros({n}, DType::f32, s);
+  const uint64_t checks = world().metadata_checks();
   expect_error([&] { world().all_reduce(s, t); },
                {"the ranks called mismatched collectives", "rank 0: all_reduce(sum) of f32 x 10",
                 "rank 1: all_reduce(sum) of f32 x 12"});
+  EXPECT_EQ(world().metadata_checks(), checks + 1);
   Tensor b = Tensor::zeros({4}, DType::f32, s);
   expect_error(
       [&] { world().broadcast(s, b, rank() == 0 ? 0 : 1); },
@@ -216,6 +220,25 @@ TEST_P(Collectives, CudaMisuseAndFailuresAreErrors) {
                    "refused: this communicator failed earlier");
     }
   }
+  world().barrier();
+}
+
+// A graph that captured a collective, replayed, and its communicator destroyed while the replays
+// may still be queued (deferred streams): the destructor lets them finish first.
+TEST_P(Collectives, DestroyingACommunicatorFinishesItsQueuedReplays) {
+  if (!device().is_cuda()) GTEST_SKIP() << "the NCCL path (CPU collectives are not captured)";
+  Stream s = stream();
+  Tensor t = Tensor::full({4}, 1.0, DType::f32, s);
+  std::optional<Graph> graph;
+  {
+    dist::Communicator c(world().launch(), {.timeout_seconds = 30, .check_metadata = 0});
+    c.all_reduce(s, t).wait(s);  // the NCCL communicator exists: t = ranks
+    graph.emplace(Graph::capture(s, [&] { c.all_reduce(s, t).wait(s); }));
+    graph->replay(s);  // t = ranks^2
+    graph->replay(s);  // t = ranks^3
+  }
+  const auto n = static_cast<float>(ranks());
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, n * n * n));
   world().barrier();
 }
 

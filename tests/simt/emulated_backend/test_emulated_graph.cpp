@@ -329,6 +329,58 @@ TEST(EmulatedGraph, AStreamThatJoinsTheCaptureAddsItsWorkToTheGraph) {
   cudaEventDestroy(event);
 }
 
+// CUDA's join is a dependency of the origin: a joined stream's work counts as joined when the
+// origin follows it, directly or through another stream that waited for it, not when just any
+// stream of the capture waited for it.
+TEST(EmulatedGraph, ACaptureEndsJoinedOnlyWhenTheOriginFollowsEveryJoinedStream) {
+  const ember::testing::LazyStreams lazy;
+  Stream s(kGpu), a(kGpu), b(kGpu);
+  Tensor x = Tensor::full({8}, 1.0, DType::f32, s);
+  Tensor y = Tensor::full({8}, 1.0, DType::f32, s);
+  s.synchronize();
+  // Transitive: a's work joins b, b's joins the origin.
+  Graph graph = Graph::capture(s, [&] {
+    a.wait(s);
+    b.wait(s);
+    ember::ops::scale(a, x, x, 2.0f);
+    b.wait(a);
+    ember::ops::add(b, y, y, x);
+    s.wait(b);
+  });
+  graph.replay(s);
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 2.0f));
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 3.0f));
+
+  // b waited for a, but nothing brings either back to the origin: unjoined (b's wait alone used to
+  // count a's work as joined).
+  expect_error(
+      [&] {
+        Graph::capture(s, [&] {
+          a.wait(s);
+          b.wait(s);
+          ember::ops::scale(a, x, x, 2.0f);
+          b.wait(a);
+        });
+      },
+      {"cudaErrorStreamCaptureUnjoined"});
+  // The origin waits for b before b waited for a: a's work is not followed.
+  expect_error(
+      [&] {
+        Graph::capture(s, [&] {
+          a.wait(s);
+          b.wait(s);
+          ember::ops::scale(b, y, y, 2.0f);
+          s.wait(b);
+          ember::ops::scale(a, x, x, 2.0f);
+          b.wait(a);
+        });
+      },
+      {"cudaErrorStreamCaptureUnjoined"});
+  EXPECT_FALSE(a.capturing());
+  EXPECT_FALSE(b.capturing());
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 2.0f)) << "nothing of the captures ran";
+}
+
 // The residual-MLP steps of the graph tests below: a checkpointed model (6 inputs, 5 classes),
 // ten micro-batches of 16 samples, and one AdamW step over two accumulated micro-batches.
 std::shared_ptr<ember::nn::Module> checkpointed_residual_mlp(float dropout) {
