@@ -55,7 +55,7 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
 // float to integer truncates toward zero and saturates, nan giving 0; integers saturate. Any
 // dtypes, same shape; in-place only between dtypes of one size (f32 <-> i32, f16 <-> bf16).
 // CUDA gives the CPU's bits (but a signaling f16 nan may reach f32 quieted): two different
-// dtypes of f32, f16, bf16 and u8 through ops::map, the rest through src/ops/elementwise/cast.cuh.
+// dtypes of f32, f16, bf16 and u8 through ops::map, the rest through kernels/cast.cuh.
 void cast(Stream& stream, const TensorView& out, const TensorView& in);
 
 // out = in * scale, rounded once to out's dtype: loss scaling and unscaling in AMP, f32 master

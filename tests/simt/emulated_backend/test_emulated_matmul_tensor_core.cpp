@@ -1,4 +1,4 @@
-// ember's tensor-core matmul (src/ops/matmul/matmul_tensor_core.cuh,
+// ember's tensor-core matmul (kernels/matmul_tensor_core.cuh,
 // src/ops/matmul/matmul_tensor_core.cu) run on the SIMT emulator through its launcher, against a
 // double-precision host reference of MatmulProblem's definition (ember/kernels/matmul_problem.cuh).
 #include "ember/simt/prelude.hpp"
