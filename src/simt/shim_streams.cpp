@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -47,7 +46,7 @@ struct EventState {
   bool captured = false;  // last recorded during a capture: CUDA refuses to query or wait on it
   uint64_t capture = 0;   // captured: the capture's id (CUstream_st::capture_id)
   // captured: the joined streams' work the record follows (CUstream_st::capture_follows)
-  std::map<unsigned, uint64_t> capture_follows;
+  ember::simt::race::VectorClock capture_follows;
 };
 
 struct Item {
@@ -89,7 +88,7 @@ struct CUstream_st {
   // every joined stream, as CUDA requires.
   CUstream_st* capture_origin = nullptr;
   uint64_t captured_items = 0;
-  std::map<unsigned, uint64_t> capture_follows;
+  ember::simt::race::VectorClock capture_follows;
   uint64_t capture_id = 0;  // an origin's capture now (ids never repeat; 0: none)
   unsigned serial = 0;      // the stream-race checker's name for it (0: the default stream)
   ember::simt::race::VectorClock vc;  // what its next work is ordered after
@@ -114,14 +113,6 @@ namespace {
 uint64_t next_capture_id() {
   static uint64_t next = 1;  // under Streams::mutex
   return next++;
-}
-
-// `stream` now follows `known` too: the elementwise maximum of two capture_follows.
-void follow(CUstream_st& stream, const std::map<unsigned, uint64_t>& known) {
-  for (const auto& [serial, items] : known) {
-    uint64_t& mine = stream.capture_follows[serial];
-    mine = std::max(mine, items);
-  }
 }
 
 // The stream whose capture `stream` takes part in: its origin when it joined one, else itself.
@@ -730,8 +721,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t* graph) {
   bool unjoined = false;
   for (CUstream_st* other : all_streams(s)) {
     if (other->capture_origin != stream) continue;
-    const auto followed = stream->capture_follows.find(other->serial);
-    const uint64_t joined = followed == stream->capture_follows.end() ? 0 : followed->second;
+    const race::VectorClock& follows = stream->capture_follows;
+    const uint64_t joined = other->serial < follows.size() ? follows[other->serial] : 0;
     if (other->captured_items > joined) unjoined = true;
     other->capturing = false;
     other->capture_invalidated = false;
@@ -893,7 +884,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t handle, cudaEvent_t event, unsigned
     // isolation error.
     CUstream_st* root = capture_root(stream);
     if (e->captured && e->capture == root->capture_id) {
-      follow(*stream, e->capture_follows);
+      race::merge(stream->capture_follows, e->capture_follows);  // follows what it followed
       return cudaSuccess;
     }
     invalidate_capture(stream);
@@ -968,6 +959,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t handle) {
     e->capture = capture_root(stream)->capture_id;
     e->capture_follows = stream->capture_follows;
     if (stream->capture_origin != nullptr) {
+      if (e->capture_follows.size() <= stream->serial)
+        e->capture_follows.resize(stream->serial + 1);
       e->capture_follows[stream->serial] = stream->captured_items;  // and its own work so far
     }
     return cudaSuccess;

@@ -69,15 +69,9 @@ void FileWriter::finish() {
 }
 
 void write_file(const fs::path& path, std::string_view bytes, std::string_view who) {
-  const int fd = create_for_writing(path, who);
-  int64_t done = 0;
-  const int e = write_all(fd, bytes.data(), bytes.size(), done);
-  if (e != 0) {
-    ::close(fd);
-    EMBER_THROW("{}: writing '{}' failed after {} of {} bytes: {}", who, path.string(), done,
-                bytes.size(), std::strerror(e));
-  }
-  sync_and_close(fd, path, who);
+  FileWriter file(path, who);
+  file.write(bytes.data(), bytes.size());
+  file.finish();
 }
 
 void fsync_directory(const fs::path& dir, std::string_view who) {
