@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda_device.hpp"
 #include "ember/core/error.hpp"
 
 #if EMBER_WITH_CUDA
@@ -13,13 +14,8 @@
 namespace ember::memory {
 
 CudaUpstream::CudaUpstream(int device) : device_(device) {
-  EMBER_CHECK(device >= 0, "CudaUpstream needs a device index >= 0, got {}", device);
   // Says why not: no CUDA build, no driver or GPU, or the index is out of range.
-  try {
-    require_available(Device::cuda(device));
-  } catch (const Error& error) {
-    EMBER_THROW("CudaUpstream cannot use cuda:{}: {}", device, error.message());
-  }
+  detail::require_cuda_device("CudaUpstream", device);
 }
 
 #if EMBER_WITH_CUDA
@@ -47,24 +43,18 @@ void CudaUpstream::deallocate(void* ptr, size_t /*bytes*/) noexcept {
   cudaFree(ptr);
 }
 
-MemoryInfo CudaUpstream::info() const {
-  EMBER_CUDA_CHECK(cudaSetDevice(device_));
-  size_t free = 0, total = 0;
-  EMBER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return {total, free};
-}
-
 #else  // the constructor has already thrown
 
 void* CudaUpstream::allocate(size_t) {
   EMBER_THROW("{}: ember was built without CUDA; rebuild with -DEMBER_CUDA=ON", name());
 }
 void CudaUpstream::deallocate(void*, size_t) noexcept {}
-MemoryInfo CudaUpstream::info() const {
-  return {};
-}
 
 #endif
+
+MemoryInfo CudaUpstream::info() const {
+  return detail::cuda_memory_info(device_);
+}
 
 std::string CudaUpstream::name() const {
   return fmt::format("cudaMalloc(cuda:{})", device_);

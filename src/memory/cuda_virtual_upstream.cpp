@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "address_space.hpp"
+#include "cuda_device.hpp"
 #include "ember/core/error.hpp"
 
 // The driver API comes with the real CUDA build and, emulated, with the
@@ -119,13 +120,10 @@ CUdeviceptr to_device_ptr(uintptr_t address) {
 
 }  // namespace
 
-CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size) : device_(device) {
-  EMBER_CHECK(device >= 0, "CudaVirtualUpstream needs a device index >= 0, got {}", device);
-  try {
-    require_available(Device::cuda(device));
-  } catch (const Error& error) {
-    EMBER_THROW("CudaVirtualUpstream cannot use cuda:{}: {}", device, error.message());
-  }
+CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size)
+    // The page size is known once the device is asked.
+    : VirtualUpstreamBase(1, /*merge_runs=*/true), device_(device) {
+  detail::require_cuda_device("CudaVirtualUpstream", device);
   // The runtime creates the device's primary context, which the driver API calls share.
   EMBER_CUDA_CHECK(cudaSetDevice(device));
   EMBER_CUDA_CHECK(cudaFree(nullptr));
@@ -140,26 +138,24 @@ CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t page_size) : device_
   const CUmemAllocationProp prop = device_memory(device);
   EMBER_CU_CHECK(driver().cuMemGetAllocationGranularity(&granularity_, &prop,
                                                         CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-  page_size_ = page_size == 0 ? granularity_ : page_size;
-  EMBER_CHECK(page_size_ % granularity_ == 0 && detail::is_power_of_two(page_size_),
+  const size_t page = page_size == 0 ? granularity_ : page_size;
+  EMBER_CHECK(page % granularity_ == 0 && detail::is_power_of_two(page),
               "CudaVirtualUpstream: the page size must be a power of two and a multiple of "
               "cuda:{}'s allocation granularity ({} bytes), got {} bytes; pass 0 for the "
               "granularity",
               device, granularity_, page_size);
-  pages_ = Pages(page_size_);
-  reservations_ = detail::Reservations(page_size_);
+  set_page_size(page);
 }
 
 CudaVirtualUpstream::~CudaVirtualUpstream() {
   // Whatever the caller left behind (it should have released everything).
   std::lock_guard lock(mutex_);
-  while (!pages_.extents().empty()) free_allocation(pages_.extents().begin());
+  while (!pages_.extents().empty()) free_extent(pages_.extents().begin());
   for (const auto& [base, bytes] : reservations_.ranges())
-    report(driver().cuMemAddressFree(to_device_ptr(base), bytes), "cuMemAddressFree");
+    release_address(reinterpret_cast<void*>(base), bytes);
 }
 
-void* CudaVirtualUpstream::reserve(size_t bytes) {
-  reservations_.check_reserve(name(), bytes);
+void* CudaVirtualUpstream::reserve_address(size_t bytes) {
   CUdeviceptr base = 0;
   const CUresult status = driver().cuMemAddressReserve(&base, bytes, page_size_, 0, 0);
   if (status == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -169,45 +165,24 @@ void* CudaVirtualUpstream::reserve(size_t bytes) {
   }
   EMBER_CHECK(status == CUDA_SUCCESS, "{}: cuMemAddressReserve of {} failed: {}", name(),
               format_bytes(bytes), describe(status));
-  std::lock_guard lock(mutex_);
-  reservations_.add(static_cast<uintptr_t>(base), bytes);
-  ++counters_.reserve_calls;
   return reinterpret_cast<void*>(base);
 }
 
-void CudaVirtualUpstream::release(void* base, size_t bytes) noexcept {
-  if (base == nullptr) return;
-  std::lock_guard lock(mutex_);
-  const auto start = reinterpret_cast<uintptr_t>(base);
-  reservations_.remove(name(), base, bytes);
-  pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
-    counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
-    free_allocation(it);
-  });
-  report(driver().cuMemAddressFree(to_device_ptr(start), bytes), "cuMemAddressFree");
-  ++counters_.release_calls;
+void CudaVirtualUpstream::release_address(void* base, size_t bytes) noexcept {
+  report(driver().cuMemAddressFree(to_device_ptr(reinterpret_cast<uintptr_t>(base)), bytes),
+         "cuMemAddressFree");
 }
 
-bool CudaVirtualUpstream::map(void* address, size_t bytes) {
-  std::lock_guard lock(mutex_);
-  reservations_.check_map(name(), address, bytes);
-  const auto start = reinterpret_cast<uintptr_t>(address);
-  // Pages already backed by an allocation (retained), and runs of pages that are not.
-  const Pages::Plan plan = pages_.plan(start, bytes, /*merge=*/true);
-  EMBER_CHECK(plan.already_mapped == 0,
-              "{}: map({}, {}) covers the page at {:#x}, which is already mapped", name(), address,
-              format_bytes(bytes), plan.already_mapped);
-  ++counters_.map_calls;  // refused calls count, rejected ones do not
+bool CudaVirtualUpstream::back(uintptr_t /*start*/, size_t /*bytes*/, const Pages::Plan& plan) {
   const auto& runs = plan.runs;
   size_t done = 0;
   auto undo = [&] {
-    for (size_t i = 0; i < done; ++i) free_allocation(pages_.extents().find(runs[i].first));
+    for (size_t i = 0; i < done; ++i) free_extent(pages_.extents().find(runs[i].first));
   };
   try {
     for (; done < runs.size(); ++done) {
-      if (!back(runs[done].first, runs[done].second)) {
+      if (!back_run(runs[done].first, runs[done].second)) {
         undo();
-        ++counters_.failed_maps;
         return false;
       }
     }
@@ -215,13 +190,11 @@ bool CudaVirtualUpstream::map(void* address, size_t bytes) {
     undo();
     throw;
   }
-  pages_.retake(plan.retained);
   counters_.retaken_pages += plan.retained.size();
-  counters_.mapped_bytes += bytes;
   return true;
 }
 
-bool CudaVirtualUpstream::back(uintptr_t start, size_t bytes) {
+bool CudaVirtualUpstream::back_run(uintptr_t start, size_t bytes) {
   const CUmemAllocationProp prop = device_memory(device_);
   CUmemGenericAllocationHandle handle{};
   const CUresult created = driver().cuMemCreate(&handle, bytes, &prop, 0);
@@ -255,7 +228,7 @@ bool CudaVirtualUpstream::back(uintptr_t start, size_t bytes) {
   return true;
 }
 
-void CudaVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept {
+void CudaVirtualUpstream::free_extent(Pages::Map::iterator it) noexcept {
   const CUdeviceptr at = to_device_ptr(it->first);
   report(driver().cuMemUnmap(at, it->second.bytes),
          fmt::format("{}: cuMemUnmap of {} at {:#x}", name(), format_bytes(it->second.bytes), at));
@@ -265,31 +238,10 @@ void CudaVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept {
   pages_.extents().erase(it);
 }
 
-void CudaVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
-  if (bytes == 0) return;
-  std::lock_guard lock(mutex_);
-  const auto start = reinterpret_cast<uintptr_t>(address);
-  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
-    detail::abort_with(fmt::format("{}: unmap({}, {} bytes) covers pages that are not mapped (or "
-                                   "is misaligned, or outside every reservation)",
-                                   name(), address, bytes)
-                           .c_str());
-  }
-  pages_.unmap(start, bytes, [&](Pages::Map::iterator it) { free_allocation(it); });
-  counters_.mapped_bytes -= bytes;
-  ++counters_.unmap_calls;
-}
-
-MemoryInfo CudaVirtualUpstream::info() const {
-  EMBER_CUDA_CHECK(cudaSetDevice(device_));
-  size_t free = 0, total = 0;
-  EMBER_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return {total, free};
-}
-
 #else  // no driver API: the constructor throws, so nothing else is ever called
 
-CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t /*page_size*/) : device_(device) {
+CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t /*page_size*/)
+    : VirtualUpstreamBase(1, /*merge_runs=*/true), device_(device) {
   EMBER_THROW(
       "CudaVirtualUpstream(cuda:{}) needs the CUDA driver API (cuMemCreate/cuMemMap), which this "
       "build lacks (ember was built without CUDA; rebuild with -DEMBER_CUDA=ON); use "
@@ -298,19 +250,20 @@ CudaVirtualUpstream::CudaVirtualUpstream(int device, size_t /*page_size*/) : dev
 }
 
 CudaVirtualUpstream::~CudaVirtualUpstream() = default;
-void* CudaVirtualUpstream::reserve(size_t) {
+void* CudaVirtualUpstream::reserve_address(size_t) {
   EMBER_THROW("{}: no CUDA driver API", name());
 }
-void CudaVirtualUpstream::release(void*, size_t) noexcept {}
-bool CudaVirtualUpstream::map(void*, size_t) {
+void CudaVirtualUpstream::release_address(void*, size_t) noexcept {}
+bool CudaVirtualUpstream::back(uintptr_t, size_t, const Pages::Plan&) {
   EMBER_THROW("{}: no CUDA driver API", name());
 }
-void CudaVirtualUpstream::unmap(void*, size_t) noexcept {}
-MemoryInfo CudaVirtualUpstream::info() const {
-  return {};
-}
+void CudaVirtualUpstream::free_extent(Pages::Map::iterator) noexcept {}
 
 #endif
+
+MemoryInfo CudaVirtualUpstream::info() const {
+  return detail::cuda_memory_info(device_);
+}
 
 CudaVirtualUpstream::Counters CudaVirtualUpstream::counters() const {
   std::lock_guard lock(mutex_);

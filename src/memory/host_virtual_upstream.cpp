@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -29,7 +28,8 @@ void* protect_none(void* at, size_t bytes) noexcept {
 }  // namespace
 
 HostVirtualUpstream::HostVirtualUpstream(size_t page_size, size_t capacity)
-    : page_size_(page_size), capacity_(capacity), reservations_(page_size), pages_(page_size) {
+    // One extent per page: unmapping a page frees it, so nothing is ever retained.
+    : VirtualUpstreamBase(page_size, /*merge_runs=*/false), capacity_(capacity) {
   const size_t system_page = detail::system_page_size();
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= system_page,
               "HostVirtualUpstream needs a page size that is a power of two and at least the "
@@ -53,8 +53,7 @@ HostVirtualUpstream::~HostVirtualUpstream() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void* HostVirtualUpstream::reserve(size_t bytes) {
-  reservations_.check_reserve(name(), bytes);
+void* HostVirtualUpstream::reserve_address(size_t bytes) {
   void* base = detail::reserve_address_space(bytes, page_size_);
   if (base == nullptr) {
     throw OutOfMemory(fmt::format("{}: reserving {} of address space failed: {}; reserve less "
@@ -62,42 +61,22 @@ void* HostVirtualUpstream::reserve(size_t bytes) {
                                   name(), format_bytes(bytes), std::strerror(errno)),
                       {.requested = bytes});
   }
-  std::lock_guard lock(mutex_);
-  reservations_.add(reinterpret_cast<uintptr_t>(base), bytes);
-  ++counters_.reserve_calls;
-  counters_.reserved_bytes += bytes;
   return base;
 }
 
-void HostVirtualUpstream::release(void* base, size_t bytes) noexcept {
-  if (base == nullptr) return;
-  std::lock_guard lock(mutex_);
-  reservations_.remove(name(), base, bytes);
+void HostVirtualUpstream::release_address(void* base, size_t bytes) noexcept {
   ::munmap(base, bytes);
-  pages_.drop(reinterpret_cast<uintptr_t>(base), bytes, [&](Pages::Map::iterator it) {
-    punch(it->second.handle, 1);
-    free_file_pages_.insert(it->second.handle);
-    counters_.mapped_bytes -= page_size_;
-    pages_.extents().erase(it);
-  });
-  counters_.reserved_bytes -= bytes;
-  ++counters_.release_calls;
 }
 
-bool HostVirtualUpstream::map(void* address, size_t bytes) {
-  std::lock_guard lock(mutex_);
-  reservations_.check_map(name(), address, bytes);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  // Pages are freed as soon as they are unmapped: nothing is ever retained, every page is new.
-  const Pages::Plan plan = pages_.plan(start, bytes, /*merge=*/false);
-  EMBER_CHECK(plan.already_mapped == 0,
-              "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
-              name(), address, bytes, plan.already_mapped);
-  ++counters_.map_calls;  // refused calls count, rejected ones do not
-  if (capacity_ != 0 && bytes > capacity_ - counters_.mapped_bytes) {
-    ++counters_.failed_maps;
-    return false;
-  }
+void HostVirtualUpstream::free_extent(Pages::Map::iterator it) noexcept {
+  const auto file_page = static_cast<int64_t>(it->second.handle);
+  punch(file_page, 1);
+  free_file_pages_.insert(file_page);
+  pages_.extents().erase(it);
+}
+
+bool HostVirtualUpstream::back(uintptr_t start, size_t bytes, const Pages::Plan& /*plan*/) {
+  if (capacity_ != 0 && bytes > capacity_ - counters_.mapped_bytes) return false;
 
   // Freed file pages first (lowest first, so runs stay contiguous), then new ones.
   const size_t count = bytes / page_size_;
@@ -121,7 +100,6 @@ bool HostVirtualUpstream::map(void* address, size_t bytes) {
                 "{}: growing the memfd to {} failed: {}", name(),
                 format_bytes(static_cast<size_t>(file_pages_ + grow) * page_size_),
                 std::strerror(error));
-    ++counters_.failed_maps;
     return false;
   }
   file_pages_ += grow;
@@ -153,31 +131,13 @@ bool HostVirtualUpstream::map(void* address, size_t bytes) {
                   "{}: mapping {} at {} failed: {}; see the kernel's limits (vm.max_map_count, "
                   "ulimit -v)",
                   name(), format_bytes(n * page_size_), at, std::strerror(error));
-      ++counters_.failed_maps;
       return false;
     }
     for (size_t k = 0; k < n; ++k)
-      pages_.add(start + (i + k) * page_size_, page_size_, chosen[i + k]);
+      pages_.add(start + (i + k) * page_size_, page_size_, static_cast<uint64_t>(chosen[i + k]));
     i += n;
   }
-  counters_.mapped_bytes += bytes;
-  counters_.peak_mapped_bytes = std::max(counters_.peak_mapped_bytes, counters_.mapped_bytes);
   return true;
-}
-
-void HostVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
-  if (bytes == 0) return;
-  std::lock_guard lock(mutex_);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(address);
-  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
-    detail::abort_with(fmt::format("{}: unmap({}, {}) covers pages that are not mapped (or is "
-                                   "misaligned, or outside every reservation)",
-                                   name(), address, bytes)
-                           .c_str());
-  }
-  unmap_pages(start, bytes);
-  counters_.mapped_bytes -= bytes;
-  ++counters_.unmap_calls;
 }
 
 void HostVirtualUpstream::unmap_pages(uintptr_t start, size_t bytes) noexcept {
@@ -190,7 +150,7 @@ void HostVirtualUpstream::unmap_pages(uintptr_t start, size_t bytes) noexcept {
   std::vector<int64_t> freed;  // in address order
   freed.reserve(bytes / page_size_);
   pages_.unmap(start, bytes, [&](Pages::Map::iterator it) {
-    freed.push_back(it->second.handle);
+    freed.push_back(static_cast<int64_t>(it->second.handle));
     pages_.extents().erase(it);
   });
   // One punch per run of consecutive file pages.

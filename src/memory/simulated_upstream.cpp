@@ -86,12 +86,10 @@ SimulatedUpstream::Counters SimulatedUpstream::counters() const {
 
 SimulatedVirtualUpstream::SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device,
                                                    PhysicalGranularity granularity)
-    : page_size_(page_size),
+    : VirtualUpstreamBase(page_size, granularity == PhysicalGranularity::map_call),
       capacity_(capacity),
       device_(device),
-      granularity_(granularity),
-      reservations_(page_size),
-      pages_(page_size) {
+      granularity_(granularity) {
   EMBER_CHECK(detail::is_power_of_two(page_size) && page_size >= detail::system_page_size(),
               "SimulatedVirtualUpstream needs a page size that is a power of two and at least "
               "the system page ({} bytes), got {} bytes; use 2 MiB like CUDA",
@@ -107,14 +105,7 @@ SimulatedVirtualUpstream::~SimulatedVirtualUpstream() {
   }
 }
 
-void SimulatedVirtualUpstream::free_allocation(Pages::Map::iterator it) noexcept {
-  counters_.backed_bytes -= it->second.bytes;
-  ++counters_.physical_frees;
-  pages_.extents().erase(it);
-}
-
-void* SimulatedVirtualUpstream::reserve(size_t bytes) {
-  reservations_.check_reserve(name(), bytes);
+void* SimulatedVirtualUpstream::reserve_address(size_t bytes) {
   void* base = detail::reserve_address_space(bytes, page_size_);
   if (base == nullptr) {
     throw OutOfMemory(fmt::format("{}: reserving {} of address space failed (the process is out "
@@ -122,26 +113,30 @@ void* SimulatedVirtualUpstream::reserve(size_t bytes) {
                                   name(), format_bytes(bytes)),
                       {.requested = bytes});
   }
-  std::lock_guard lock(mutex_);
-  reservations_.add(reinterpret_cast<uintptr_t>(base), bytes);
-  ++counters_.reserve_calls;
-  counters_.reserved_bytes += bytes;
   return base;
 }
 
-void SimulatedVirtualUpstream::release(void* base, size_t bytes) noexcept {
-  if (base == nullptr) return;
-  std::lock_guard lock(mutex_);
-  const auto start = reinterpret_cast<uintptr_t>(base);
-  reservations_.remove(name(), base, bytes);
-  // Allocations never straddle reservations: map checks that its range lies in one.
-  pages_.drop(start, bytes, [&](Pages::Map::iterator it) {
-    counters_.mapped_bytes -= it->second.mapped_pages * page_size_;
-    free_allocation(it);
-  });
-  counters_.reserved_bytes -= bytes;
-  ++counters_.release_calls;
+void SimulatedVirtualUpstream::release_address(void* base, size_t bytes) noexcept {
   detail::release_address_space(base, bytes);
+}
+
+bool SimulatedVirtualUpstream::back(uintptr_t /*start*/, size_t /*bytes*/,
+                                    const Pages::Plan& plan) {
+  if (plan.unbacked > capacity_ - counters_.backed_bytes) return false;
+  for (const auto& [at, run] : plan.runs) {
+    pages_.add(at, run);
+    ++counters_.physical_allocations;
+  }
+  counters_.retaken_pages += plan.retained.size();
+  counters_.backed_bytes += plan.unbacked;
+  counters_.peak_backed_bytes = std::max(counters_.peak_backed_bytes, counters_.backed_bytes);
+  return true;
+}
+
+void SimulatedVirtualUpstream::free_extent(Pages::Map::iterator it) noexcept {
+  counters_.backed_bytes -= it->second.bytes;
+  ++counters_.physical_frees;
+  pages_.extents().erase(it);
 }
 
 size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t bytes) const {
@@ -152,49 +147,6 @@ size_t SimulatedVirtualUpstream::unbacked_bytes(const void* address, size_t byte
   for (uintptr_t page = start; page < start + bytes; page += page_size_)
     if (!pages_.backed(page)) out += page_size_;
   return out;
-}
-
-bool SimulatedVirtualUpstream::map(void* address, size_t bytes) {
-  std::lock_guard lock(mutex_);
-  reservations_.check_map(name(), address, bytes);
-  const auto start = reinterpret_cast<uintptr_t>(address);
-  // Pages still backed (retained), and runs of pages that need a new allocation.
-  const Pages::Plan plan = pages_.plan(start, bytes, granularity_ == PhysicalGranularity::map_call);
-  EMBER_CHECK(plan.already_mapped == 0,
-              "{}: map({}, {}) covers the page at {:#x}, which is already mapped; unmap it first",
-              name(), address, bytes, plan.already_mapped);
-  const auto& retained = plan.retained;
-  const size_t unbacked = plan.unbacked;
-  ++counters_.map_calls;
-  if (unbacked > capacity_ - counters_.backed_bytes) {
-    ++counters_.failed_maps;
-    return false;
-  }
-  for (const auto& [at, run] : plan.runs) {
-    pages_.add(at, run, NoHandle{});
-    ++counters_.physical_allocations;
-  }
-  pages_.retake(retained);
-  counters_.retaken_pages += retained.size();
-  counters_.backed_bytes += unbacked;
-  counters_.peak_backed_bytes = std::max(counters_.peak_backed_bytes, counters_.backed_bytes);
-  counters_.mapped_bytes += bytes;
-  counters_.peak_mapped_bytes = std::max(counters_.peak_mapped_bytes, counters_.mapped_bytes);
-  return true;
-}
-
-void SimulatedVirtualUpstream::unmap(void* address, size_t bytes) noexcept {
-  if (bytes == 0) return;  // nothing to unmap, as on the other upstreams
-  std::lock_guard lock(mutex_);
-  const auto start = reinterpret_cast<uintptr_t>(address);
-  if (!reservations_.contains(start, bytes) || !pages_.all_mapped(start, bytes)) {
-    detail::abort_with(
-        fmt::format("{}: unmap({}, {}) covers pages that are not mapped", name(), address, bytes)
-            .c_str());
-  }
-  pages_.unmap(start, bytes, [&](Pages::Map::iterator it) { free_allocation(it); });
-  counters_.mapped_bytes -= bytes;
-  ++counters_.unmap_calls;
 }
 
 MemoryInfo SimulatedVirtualUpstream::info() const {

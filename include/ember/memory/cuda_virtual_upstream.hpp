@@ -5,14 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <vector>
 
-#include "ember/memory/detail/physical_pages.hpp"
-#include "ember/memory/detail/reservations.hpp"
-#include "ember/memory/upstream.hpp"
+#include "ember/memory/detail/virtual_upstream_base.hpp"
 
 namespace ember::memory {
 
@@ -25,28 +20,20 @@ namespace ember::memory {
 // free it. A later map over retained pages takes them back without a driver
 // call, and makes one allocation per run of pages that have none.
 //
-// map returns false when cuMemCreate is out of memory and throws ember::Error
-// for misaligned arguments, a range outside every reservation, or pages
-// already mapped. unmap of pages that are not mapped and release of an
-// unknown reservation abort with a message (both are noexcept). release
-// unmaps what is still mapped. Thread-safe.
+// map returns false when cuMemCreate is out of memory; reserve, release, map
+// and unmap check their arguments as detail::VirtualUpstreamBase says.
+// Thread-safe.
 //
 // Constructing it throws ember::Error without a CUDA build, without that
 // device, or when the driver lacks the virtual memory API. In the emulated-CUDA
 // build it runs on the shim's emulated driver (src/simt/shim_driver_vmm.cpp).
-class CudaVirtualUpstream final : public VirtualUpstream {
+class CudaVirtualUpstream final : public detail::VirtualUpstreamBase {
  public:
-  struct Counters {
-    size_t reserve_calls = 0;
-    size_t release_calls = 0;
-    size_t map_calls = 0;  // including the refused ones
-    size_t unmap_calls = 0;
-    size_t failed_maps = 0;           // map calls that returned false
+  struct Counters : detail::VirtualCounters {
     size_t physical_allocations = 0;  // cuMemCreate calls that succeeded
     size_t physical_frees = 0;        // allocations unmapped and released
     size_t driver_maps = 0;           // cuMemMap calls that succeeded
     size_t retaken_pages = 0;         // pages map took back from retained ones
-    size_t mapped_bytes = 0;          // pages mapped, as the caller sees them
     size_t backed_bytes = 0;          // bytes of live physical allocations
     size_t peak_backed_bytes = 0;
     // Unmapped by the caller but still held: the rest of their allocation is mapped.
@@ -57,14 +44,7 @@ class CudaVirtualUpstream final : public VirtualUpstream {
   // GPUs), else a power of two and a multiple of it.
   explicit CudaVirtualUpstream(int device, size_t page_size = 0);
   ~CudaVirtualUpstream() override;
-  CudaVirtualUpstream(const CudaVirtualUpstream&) = delete;
-  CudaVirtualUpstream& operator=(const CudaVirtualUpstream&) = delete;
 
-  size_t page_size() const override { return page_size_; }
-  void* reserve(size_t bytes) override;
-  void release(void* base, size_t bytes) noexcept override;
-  bool map(void* address, size_t bytes) override;
-  void unmap(void* address, size_t bytes) noexcept override;
   Device device() const override { return Device::cuda(device_); }
   MemoryInfo info() const override;  // cudaMemGetInfo
   std::string name() const override;
@@ -73,22 +53,22 @@ class CudaVirtualUpstream final : public VirtualUpstream {
   Counters counters() const;
 
  private:
-  // Physical allocations: one cuMemCreate each (the handle, a CUmemGenericAllocationHandle),
-  // mapped whole at its base address, and which of its pages the caller has mapped
-  // (detail/physical_pages.hpp).
-  using Pages = detail::PhysicalPages<uint64_t>;
+  // Physical allocations: one cuMemCreate each (the extent's handle, a
+  // CUmemGenericAllocationHandle), mapped whole at its base address.
+  detail::VirtualCounters& base_counters() override { return counters_; }
+  // cuMemAddressReserve, cuMemAddressFree.
+  void* reserve_address(size_t bytes) override;
+  void release_address(void* base, size_t bytes) noexcept override;
+  // One allocation per run; on failure, the runs already backed are freed.
+  bool back(uintptr_t start, size_t bytes, const Pages::Plan& plan) override;
   // cuMemCreate + cuMemMap + cuMemSetAccess of [start, start + bytes): false
-  // when out of memory; throws for other failures. Locked.
-  bool back(uintptr_t start, size_t bytes);
-  // cuMemUnmap + cuMemRelease of a whole allocation; drops it. Locked.
-  void free_allocation(Pages::Map::iterator it) noexcept;
+  // when out of memory; throws for other failures.
+  bool back_run(uintptr_t start, size_t bytes);
+  // cuMemUnmap + cuMemRelease of a whole allocation; drops it.
+  void free_extent(Pages::Map::iterator it) noexcept override;
 
   int device_;
   size_t granularity_ = 0;
-  size_t page_size_ = 0;
-  mutable std::mutex mutex_;
-  detail::Reservations reservations_{1};  // the page size is known once the device is asked
-  Pages pages_{1};                        // the page size is known once the device is asked
   Counters counters_;
 };
 

@@ -12,8 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ember/memory/detail/physical_pages.hpp"
-#include "ember/memory/detail/reservations.hpp"
+#include "ember/memory/detail/virtual_upstream_base.hpp"
 #include "ember/memory/upstream.hpp"
 
 namespace ember::memory {
@@ -71,25 +70,16 @@ enum class PhysicalGranularity {
 // reserve hands out page-aligned address ranges (address space only, never
 // limited by capacity), map and unmap do the bookkeeping of which pages are
 // mapped and which physical allocations back them, and map returns false when
-// the new physical memory it needs would pass the capacity. Mapping a page
-// twice, or outside a reservation, throws ember::Error; unmapping a page that
-// is not mapped aborts (unmap is noexcept). release unmaps what is still
-// mapped and frees every allocation in the range.
-class SimulatedVirtualUpstream final : public VirtualUpstream {
+// the new physical memory it needs would pass the capacity. reserve, release,
+// map and unmap check their arguments as detail::VirtualUpstreamBase says;
+// release frees every allocation in the range.
+class SimulatedVirtualUpstream final : public detail::VirtualUpstreamBase {
  public:
-  struct Counters {
-    size_t reserve_calls = 0;
-    size_t release_calls = 0;
-    size_t map_calls = 0;  // including the refused ones
-    size_t unmap_calls = 0;
-    size_t failed_maps = 0;           // map calls that returned false
+  struct Counters : detail::VirtualCounters {
     size_t physical_allocations = 0;  // backing allocations made (cuMemCreate on a GPU)
     size_t physical_frees = 0;        // allocations freed (their last page unmapped)
     size_t retaken_pages = 0;         // pages map took back from retained ones
-    size_t reserved_bytes = 0;
-    size_t mapped_bytes = 0;  // pages mapped, as the caller sees them
-    size_t peak_mapped_bytes = 0;
-    size_t backed_bytes = 0;  // bytes of live physical allocations: what counts
+    size_t backed_bytes = 0;          // bytes of live physical allocations: what counts
     size_t peak_backed_bytes = 0;
     // Unmapped by the caller but still held: the rest of their allocation is mapped.
     size_t retained_bytes() const { return backed_bytes - mapped_bytes; }
@@ -98,14 +88,7 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   SimulatedVirtualUpstream(size_t page_size, size_t capacity, Device device = Device::cpu(),
                            PhysicalGranularity granularity = PhysicalGranularity::map_call);
   ~SimulatedVirtualUpstream() override;
-  SimulatedVirtualUpstream(const SimulatedVirtualUpstream&) = delete;
-  SimulatedVirtualUpstream& operator=(const SimulatedVirtualUpstream&) = delete;
 
-  size_t page_size() const override { return page_size_; }
-  void* reserve(size_t bytes) override;
-  void release(void* base, size_t bytes) noexcept override;
-  bool map(void* address, size_t bytes) override;
-  void unmap(void* address, size_t bytes) noexcept override;
   Device device() const override { return device_; }
   MemoryInfo info() const override;  // total: capacity, free: capacity - backed bytes
   std::string name() const override;
@@ -119,19 +102,17 @@ class SimulatedVirtualUpstream final : public VirtualUpstream {
   size_t unbacked_bytes(const void* address, size_t bytes) const;
 
  private:
-  // Physical allocations: the pages of one map call (of one page in `page` granularity), and
-  // which of them the caller has mapped (detail/physical_pages.hpp). No handle: address ranges.
-  struct NoHandle {};
-  using Pages = detail::PhysicalPages<NoHandle>;
-  void free_allocation(Pages::Map::iterator it) noexcept;  // locked
+  // Physical allocations: the pages of one map call (of one page in `page` granularity), with no
+  // handle: address ranges only.
+  detail::VirtualCounters& base_counters() override { return counters_; }
+  void* reserve_address(size_t bytes) override;
+  void release_address(void* base, size_t bytes) noexcept override;
+  bool back(uintptr_t start, size_t bytes, const Pages::Plan& plan) override;
+  void free_extent(Pages::Map::iterator it) noexcept override;
 
-  const size_t page_size_;
   const size_t capacity_;
   const Device device_;
   const PhysicalGranularity granularity_;
-  mutable std::mutex mutex_;
-  detail::Reservations reservations_;
-  Pages pages_;
   Counters counters_;
 };
 

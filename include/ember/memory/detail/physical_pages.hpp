@@ -1,7 +1,7 @@
 // The page bookkeeping of the virtual upstreams, written once: the physical allocations behind
 // mapped pages (extents of whole pages, each created by one map call and freed whole), which of
 // their pages the caller has mapped, and the plan of a map call (pages still backed, and runs of
-// pages that need new memory). SimulatedVirtualUpstream and CudaVirtualUpstream keep one each;
+// pages that need new memory). Each virtual upstream keeps one (detail::VirtualUpstreamBase);
 // the caller holds its own lock.
 #pragma once
 
@@ -14,11 +14,10 @@
 
 namespace ember::memory::detail {
 
-template <class Handle>
 class PhysicalPages {
  public:
   struct Extent {
-    Handle handle{};
+    uint64_t handle = 0;  // the upstream's: a CUDA allocation handle, a memfd page; none simulated
     size_t bytes = 0;
     std::vector<bool> mapped;  // per page, as the caller sees it
     size_t mapped_pages = 0;
@@ -28,13 +27,13 @@ class PhysicalPages {
   explicit PhysicalPages(size_t page_size) : page_(page_size) {}
 
   // The extent holding the page at `address`, or end().
-  typename Map::iterator at(uintptr_t address) {
+  Map::iterator at(uintptr_t address) {
     auto it = extents_.upper_bound(address);
     if (it == extents_.begin()) return extents_.end();
     --it;
     return address < it->first + it->second.bytes ? it : extents_.end();
   }
-  typename Map::const_iterator at(uintptr_t address) const {
+  Map::const_iterator at(uintptr_t address) const {
     return const_cast<PhysicalPages*>(this)->at(address);
   }
   bool backed(uintptr_t page) const { return at(page) != extents_.end(); }
@@ -76,7 +75,7 @@ class PhysicalPages {
   }
 
   // A new extent of `bytes` at `start`, every page mapped.
-  void add(uintptr_t start, size_t bytes, Handle handle) {
+  void add(uintptr_t start, size_t bytes, uint64_t handle = 0) {
     const size_t pages = bytes / page_;
     extents_.emplace(start, Extent{handle, bytes, std::vector<bool>(pages, true), pages});
   }

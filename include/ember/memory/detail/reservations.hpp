@@ -1,6 +1,6 @@
 // The address ranges a virtual upstream has reserved, and the argument checks its calls share,
-// written once: HostVirtualUpstream, CudaVirtualUpstream and SimulatedVirtualUpstream keep one
-// each (with detail::PhysicalPages for what is mapped in them); the caller holds its own lock.
+// written once: detail::VirtualUpstreamBase keeps one (with detail::PhysicalPages for what is
+// mapped in them); the caller holds its own lock.
 #pragma once
 
 #include <cstddef>
