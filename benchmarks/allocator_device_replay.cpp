@@ -24,26 +24,33 @@ struct CallTimes {
   double segment_alloc_s = 0, segment_free_s = 0, map_s = 0, unmap_s = 0;
 };
 
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+// Times one upstream call, from its making to the end of its scope: adds the seconds to
+// `seconds` and one to `calls`.
+class CallTimer {
+ public:
+  CallTimer(double& seconds, int64_t& calls) : seconds_(seconds), calls_(calls) {}
+  ~CallTimer() {
+    seconds_ += std::chrono::duration<double>(Clock::now() - start_).count();
+    ++calls_;
+  }
+
+ private:
+  double& seconds_;
+  int64_t& calls_;
+  Clock::time_point start_ = Clock::now();
+};
 
 class TimedUpstream final : public ForwardingUpstream {
  public:
   TimedUpstream(std::shared_ptr<Upstream> inner, CallTimes& times)
       : ForwardingUpstream(std::move(inner), "TimedUpstream"), times_(times) {}
   void* allocate(size_t bytes) override {
-    const auto start = Clock::now();
-    void* p = upstream_->allocate(bytes);
-    times_.segment_alloc_s += since(start);
-    ++times_.segment_allocs;
-    return p;
+    const CallTimer timer(times_.segment_alloc_s, times_.segment_allocs);
+    return upstream_->allocate(bytes);
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
-    const auto start = Clock::now();
+    const CallTimer timer(times_.segment_free_s, times_.segment_frees);
     upstream_->deallocate(ptr, bytes);
-    times_.segment_free_s += since(start);
-    ++times_.segment_frees;
   }
 
  private:
@@ -55,17 +62,12 @@ class TimedVirtualUpstream final : public ForwardingVirtualUpstream {
   TimedVirtualUpstream(std::shared_ptr<VirtualUpstream> inner, CallTimes& times)
       : ForwardingVirtualUpstream(std::move(inner), "TimedVirtualUpstream"), times_(times) {}
   bool map(void* address, size_t bytes) override {
-    const auto start = Clock::now();
-    const bool mapped = upstream_->map(address, bytes);
-    times_.map_s += since(start);
-    ++times_.maps;
-    return mapped;
+    const CallTimer timer(times_.map_s, times_.maps);
+    return upstream_->map(address, bytes);
   }
   void unmap(void* address, size_t bytes) noexcept override {
-    const auto start = Clock::now();
+    const CallTimer timer(times_.unmap_s, times_.unmaps);
     upstream_->unmap(address, bytes);
-    times_.unmap_s += since(start);
-    ++times_.unmaps;
   }
 
  private:

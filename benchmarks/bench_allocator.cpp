@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -259,27 +260,23 @@ int run_trace(const std::string& path, const Options& options, Summary& summary)
   });
   print_row("ext. fragmentation @peak reserved", columns,
             [](const Column& c) { return fmt_double(c.unlimited.fragmentation_at_peak_reserved); });
-  print_row("segment allocations", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.segment_allocs); });
-  print_row("segment frees", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.segment_frees); });
-  print_row("page maps (calls)", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.page_maps); });
-  print_row("pages mapped (2 MiB)", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.pages_mapped); });
-  print_row("page unmaps (calls)", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.page_unmaps); });
-  print_row("physical allocations", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.physical_allocations); });
+  // A count of the replay without a limit: `count` is a field of ReplayResult or a method.
+  const auto count_row = [&](const char* label, auto count) {
+    print_row(label, columns,
+              [&](const Column& c) { return std::to_string(std::invoke(count, c.unlimited)); });
+  };
+  count_row("segment allocations", &ReplayResult::segment_allocs);
+  count_row("segment frees", &ReplayResult::segment_frees);
+  count_row("page maps (calls)", &ReplayResult::page_maps);
+  count_row("pages mapped (2 MiB)", &ReplayResult::pages_mapped);
+  count_row("page unmaps (calls)", &ReplayResult::page_unmaps);
+  count_row("physical allocations", &ReplayResult::physical_allocations);
   // The comparable count: one segment allocation or one map call is one physical
   // allocation upstream (cudaMalloc; cuMemCreate for an upstream that backs a map
   // call with one handle). "pages mapped" counts 2 MiB pages.
-  print_row("upstream calls (seg allocs + maps)", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.upstream_acquisitions()); });
-  print_row("upstream calls (all)", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.upstream_calls()); });
-  print_row("retries", columns,
-            [](const Column& c) { return std::to_string(c.unlimited.retries); });
+  count_row("upstream calls (seg allocs + maps)", &ReplayResult::upstream_acquisitions);
+  count_row("upstream calls (all)", &ReplayResult::upstream_calls);
+  count_row("retries", &ReplayResult::retries);
   const auto unless_incomplete = [](const Column& c, const std::string& text) {
     return c.unlimited.completed ? text : std::string("n/a");
   };
@@ -320,20 +317,16 @@ int run_trace(const std::string& path, const Options& options, Summary& summary)
               [](const Column& c) { return std::to_string(c.limited.retries); });
   }
   if (columns.size() == 3 && all_completed) {
-    std::printf(
-        "  ember / pytorch: reserved %.3f, smallest capacity %.3f, upstream calls %.3f\n",
-        static_cast<double>(columns[0].unlimited.peak_reserved) /
-            columns[1].unlimited.peak_reserved,
-        options.smallest ? static_cast<double>(columns[0].smallest) / columns[1].smallest : 0.0,
-        static_cast<double>(columns[0].unlimited.upstream_acquisitions()) /
-            std::max<int64_t>(1, columns[1].unlimited.upstream_acquisitions()));
-    std::printf(
-        "  ember / pytorch+expand.: reserved %.3f, smallest capacity %.3f, upstream calls %.3f\n",
-        static_cast<double>(columns[0].unlimited.peak_reserved) /
-            columns[2].unlimited.peak_reserved,
-        options.smallest ? static_cast<double>(columns[0].smallest) / columns[2].smallest : 0.0,
-        static_cast<double>(columns[0].unlimited.upstream_acquisitions()) /
-            std::max<int64_t>(1, columns[2].unlimited.upstream_acquisitions()));
+    for (size_t i = 1; i < columns.size(); ++i) {  // pytorch, pytorch+expand.
+      const Column& pytorch = columns[i];
+      std::printf(
+          "  ember / %s: reserved %.3f, smallest capacity %.3f, upstream calls %.3f\n",
+          pytorch.name.c_str(),
+          static_cast<double>(columns[0].unlimited.peak_reserved) / pytorch.unlimited.peak_reserved,
+          options.smallest ? static_cast<double>(columns[0].smallest) / pytorch.smallest : 0.0,
+          static_cast<double>(columns[0].unlimited.upstream_acquisitions()) /
+              std::max<int64_t>(1, pytorch.unlimited.upstream_acquisitions()));
+    }
   }
   summary.trace = std::filesystem::path(path).filename().string();
   summary.complete = all_completed && columns.size() == 3 && options.smallest;

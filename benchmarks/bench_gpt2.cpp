@@ -9,11 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench_support.hpp"
 #include "ember/ember.hpp"
 #include "ratio_reporter.hpp"
 
@@ -62,30 +61,16 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
     optimizer.step(stream);
     return loss;
   };
-  // Graph rows: the step captured once (train::CapturedStep, after the warm-up step below) and
+  // Graph rows: the step captured once (train::CapturedStep, after the warm-up step) and
   // replayed as one launch per step (issue goal: the small model at 1.3x ember eager).
-  Tensor graph_loss;
-  std::optional<train::CapturedStep> captured;
-  if (mode == Mode::graph) {
-    captured.emplace(
-        stream, [&] { graph_loss = step(); },
-        train::CapturedStep::Options{.warmup = 1, .optimizers = {&optimizer}});
-  }
-  auto run = [&] {
-    if (!captured) return step();
-    captured->run();
-    return graph_loss;
-  };
-  run().item();
-  if (captured) {
-    run().item();  // the capture
-    if (!captured->captured()) {
-      state.SkipWithError(("not captured: " + captured->eager_reason()).c_str());
-      return;
-    }
+  bench::GraphableStep graphable(stream, optimizer, mode == Mode::graph, step);
+  graphable.warm_up();
+  if (graphable.graph() && !graphable.graph()->captured()) {
+    state.SkipWithError(("not captured: " + graphable.graph()->eager_reason()).c_str());
+    return;
   }
   if (mode != Mode::traced && mode != Mode::traced_host) {
-    for (auto _ : state) benchmark::DoNotOptimize(run().item());
+    for (auto _ : state) benchmark::DoNotOptimize(graphable.run().item());
   } else {
     // The trace's overhead, interleaved so that a noisy machine's drift falls on both: each
     // iteration times a block of steps with a profile::Trace recording (host ranges of the
@@ -147,33 +132,18 @@ void gpt2_step(benchmark::State& state, Device device, Case c, nn::Precision pre
 void register_all(Device device, const std::string& prefix, const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16}) {
-      const std::string name = fmt::format("{}gpt2_{}/ember/{}/T:{}/batch:{}", prefix,
-                                           nn::precision_name(p), c.model, c.seq, c.batch);
-      benchmark::RegisterBenchmark(name.c_str(), gpt2_step, device, c, p, Mode::plain)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
-      if (device.is_cuda()) {
-        const std::string graphed = fmt::format("{}gpt2_graph_{}/ember/{}/T:{}/batch:{}", prefix,
-                                                nn::precision_name(p), c.model, c.seq, c.batch);
-        benchmark::RegisterBenchmark(graphed.c_str(), gpt2_step, device, c, p, Mode::graph)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
+      // "<prefix><group>_<precision>/<who><model>/T:<seq>/batch:<batch>"
+      const auto add = [&](const char* group, const char* who, Mode mode) {
+        bench::register_ms(fmt::format("{}{}_{}/{}{}/T:{}/batch:{}", prefix, group,
+                                       nn::precision_name(p), who, c.model, c.seq, c.batch),
+                           gpt2_step, device, c, p, mode);
+      };
+      add("gpt2", "ember/", Mode::plain);
+      if (device.is_cuda()) add("gpt2_graph", "ember/", Mode::graph);
       if (c.model != "small" || c.seq > 256) continue;
       // The trace's overhead: the same step with and without a trace recording.
-      const std::string traced = fmt::format("{}gpt2_trace_overhead_{}/{}/T:{}/batch:{}", prefix,
-                                             nn::precision_name(p), c.model, c.seq, c.batch);
-      benchmark::RegisterBenchmark(traced.c_str(), gpt2_step, device, c, p, Mode::traced)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
-      if (device.is_cuda()) {
-        const std::string host_only =
-            fmt::format("{}gpt2_trace_overhead_host_only_{}/{}/T:{}/batch:{}", prefix,
-                        nn::precision_name(p), c.model, c.seq, c.batch);
-        benchmark::RegisterBenchmark(host_only.c_str(), gpt2_step, device, c, p, Mode::traced_host)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
+      add("gpt2_trace_overhead", "", Mode::traced);
+      if (device.is_cuda()) add("gpt2_trace_overhead_host_only", "", Mode::traced_host);
     }
   }
 }
@@ -202,13 +172,9 @@ int main(int argc, char** argv) {
                 {"d12", 1024, 1}});
   benchmark::RegisterBenchmark("op_range/off", op_range, false);
   benchmark::RegisterBenchmark("op_range/recording", op_range, true)->Iterations(200000);
-  std::string why;
-  if (default_device(&why).is_cuda()) {
+  if (bench::gpu_usable()) {
     register_all(Device::cuda(0), "cuda_",
                  {{"small", 256, 32}, {"small", 1024, 8}, {"d12", 256, 32}, {"d12", 1024, 8}});
-  } else {
-    std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend.\n",
-                why.empty() ? "no CUDA device" : why.c_str());
   }
   return ember::bench::run_with_ratios(argc, argv, {},
                                        {{"cpu_gpt2_bf16", "cpu_gpt2_f32"},

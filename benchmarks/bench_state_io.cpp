@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "bench_support.hpp"
 #include "ember/ember.hpp"
 #include "ratio_reporter.hpp"
 
@@ -66,6 +67,28 @@ struct Model {
   }
 };
 
+// Writes `bytes` into `file` (made anew), with an fsync when `sync`.
+void write_plain(const fs::path& file, const std::string& bytes, bool sync) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  size_t done = 0;
+  while (done < bytes.size())
+    done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
+  if (sync) ::fsync(fd);
+  ::close(fd);
+}
+
+// The file the plain benchmarks write, in the work directory `name` (made).
+fs::path plain_file(const std::string& name) {
+  fs::create_directories(work_dir(name));
+  return work_dir(name) / "blob";
+}
+
+// The end of a benchmark of `m`'s bytes: every iteration processed them; `dir` is removed.
+void finish(benchmark::State& state, const Model& m, const fs::path& dir) {
+  state.SetBytesProcessed(state.iterations() * m.bytes);
+  fs::remove_all(dir);
+}
+
 void save_ember(benchmark::State& state) {
   Model m(state.range(0));
   const fs::path dir = work_dir("save");
@@ -75,25 +98,15 @@ void save_ember(benchmark::State& state) {
     m.state.progress.step = ++step;
     store.save(m.state);
   }
-  state.SetBytesProcessed(state.iterations() * m.bytes);
-  fs::remove_all(dir);
+  finish(state, m, dir);
 }
 
 void save_plain(benchmark::State& state) {
   Model m(state.range(0));
   const std::string bytes(static_cast<size_t>(m.bytes), 'x');
-  fs::create_directories(work_dir("plain"));
-  const fs::path file = work_dir("plain") / "blob";
-  for (auto _ : state) {
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    size_t done = 0;
-    while (done < bytes.size())
-      done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
-    ::fsync(fd);
-    ::close(fd);
-  }
-  state.SetBytesProcessed(state.iterations() * m.bytes);
-  fs::remove_all(work_dir("plain"));
+  const fs::path file = plain_file("plain");
+  for (auto _ : state) write_plain(file, bytes, /*sync=*/true);
+  finish(state, m, file.parent_path());
 }
 
 void load_ember(benchmark::State& state) {
@@ -103,22 +116,14 @@ void load_ember(benchmark::State& state) {
   m.state.progress.step = 1;
   store.save(m.state);
   for (auto _ : state) benchmark::DoNotOptimize(store.resume(m.state));
-  state.SetBytesProcessed(state.iterations() * m.bytes);
-  fs::remove_all(dir);
+  finish(state, m, dir);
 }
 
 void load_plain(benchmark::State& state) {
   Model m(state.range(0));
   const std::string bytes(static_cast<size_t>(m.bytes), 'x');
-  fs::create_directories(work_dir("plain_load"));
-  const fs::path file = work_dir("plain_load") / "blob";
-  {
-    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    size_t done = 0;
-    while (done < bytes.size())
-      done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
-    ::close(fd);
-  }
+  const fs::path file = plain_file("plain_load");
+  write_plain(file, bytes, /*sync=*/false);
   std::string back(bytes.size(), '\0');
   for (auto _ : state) {
     const int fd = ::open(file.c_str(), O_RDONLY);
@@ -130,8 +135,7 @@ void load_plain(benchmark::State& state) {
     }
     ::close(fd);
   }
-  state.SetBytesProcessed(state.iterations() * m.bytes);
-  fs::remove_all(work_dir("plain_load"));
+  finish(state, m, file.parent_path());
 }
 
 // A training step, saving after each (asynchronously or not) or never.
@@ -166,31 +170,18 @@ void step_sync_save(benchmark::State& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int64_t mib : {16, 128}) {
-    benchmark::RegisterBenchmark("save/ember", save_ember)
-        ->Arg(mib)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark("save/plain", save_plain)
-        ->Arg(mib)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark("load/ember", load_ember)
-        ->Arg(mib)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark("load/plain", load_plain)
-        ->Arg(mib)
-        ->Unit(benchmark::kMillisecond)
-        ->UseRealTime();
-  }
   using Fn = void (*)(benchmark::State&);
+  const std::pair<const char*, Fn> io[] = {{"save/ember", save_ember},
+                                           {"save/plain", save_plain},
+                                           {"load/ember", load_ember},
+                                           {"load/plain", load_plain}};
+  for (int64_t mib : {16, 128}) {
+    for (const auto& [name, fn] : io) ember::bench::register_ms(name, fn)->Arg(mib);
+  }
   const std::pair<const char*, Fn> steps[] = {{"step_no_save/ember", step_no_save},
                                               {"step_async_save/ember", step_async_save},
                                               {"step_sync_save/ember", step_sync_save}};
-  for (const auto& [name, fn] : steps) {
-    benchmark::RegisterBenchmark(name, fn)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
-  }
+  for (const auto& [name, fn] : steps) ember::bench::register_ms(name, fn)->Arg(16);
   return ember::bench::run_with_ratios(
       argc, argv, {"plain"},
       {{"step_async_save", "step_no_save"}, {"step_sync_save", "step_no_save"}});

@@ -4,10 +4,9 @@
 // measured in the same run. On the CPU; on cuda:0 too when a GPU is usable.
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
-#include <optional>
 #include <string>
 
+#include "bench_support.hpp"
 #include "ember/ember.hpp"
 #include "ratio_reporter.hpp"
 
@@ -48,25 +47,13 @@ void train_step(benchmark::State& state, Device device, Size size, nn::Precision
     scaler.update(stream);
     return loss;
   };
-  // Graph rows: the step captured once (train::CapturedStep, after the warm-up step below) and
+  // Graph rows: the step captured once (train::CapturedStep, after the warm-up step) and
   // replayed as one launch per step.
-  Tensor loss;
-  std::optional<train::CapturedStep> captured;
-  if (graph) {
-    captured.emplace(
-        stream, [&] { loss = step(); },
-        train::CapturedStep::Options{.warmup = 1, .optimizers = {&optimizer}});
-  }
-  auto run = [&] {
-    if (!captured) return step();
-    captured->run();
-    return loss;
-  };
-  run().item();             // state and working copies exist from here on
-  if (graph) run().item();  // the capture
+  bench::GraphableStep graphable(stream, optimizer, graph, step);
+  graphable.warm_up();  // state and working copies exist from here on
   memory::reset_peak_stats(device);
   const int64_t before = memory::stats(device).allocated.current;
-  for (auto _ : state) benchmark::DoNotOptimize(run().item());
+  for (auto _ : state) benchmark::DoNotOptimize(graphable.run().item());
   const int64_t peak = memory::stats(device).allocated.peak;
   state.counters["samples/s"] = benchmark::Counter(static_cast<double>(size.batch),
                                                    benchmark::Counter::kIsIterationInvariantRate);
@@ -81,20 +68,16 @@ const Size kSizes[] = {{256, 4, 128}, {512, 4, 256}, {1024, 4, 512}, {2048, 4, 5
 void register_all(Device device, const std::string& prefix) {
   for (const Size& s : kSizes) {
     for (nn::Precision p : {nn::Precision::f32, nn::Precision::bf16, nn::Precision::f16}) {
-      const std::string name = fmt::format("{}step_{}/ember/width:{}/depth:{}/batch:{}", prefix,
-                                           nn::precision_name(p), s.width, s.depth, s.batch);
-      benchmark::RegisterBenchmark(name.c_str(), train_step, device, s, p, false)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
-      if (!device.is_cuda()) continue;
+      // "<prefix><group>_<precision>/ember/width:<width>/depth:<depth>/batch:<batch>"
+      const auto add = [&](const char* group, bool graph) {
+        bench::register_ms(fmt::format("{}{}_{}/ember/width:{}/depth:{}/batch:{}", prefix, group,
+                                       nn::precision_name(p), s.width, s.depth, s.batch),
+                           train_step, device, s, p, graph);
+      };
+      add("step", false);
       // The same step as one CUDA graph launch (issue goal: the small MLP at 1.5x PyTorch's
       // CUDA-graph step; benchmarks/reference has PyTorch's).
-      const std::string graphed =
-          fmt::format("{}step_graph_{}/ember/width:{}/depth:{}/batch:{}", prefix,
-                      nn::precision_name(p), s.width, s.depth, s.batch);
-      benchmark::RegisterBenchmark(graphed.c_str(), train_step, device, s, p, true)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime();
+      if (device.is_cuda()) add("step_graph", true);
     }
   }
 }
@@ -103,13 +86,7 @@ void register_all(Device device, const std::string& prefix) {
 
 int main(int argc, char** argv) {
   register_all(Device::cpu(), "cpu_");
-  std::string why;
-  if (default_device(&why).is_cuda()) {
-    register_all(Device::cuda(0), "cuda_");
-  } else {
-    std::printf("GPU benchmarks skipped: %s. Measuring the CPU backend.\n",
-                why.empty() ? "no CUDA device" : why.c_str());
-  }
+  if (bench::gpu_usable()) register_all(Device::cuda(0), "cuda_");
   return ember::bench::run_with_ratios(argc, argv, {},
                                        {{"cpu_step_bf16", "cpu_step_f32"},
                                         {"cpu_step_f16", "cpu_step_f32"},

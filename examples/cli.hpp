@@ -84,9 +84,22 @@ inline Setter device_option(std::string& out) {
 }
 
 // The options every spirals example has: --steps --depth --width --batch --lr --classes --points
-// --log-every --seed, into the fields of those names.
-template <class Config>
-void add_spiral_options(std::map<std::string_view, Setter>& options, Config& c) {
+// --seed --log-every. An example's Config derives from it and gives its own defaults for the
+// sizes, e.g. Config() : SpiralConfig{.steps = 600, .depth = 8, ...} {}.
+struct SpiralConfig {
+  int64_t steps = 1;
+  int64_t depth = 1;
+  int64_t width = 1;
+  int64_t batch = 1;
+  double lr = 2e-3;
+  int64_t classes = 10;
+  int64_t points = 2000;  // per class
+  uint64_t seed = 1;
+  int64_t log_every = 1;
+};
+
+// The options of SpiralConfig, into its fields.
+inline void add_spiral_options(std::map<std::string_view, Setter>& options, SpiralConfig& c) {
   options["--steps"] = int_option("--steps", c.steps, 1);
   options["--depth"] = int_option("--depth", c.depth, 0);
   options["--width"] = int_option("--width", c.width, 1);

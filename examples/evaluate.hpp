@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "ember/ember.hpp"
@@ -26,6 +27,11 @@ inline double accuracy(ember::nn::Module& model, const ember::data::Dataset& dat
     correct += static_cast<int64_t>(hits.item());
   }
   return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+}
+
+// An Error when the loss of `step` is not finite.
+inline void check_loss(double loss, int64_t step) {
+  EMBER_CHECK(std::isfinite(loss), "the loss is {} at step {}: training diverged", loss, step);
 }
 
 }  // namespace example

@@ -44,6 +44,14 @@ inline void check_save_options(const SaveConfig& c) {
   }
 }
 
+// The spirals options a bitwise continuation depends on (--steps --batch --lr --classes --points
+// --seed), as SavedStates' `options`; an example adds its own.
+inline std::map<std::string, std::string> spiral_save_options(const SpiralConfig& c) {
+  return {{"steps", std::to_string(c.steps)},   {"batch", std::to_string(c.batch)},
+          {"lr", fmt::format("{}", c.lr)},      {"classes", std::to_string(c.classes)},
+          {"points", std::to_string(c.points)}, {"seed", std::to_string(c.seed)}};
+}
+
 // An example's training state (model, optimizer, scaler, progress) with saves, resume and
 // the preemption guard when --save-dir is given; nothing otherwise.
 class SavedStates {

@@ -31,21 +31,14 @@ using example::percent_or_none;
 using example::Setter;
 using example::UsageError;
 
-struct Config {
+struct Config : example::SpiralConfig {
+  // --batch: samples per rank and step.
+  Config() : SpiralConfig{.steps = 300, .depth = 4, .width = 128, .batch = 64, .log_every = 100} {}
   int workers = -1;                      // data::Loader's threads; -1: its default
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
-  int64_t steps = 300;
-  int64_t depth = 4;
-  int64_t width = 128;
-  int64_t batch = 64;  // per rank and step
   int64_t accumulate = 1;
-  double lr = 2e-3;
   double dropout = 0.05;
   double bucket_mb = 25;
-  int64_t classes = 10;
-  int64_t points = 2000;
-  uint64_t seed = 1;
-  int64_t log_every = 100;
   std::string checkpoint = "none";
   std::string amp = "f32";
   std::string device = "auto";
@@ -205,16 +198,11 @@ int run(const Config& c) {
   Tensor loss_sum = Tensor::zeros({1}, DType::f32, stream);
 
   // Training state: rank 0 writes the replicated part, each rank its data position.
-  example::SavedStates saves(c.save, *ddp, optimizer, scaler,
-                             {{"steps", std::to_string(c.steps)},
-                              {"batch", std::to_string(c.batch)},
-                              {"accumulate", std::to_string(c.accumulate)},
-                              {"lr", fmt::format("{}", c.lr)},
-                              {"dropout", fmt::format("{}", c.dropout)},
-                              {"classes", std::to_string(c.classes)},
-                              {"points", std::to_string(c.points)},
-                              {"seed", std::to_string(c.seed)},
-                              {"amp", c.amp}},
+  std::map<std::string, std::string> saved_options = example::spiral_save_options(c);
+  saved_options.insert({{"accumulate", std::to_string(c.accumulate)},
+                        {"dropout", fmt::format("{}", c.dropout)},
+                        {"amp", c.amp}});
+  example::SavedStates saves(c.save, *ddp, optimizer, scaler, saved_options,
                              dist::save_group(*comm));
   int64_t first_step = 1;
   if (const auto resumed = saves.resume(say)) {
@@ -286,8 +274,7 @@ int run(const Config& c) {
       comm->all_reduce(stream, loss_sum, dist::ReduceOp::avg).wait(stream);
       loss_value = loss_sum.item() / static_cast<double>(interval_steps * c.accumulate);
       loss_sum.fill_(0.0);
-      EMBER_CHECK(std::isfinite(loss_value), "the loss is {} at step {}: training diverged",
-                  loss_value, step);
+      example::check_loss(loss_value, step);
       if (rank == 0) {
         ddp->eval();
         val_acc = example::accuracy(*ddp, validation, stream, 1024, precision);

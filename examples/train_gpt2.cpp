@@ -28,6 +28,7 @@
 #include "allocation_trace.hpp"
 #include "cli.hpp"
 #include "ember/ember.hpp"
+#include "evaluate.hpp"
 #include "observability.hpp"
 #include "resume.hpp"
 
@@ -635,8 +636,7 @@ int run(const Config& c) {
     profiler.phase(train::StepPhase::other);
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);
     profiler.end_step();
-    EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
-                step);
+    example::check_loss(last_loss, step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
     total_seconds += seconds;

@@ -35,20 +35,13 @@ using example::percent_or_none;
 using example::Setter;
 using example::UsageError;
 
-struct Config {
+struct Config : example::SpiralConfig {
+  Config()
+      : SpiralConfig{.steps = 2000, .depth = 4, .width = 256, .batch = 128, .log_every = 250} {}
   int workers = -1;                      // data::Loader's threads; -1: its default
   bool cuda_graph = false;               // --cuda-graph: each step one graph launch
   example::ObservabilityConfig observe;  // --trace, --metrics-port, --metrics-file
-  int64_t steps = 2000;
-  int64_t depth = 4;
-  int64_t width = 256;
-  int64_t batch = 128;
-  double lr = 2e-3;
   double weight_decay = 1e-4;
-  int64_t log_every = 250;
-  uint64_t seed = 1;
-  int64_t classes = 10;
-  int64_t points = 2000;  // per class
   std::string activation = "relu";
   std::string data_dir;  // empty: spirals
   std::string device = "auto";
@@ -232,17 +225,12 @@ int run(const Config& c) {
 
   // Training state: the model, AdamW's moments and step, the scaler, and where the data is; the
   // options a bitwise continuation depends on are saved with it.
-  example::SavedStates saves(c.save, *model, optimizer, scaler,
-                             {{"steps", std::to_string(c.steps)},
-                              {"batch", std::to_string(c.batch)},
-                              {"lr", fmt::format("{}", c.lr)},
-                              {"weight_decay", fmt::format("{}", c.weight_decay)},
-                              {"seed", std::to_string(c.seed)},
-                              {"classes", std::to_string(c.classes)},
-                              {"points", std::to_string(c.points)},
-                              {"data", c.data_dir},
-                              {"activation", c.activation},
-                              {"amp", c.amp}});
+  std::map<std::string, std::string> saved_options = example::spiral_save_options(c);
+  saved_options.insert({{"weight_decay", fmt::format("{}", c.weight_decay)},
+                        {"data", c.data_dir},
+                        {"activation", c.activation},
+                        {"amp", c.amp}});
+  example::SavedStates saves(c.save, *model, optimizer, scaler, saved_options);
   int64_t first_step = 1;
   if (const auto resumed = saves.resume([](const std::string& line) {
         std::fputs(line.c_str(), line.starts_with("warning") ? stderr : stdout);

@@ -26,19 +26,11 @@ namespace {
 using example::percent_or_none;
 using example::Setter;
 
-struct Config {
-  int64_t steps = 600;
-  int64_t depth = 8;
-  int64_t width = 128;
+struct Config : example::SpiralConfig {
+  Config() : SpiralConfig{.steps = 600, .depth = 8, .width = 128, .batch = 256, .log_every = 100} {}
   int64_t expansion = 4;
-  int64_t batch = 256;
   int64_t accumulate = 1;
-  double lr = 2e-3;
   double dropout = 0.05;
-  int64_t classes = 10;
-  int64_t points = 2000;
-  uint64_t seed = 1;
-  int64_t log_every = 100;
   std::string checkpoint = "none";  // none, full, selective, auto:<MiB>
   std::string amp = "f32";
   std::string device = "auto";
@@ -218,8 +210,7 @@ int run(const Config& c) {
     last_loss = loss_sum.item() / static_cast<double>(c.accumulate);  // waits for the step
     profiler.end_step();
     if (step == 1) first_loss = last_loss;
-    EMBER_CHECK(std::isfinite(last_loss), "the loss is {} at step {}: training diverged", last_loss,
-                step);
+    example::check_loss(last_loss, step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     interval_seconds += seconds;
     total_seconds += seconds;

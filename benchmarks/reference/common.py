@@ -3,6 +3,7 @@
 Each script prints lines {"bench": ..., "name": ..., "value": ..., "unit": ...}; compare.py pairs
 them with ember's figures for the same work.
 """
+import argparse
 import json
 import os
 import time
@@ -14,6 +15,20 @@ def setup_threads():
     """As many intra-op threads as ember uses: EMBER_NUM_THREADS, else OMP_NUM_THREADS, else all."""
     n = os.environ.get("EMBER_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
     torch.set_num_threads(int(n) if n else os.cpu_count())
+
+
+def argument_parser():
+    """An ArgumentParser with --min-time, the seconds each seconds_per_call measures."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--min-time", type=float, default=0.5)
+    return parser
+
+
+def parse_args(parser):
+    """parser.parse_args(), then setup_threads()."""
+    args = parser.parse_args()
+    setup_threads()
+    return args
 
 
 def seconds_per_call(fn, min_time=0.5, warmup=2):

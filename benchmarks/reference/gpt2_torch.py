@@ -4,7 +4,6 @@ backward, fused AdamW with beta2 0.95) in f32 and under CPU bf16 autocast, with
 F.scaled_dot_product_attention; eager, and torch.compile'd with --compile. Tokens/s, named as
 bench_gpt2's rows. With --device cuda: bench_gpt2's GPU cases under CUDA bf16 autocast (f32 keeps
 PyTorch's default: no TF32, as ember)."""
-import argparse
 import math
 import re
 import sys
@@ -12,7 +11,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from common import emit, seconds_per_call, setup_threads
+from common import argument_parser, emit, parse_args, seconds_per_call
 
 # `padded`: the table's rows, as ember's make_gpt and nanoGPT pad GPT-2's 50257 tokens to 50304
 # (nanoGPT trains the padding as classes no target names; ember masks them: the same products).
@@ -66,15 +65,13 @@ class Gpt(torch.nn.Module):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--min-time", type=float, default=0.5)
+    parser = argument_parser()
     parser.add_argument("--compile", action="store_true", help="also torch.compile'd")
     parser.add_argument("--compile-rows", default="",
                         help="a regex: compile only the rows it matches (compiling takes minutes)")
     parser.add_argument("--models", default="small|d12", help="|-separated: small, d12")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    args = parser.parse_args()
-    setup_threads()
+    args = parse_args(parser)
     dev = args.device
     for model_name, seq, batch in CASES[dev]:
         if model_name not in args.models.split("|"):

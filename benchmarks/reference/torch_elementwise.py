@@ -1,21 +1,18 @@
 """bench_elementwise's work in PyTorch: y = relu(x * 0.5 + bias) over [N / 1024, 1024] f32, bias a
 row; eager (three kernels) and torch.compile'd (one fused loop), and y.copy_(x), in GB/s counting
 8 bytes per element (4 read, 4 written) as bench_elementwise does."""
-import argparse
 
 import torch
 
-from common import emit, seconds_per_call, setup_threads
+from common import argument_parser, emit, parse_args, seconds_per_call
 
 SIZES = [1 << 18, 1 << 22, 1 << 24, 1 << 26]
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--min-time", type=float, default=0.5)
+    parser = argument_parser()
     parser.add_argument("--no-compile", action="store_true")
-    args = parser.parse_args()
-    setup_threads()
+    args = parse_args(parser)
     compiled = None if args.no_compile else torch.compile(lambda x, b: torch.relu(x * 0.5 + b))
     for n in SIZES:
         x = torch.empty(n // 1024, 1024).uniform_(-1, 1)

@@ -1,20 +1,16 @@
 """PyTorch's CPU GEMM on bench_matmul's CPU shapes (C = A @ B, A [M, K], B [K, N]) in GFLOP/s:
 f32 (MKL or oneDNN, whichever PyTorch dispatches to) and bf16 (oneDNN)."""
-import argparse
 
 import torch
 
-from common import emit, seconds_per_call, setup_threads
+from common import argument_parser, emit, parse_args, seconds_per_call
 
 SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
           (1024, 768, 3072), (4096, 1024, 256)]
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--min-time", type=float, default=0.5)
-    args = parser.parse_args()
-    setup_threads()
+    args = parse_args(argument_parser())
     torch.manual_seed(0)
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         for m, n, k in SHAPES:

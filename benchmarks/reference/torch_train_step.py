@@ -3,11 +3,10 @@ ReLU, cross-entropy, AdamW with fused=True, as the issue's goal names) at the sa
 batches, f32 and bf16 autocast, in samples/s. With --device cuda, on the GPU, and with --graph
 also the whole step (forward, backward, capturable fused AdamW) replayed as one CUDA graph: the
 cuda_step_graph_* rows, PyTorch's fastest way to run this step."""
-import argparse
 
 import torch
 
-from common import emit, seconds_per_call, setup_threads
+from common import argument_parser, emit, parse_args, seconds_per_call
 from models import mlp, optimizer_variant, train_step_fn
 
 SIZES = [(256, 4, 128), (512, 4, 256), (1024, 4, 512), (2048, 4, 512)]
@@ -37,13 +36,11 @@ def graphed_step(model, dtype, x, y):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--min-time", type=float, default=0.5)
+    parser = argument_parser()
     parser.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "forloop"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--graph", action="store_true", help="cuda: also the CUDA-graph step")
-    args = parser.parse_args()
-    setup_threads()
+    args = parse_args(parser)
     for width, depth, batch in SIZES:
         for dtype in ("f32", "bf16"):
             torch.manual_seed(1)

@@ -471,6 +471,30 @@ ddp_args=(--device cuda)  # its default 300 steps even with --quick: 100 reach o
 mlp_min=90 resmlp_min=85 ddp_min=80
 
 resmlp_none_loss=""
+# The losses and validation accuracy of LOG's "done:" line ("2.3022 -> 0.0812 98.10%"); nothing
+# when LOG is missing.
+done_losses() {
+  sed -nE 's/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p' "$1" \
+    2>/dev/null | head -n 1
+}
+# After a --cuda-graph run's train_step PASSed: a graph replayed (LOG's "cuda graph:" line says
+# so) and its losses GRAPHED are EAGER's, those of the same run without a graph (AS names it;
+# EAGER is empty when that run has no log); DIFFERS is the detail when they are not.
+check_graph_run() {  # check_graph_run LOG GRAPHED EAGER AS DIFFERS
+  local graph_line
+  graph_line="$(grep -m 1 '^cuda graph: ' "$1" | cut -c 13-130)"
+  if ! grep -q 'replayed' <<<"$graph_line"; then
+    res=FAIL
+    detail="no graph replayed:${graph_line:- no cuda graph line}"
+  elif [ -z "$3" ]; then
+    detail="$detail;${graph_line}; no eager run to compare with"
+  elif [ "$2" = "$3" ]; then
+    detail="$detail;${graph_line}; same losses as $4"
+  else
+    res=FAIL
+    detail="$5"
+  fi
+}
 step_train_mlp() { train_step "$1" "$mlp_min" "${bin[train_mlp]}" "${mlp_args[@]}" --amp "${1#train_mlp_}"; }
 # The whole step as one CUDA graph: replay gives the eager run's losses and accuracy, bitwise
 # (the same run as train_mlp_<amp>, whose log this compares with when it ran).
@@ -478,23 +502,11 @@ step_train_mlp_graph() {
   local amp="${1#train_mlp_graph_}"
   train_step "$1" "$mlp_min" "${bin[train_mlp]}" "${mlp_args[@]}" --amp "$amp" --cuda-graph
   [ "$res" = PASS ] || return 0
-  local pattern='s/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p'
   local graphed eager
-  graphed="$(grep '^done: ' "$logs/$1.log" | sed -nE "$pattern")"
-  eager="$(grep -s '^done: ' "$logs/train_mlp_$amp.log" | sed -nE "$pattern")"
-  local graph_line
-  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/$1.log" | cut -c 13-130)"
-  if ! grep -q 'replayed' <<<"$graph_line"; then
-    res=FAIL
-    detail="no graph replayed:${graph_line:- no cuda graph line}"
-  elif [ -z "$eager" ]; then
-    detail="$detail; no eager run to compare with"
-  elif [ "$graphed" = "$eager" ]; then
-    detail="$detail;${graph_line}; same losses as eager"
-  else
-    res=FAIL
-    detail="losses differ from eager's ($eager): $graphed"
-  fi
+  graphed="$(done_losses "$logs/$1.log")"
+  eager="$(done_losses "$logs/train_mlp_$amp.log")"
+  check_graph_run "$logs/$1.log" "$graphed" "$eager" eager \
+    "losses differ from eager's ($eager): $graphed"
 }
 step_train_resmlp() {
   local mode="${1#train_resmlp_}"
@@ -502,8 +514,7 @@ step_train_resmlp() {
   [ "$res" = PASS ] || return 0
   # Checkpointing recomputes bitwise: the same losses and accuracy as without it.
   local losses
-  losses="$(sed -nE 's/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p' \
-            "$logs/$1.log" | head -n 1)"
+  losses="$(done_losses "$logs/$1.log")"
   if [ "$mode" = none ]; then
     resmlp_none_loss="$losses"
   elif [ -n "$resmlp_none_loss" ]; then
@@ -519,21 +530,10 @@ step_train_resmlp_graph() {
   train_step train_resmlp_graph "$resmlp_min" "${bin[train_resmlp]}" "${resmlp_args[@]}" \
     --checkpoint none --cuda-graph
   [ "$res" = PASS ] || return 0
-  local losses graph_line
-  losses="$(sed -nE 's/.*loss ([0-9.]+ -> [0-9.]+), validation accuracy +([0-9.]+%).*/\1 \2/p' \
-            "$logs/train_resmlp_graph.log" | head -n 1)"
-  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/train_resmlp_graph.log" | cut -c 13-130)"
-  if ! grep -q 'replayed' <<<"$graph_line"; then
-    res=FAIL
-    detail="no graph replayed:${graph_line:- no cuda graph line}"
-  elif [ -z "$resmlp_none_loss" ]; then
-    detail="$detail;${graph_line}; no eager run to compare with"
-  elif [ "$losses" = "$resmlp_none_loss" ]; then
-    detail="$detail;${graph_line}; same losses as none"
-  else
-    res=FAIL
-    detail="losses differ from none's ($resmlp_none_loss): $losses"
-  fi
+  local losses
+  losses="$(done_losses "$logs/train_resmlp_graph.log")"
+  check_graph_run "$logs/train_resmlp_graph.log" "$losses" "$resmlp_none_loss" none \
+    "losses differ from none's ($resmlp_none_loss): $losses"
 }
 step_train_ddp() { train_step train_ddp "$ddp_min" "${bin[train_ddp]}" "${ddp_args[@]}"; }
 
@@ -581,21 +581,11 @@ step_train_gpt2_d12_graph() {
   gpt2_step train_gpt2_d12_graph --seq 1024 --batch 8 --amp bf16 --steps "$steps" --log-every 10 \
     --eval-every 1000 --cuda-graph
   [ "$res" = PASS ] || return 0
-  local graph_line graphed eager
-  graph_line="$(grep -m 1 '^cuda graph: ' "$logs/train_gpt2_d12_graph.log" | cut -c 13-130)"
+  local graphed eager
   graphed="$(grep -oE '^step +[0-9]+ \| loss [0-9.]+' "$logs/train_gpt2_d12_graph.log")"
   eager="$(grep -soE '^step +[0-9]+ \| loss [0-9.]+' "$logs/train_gpt2_d12.log")"
-  if ! grep -q 'replayed' <<<"$graph_line"; then
-    res=FAIL
-    detail="no graph replayed:${graph_line:- no cuda graph line}"
-  elif [ -z "$eager" ]; then
-    detail="$detail;${graph_line}; no eager run to compare with"
-  elif [ "$graphed" = "$eager" ]; then
-    detail="$detail;${graph_line}; same losses as eager"
-  else
-    res=FAIL
-    detail="losses differ from train_gpt2_d12's: $(tr '\n' ' ' <<<"$graphed" | cut -c 1-200)"
-  fi
+  check_graph_run "$logs/train_gpt2_d12_graph.log" "$graphed" "$eager" eager \
+    "losses differ from train_gpt2_d12's: $(tr '\n' ' ' <<<"$graphed" | cut -c 1-200)"
 }
 step_train_gpt2_d12_cudnn() {
   local steps=30
