@@ -1,11 +1,11 @@
-// Launcher for src/core/fill.cuh, used by Tensor::fill_ on cuda devices: queued on the
+// Launcher for kernels/fill.cuh, used by Tensor::fill_ on cuda devices: queued on the
 // tensor's stream, no wait.
 #include <cstring>
 
 #include "cuda_backend.hpp"
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/launch.hpp"
-#include "fill.cuh"
+#include "ember/kernels/fill.cuh"  // core's one kernel: see tests/layers/check_layers.py
 
 namespace ember::cuda_backend {
 namespace {

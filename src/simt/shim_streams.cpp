@@ -201,6 +201,22 @@ CUstream_st* resolve(Streams& s, cudaStream_t handle) {
   return nullptr;
 }
 
+// What `read` returns of the streams' state, read under their mutex.
+template <class Read>
+auto under_lock(Read read) {
+  Streams& s = streams();
+  std::lock_guard lock(s.mutex);
+  return read(s);
+}
+
+// The live stream behind a handle that ember's own code passed to `call`: an Error otherwise.
+CUstream_st& live_stream(Streams& s, cudaStream_t handle, const char* call) {
+  CUstream_st* stream = resolve(s, handle);
+  EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
+              call, static_cast<const void*>(handle));
+  return *stream;
+}
+
 EventState* resolve(Streams& s, cudaEvent_t handle) {
   return s.events.contains(handle) ? handle->state.get() : nullptr;
 }
@@ -490,9 +506,7 @@ void submit_item(cudaStream_t handle, Item item, const char* call,
                  const std::string& what = {}) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
-  CUstream_st* stream = resolve(s, handle);
-  EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream (destroyed, or never created)",
-              call, static_cast<const void*>(handle));
+  CUstream_st* stream = &live_stream(s, handle, call);
   item.what = what;
   if (stream->capturing) {  // joins the graph: checked when a launch of it runs
     item.accesses = accesses;
@@ -531,51 +545,37 @@ void set_stream_options(const StreamOptions& options) {
 }
 
 StreamOptions stream_options() {
-  Streams& s = streams();
-  std::lock_guard lock(s.mutex);
-  return s.options;
+  return under_lock([](Streams& s) { return s.options; });
 }
 
 SyncCounts sync_counts() {
-  Streams& s = streams();
-  std::lock_guard lock(s.mutex);
-  return s.counts;
+  return under_lock([](Streams& s) { return s.counts; });
 }
 
 void hold_stream(cudaStream_t handle) {
   Streams& s = streams();
   std::lock_guard lock(s.mutex);
-  CUstream_st* stream = resolve(s, handle);
-  EMBER_CHECK(stream != nullptr, "hold_stream: {} is not a live stream",
-              static_cast<const void*>(handle));
-  stream->held = true;
+  live_stream(s, handle, "hold_stream").held = true;
 }
 
 void release_stream(cudaStream_t handle) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
-  CUstream_st* stream = resolve(s, handle);
-  EMBER_CHECK(stream != nullptr, "release_stream: {} is not a live stream",
-              static_cast<const void*>(handle));
-  stream->held = false;
+  live_stream(s, handle, "release_stream").held = false;
   pump(s, lock);
 }
 
 size_t pending_work(cudaStream_t handle) {
   Streams& s = streams();
   std::lock_guard lock(s.mutex);
-  CUstream_st* stream = resolve(s, handle);
-  EMBER_CHECK(stream != nullptr, "pending_work: {} is not a live stream",
-              static_cast<const void*>(handle));
-  return stream->backlog.size() + (stream->running ? 1 : 0);
+  const CUstream_st& stream = live_stream(s, handle, "pending_work");
+  return stream.backlog.size() + (stream.running ? 1 : 0);
 }
 
 namespace shim {
 
 bool stream_valid(cudaStream_t handle) {
-  Streams& s = streams();
-  std::lock_guard lock(s.mutex);
-  return resolve(s, handle) != nullptr;
+  return under_lock([&](Streams& s) { return resolve(s, handle) != nullptr; });
 }
 
 bool refuse_in_capture(cudaStream_t handle) {
@@ -591,9 +591,7 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
                      std::vector<Access> accesses) {
   Streams& s = streams();
   std::unique_lock lock(s.mutex);
-  CUstream_st* stream = resolve(s, handle);
-  EMBER_CHECK(stream != nullptr, "{}: stream {} is not a live stream", call,
-              static_cast<const void*>(handle));
+  CUstream_st* stream = &live_stream(s, handle, call);
   if (stream->capturing) invalidate_capture(stream);  // the wait below fails too
   ++s.counts.blocking_copies;
   stamp(s, *stream, accesses, call);
@@ -624,15 +622,11 @@ void submit_and_wait(cudaStream_t handle, std::function<void()> work, const char
 }
 
 uint64_t submissions() {
-  Streams& s = streams();
-  std::lock_guard lock(s.mutex);
-  return s.submissions;
+  return under_lock([](Streams& s) { return s.submissions; });
 }
 
 bool any_pending_work() {
-  Streams& s = streams();
-  std::lock_guard lock(s.mutex);
-  return !all_idle(s);
+  return under_lock([](Streams& s) { return !all_idle(s); });
 }
 
 }  // namespace shim

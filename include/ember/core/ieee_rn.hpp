@@ -13,72 +13,46 @@
 #include <cmath>
 #endif
 
+// EMBER_RN_PICK(on_gpu, on_host): the expression for the side being compiled.
+#if defined(__CUDA_ARCH__)
+#define EMBER_RN_PICK(on_gpu, on_host) on_gpu
+#else
+#define EMBER_RN_PICK(on_gpu, on_host) on_host
+#endif
+
 namespace ember::rn {
 
+// Single precision.
 EMBER_HOST_DEVICE EMBER_INLINE float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
+  return EMBER_RN_PICK(__fmul_rn(a, b), a * b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
+  return EMBER_RN_PICK(__fadd_rn(a, b), a + b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
+  return EMBER_RN_PICK(__fsub_rn(a, b), a - b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
+  return EMBER_RN_PICK(__fdiv_rn(a, b), a / b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE float sqrt(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
+  return EMBER_RN_PICK(__fsqrt_rn(a), std::sqrt(a));
 }
 
 // Double precision: each operation rounded once.
 EMBER_HOST_DEVICE EMBER_INLINE double dmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
+  return EMBER_RN_PICK(__dmul_rn(a, b), a * b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE double dsub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
+  return EMBER_RN_PICK(__dsub_rn(a, b), a - b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE double ddiv(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
+  return EMBER_RN_PICK(__ddiv_rn(a, b), a / b);
 }
 EMBER_HOST_DEVICE EMBER_INLINE double dsqrt(double a) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
+  return EMBER_RN_PICK(__dsqrt_rn(a), std::sqrt(a));
 }
 
 }  // namespace ember::rn
+
+#undef EMBER_RN_PICK

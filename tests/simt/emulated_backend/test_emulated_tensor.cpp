@@ -1,5 +1,5 @@
 // ember's CUDA backend in the emulated-CUDA build: Tensor on cuda devices runs
-// the backend's host code against the runtime shim and its kernels (fill.cuh)
+// the backend's host code against the runtime shim and its kernels (kernels/fill.cuh)
 // on the SIMT emulator.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
