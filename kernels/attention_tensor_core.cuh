@@ -41,6 +41,10 @@ inline constexpr int kRows = 16 * kWarps;  // query rows per block
 inline constexpr int kKeys = 64;           // keys per step
 static_assert(kRows == kKeys, "the query and key tiles share one loader");
 
+// Whether the operands' 16-bit type T is bf16 (else f16), as the mma instructions take it.
+template <class T>
+inline constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+
 // The head dims with a tensor-core kernel.
 constexpr bool supported_dim(int64_t dim) {
   return dim == 32 || dim == 64 || dim == 128;
@@ -59,13 +63,14 @@ struct alignas(16) SharedTiles {
   uint16_t v[kKeys * kLd<kD>];
 };
 
-// Copies rows row0 .. row0 + 63 of part `part` of head (b, h) of a [B, T, parts, H, D] tensor
-// (qkv: 3 parts, 0 q, 1 k, 2 v; out and dout: 1) into a shared tile, 16 bytes per copy (the
-// launcher checks the alignment), zeros past the sequence's end.
-template <int kD>
-__device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* x,
+// Copies rows row0 .. row0 + 63 of part `part` of head (b, h) of a [B, T, parts, H, D] tensor of
+// 16-bit T (qkv: 3 parts, 0 q, 1 k, 2 v; out and dout: 1) into a shared tile, 16 bytes per copy
+// (the launcher checks the alignment), zeros past the sequence's end.
+template <int kD, class T>
+__device__ __forceinline__ void load_tile(uint16_t* tile, const T* x,
                                           const attention_detail::Dims& s, int64_t b, int64_t h,
                                           int parts, int part, int64_t row0) {
+  static_assert(sizeof(T) == 2, "16-bit elements");
   constexpr int kChunks = kD / 8;
   for (int c = static_cast<int>(threadIdx.x); c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, chunk = c % kChunks;
@@ -76,6 +81,24 @@ __device__ __forceinline__ void load_tile(uint16_t* tile, const uint16_t* x,
     }
     *reinterpret_cast<map_detail::Bits128*>(tile + r * kLd<kD> + chunk * 8) = v;
   }
+}
+
+// Rows row0 .. row0 + 63 of head (b, h)'s keys into tiles.k and of its values into tiles.v.
+template <int kD, class T>
+__device__ __forceinline__ void load_keys_values(SharedTiles<kD>& tiles, const T* qkv,
+                                                 const attention_detail::Dims& s, int64_t b,
+                                                 int64_t h, int64_t row0) {
+  load_tile<kD>(tiles.k, qkv, s, b, h, 3, 1, row0);
+  load_tile<kD>(tiles.v, qkv, s, b, h, 3, 2, row0);
+}
+
+// The same rows of head (b, h)'s queries into tiles.k and of dout into tiles.v (the backward's).
+template <int kD, class T>
+__device__ __forceinline__ void load_queries_dout(SharedTiles<kD>& tiles, const T* qkv,
+                                                  const T* dout, const attention_detail::Dims& s,
+                                                  int64_t b, int64_t h, int64_t row0) {
+  load_tile<kD>(tiles.k, qkv, s, b, h, 3, 0, row0);
+  load_tile<kD>(tiles.v, dout, s, b, h, 1, 0, row0);
 }
 
 // Two f32 values rounded to the operand type, packed as an mma operand register (the lower
@@ -127,6 +150,15 @@ __device__ __forceinline__ void row_fragments(uint32_t (&a)[kD / 16][4], const u
         a[ks],
         &tile[(16 * at.warp + at.mat_row + 8 * at.half_lo) * kLd<kD> + (2 * ks + at.half_hi) * 8]);
   }
+}
+
+// The A fragments of both tiles: of tiles.k into from_k, of tiles.v into from_v.
+template <int kD>
+__device__ __forceinline__ void tile_fragments(uint32_t (&from_k)[kD / 16][4],
+                                               uint32_t (&from_v)[kD / 16][4],
+                                               const SharedTiles<kD>& tiles, const Lane& at) {
+  row_fragments<kD>(from_k, tiles.k, at);
+  row_fragments<kD>(from_v, tiles.v, at);
 }
 
 // acc[n] = the warp's rows (A fragments over the head dim) times the 64 rows of `tile`,
@@ -213,27 +245,21 @@ __device__ __forceinline__ void store_rows(T* dst, const float (&acc)[kD / 8][4]
 // out and lse for blocks of 64 query rows: blockIdx.x = (b * H + h) * row_blocks + row block.
 template <int kD, class T>
 __global__ void __launch_bounds__(attention_tc_detail::kThreads)
-    attention_forward_tc_kernel(const T* qkv_typed, T* out, float* lse, attention_detail::Dims s) {
+    attention_forward_tc_kernel(const T* qkv, T* out, float* lse, attention_detail::Dims s) {
   using namespace attention_tc_detail;
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kDFrags = kD / 8;  // n8 accumulator tiles of O per warp
   constexpr int kKeyFrags = kKeys / 8;
   static_assert(kD % 16 == 0 && kD <= 128, "head dims of whole k16 steps, registers for O");
   __shared__ SharedTiles<kD> tiles;
-  uint16_t* k_tile = tiles.k;
-  uint16_t* v_tile = tiles.v;
-
-  const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
   const Lane at;
-  const BlockPlace place(s);
-  const int64_t bh = place.bh, b = place.b, h = place.h, row0 = place.row0;
+  const auto [bh, b, h, row0] = BlockPlace(s);
   const int64_t warp_row0 = row0 + 16 * at.warp;
 
-  // The queries' A fragments, through k_tile before the first keys arrive.
+  // The queries' A fragments, through the key tile before the first keys arrive.
   uint32_t q[kD / 16][4];
-  load_tile<kD>(k_tile, qkv, s, b, h, 3, 0, row0);
+  load_tile<kD>(tiles.k, qkv, s, b, h, 3, 0, row0);
   __syncthreads();
-  row_fragments<kD>(q, k_tile, at);
+  row_fragments<kD>(q, tiles.k, at);
 
   float acc[kDFrags][4] = {};
   // Rows group and group + 8 of the warp's 16: running maximum and sum.
@@ -242,12 +268,11 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
   const int64_t key_end = s.causal ? (row0 + kRows < s.seq ? row0 + kRows : s.seq) : s.seq;
   for (int64_t key0 = 0; key0 < key_end; key0 += kKeys) {
     __syncthreads();  // every warp is done with the previous tiles (and the queries' copy)
-    load_tile<kD>(k_tile, qkv, s, b, h, 3, 1, key0);
-    load_tile<kD>(v_tile, qkv, s, b, h, 3, 2, key0);
+    load_keys_values<kD>(tiles, qkv, s, b, h, key0);
     __syncthreads();
 
     float score[kKeyFrags][4];
-    times_rows_transposed<kBf16, kD>(score, q, k_tile, at);
+    times_rows_transposed<kBf16<T>, kD>(score, q, tiles.k, at);
 
     // The online softmax, per row: scale, mask, the new maximum, the probabilities.
     float block_max[2] = {-std::numeric_limits<float>::infinity(),
@@ -280,7 +305,7 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
     for (int df = 0; df < kDFrags; ++df) {
       for (int e = 0; e < 4; ++e) acc[df][e] = rn::mul(acc[df][e], rescale[e / 2]);
     }
-    accumulate_times<kBf16, kD>(acc, score, v_tile, at);  // O += P V
+    accumulate_times<kBf16<T>, kD>(acc, score, tiles.v, at);  // O += P V
   }
 
   // out = acc / l, and the log-sum-exp, for the warp's rows inside the sequence.
@@ -306,25 +331,19 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
 // P, dP = dO V^T, dS, then dq += dS K; finally dq *= scale.
 template <int kD, class T>
 __global__ void __launch_bounds__(attention_tc_detail::kThreads, 2)  // sm_80 spilled at 168
-    attention_dq_tc_kernel(const T* qkv_typed, const T* dout_typed, const float* lse,
-                           const float* delta, T* dqkv, attention_detail::Dims s) {
+    attention_dq_tc_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
+                           T* dqkv, attention_detail::Dims s) {
   using namespace attention_tc_detail;
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kD % 16 == 0 && kD <= 64, "registers for q, dout and dq");
   __shared__ SharedTiles<kD> tiles;
-  const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
-  const auto* dout = reinterpret_cast<const uint16_t*>(dout_typed);
   const Lane at;
-  const BlockPlace place(s);
-  const int64_t bh = place.bh, b = place.b, h = place.h, row0 = place.row0;
+  const auto [bh, b, h, row0] = BlockPlace(s);
   const int64_t warp_row0 = row0 + 16 * at.warp;
 
   uint32_t q[kD / 16][4], g[kD / 16][4];
-  load_tile<kD>(tiles.k, qkv, s, b, h, 3, 0, row0);
-  load_tile<kD>(tiles.v, dout, s, b, h, 1, 0, row0);
+  load_queries_dout<kD>(tiles, qkv, dout, s, b, h, row0);
   __syncthreads();
-  row_fragments<kD>(q, tiles.k, at);
-  row_fragments<kD>(g, tiles.v, at);
+  tile_fragments<kD>(q, g, tiles, at);
   // Rows group and group + 8: their log-sum-exp and delta, as scalars (an array indexed in the
   // loops below went to local memory on sm_80).
   const int64_t i0 = warp_row0 + at.group, i1 = i0 + 8;
@@ -337,12 +356,11 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads, 2)  // sm_80 sp
   const int64_t key_end = s.causal ? (row0 + kRows < s.seq ? row0 + kRows : s.seq) : s.seq;
   for (int64_t key0 = 0; key0 < key_end; key0 += kKeys) {
     __syncthreads();
-    load_tile<kD>(tiles.k, qkv, s, b, h, 3, 1, key0);
-    load_tile<kD>(tiles.v, qkv, s, b, h, 3, 2, key0);
+    load_keys_values<kD>(tiles, qkv, s, b, h, key0);
     __syncthreads();
     float p[kKeys / 8][4], dp[kKeys / 8][4];
-    times_rows_transposed<kBf16, kD>(p, q, tiles.k, at);   // S = Q K^T
-    times_rows_transposed<kBf16, kD>(dp, g, tiles.v, at);  // dP = dO V^T
+    times_rows_transposed<kBf16<T>, kD>(p, q, tiles.k, at);   // S = Q K^T
+    times_rows_transposed<kBf16<T>, kD>(dp, g, tiles.v, at);  // dP = dO V^T
     for (int n = 0; n < kKeys / 8; ++n) {
       for (int e = 0; e < 4; ++e) {
         const int64_t i = warp_row0 + at.group + 8 * (e / 2), j = key0 + n * 8 + 2 * at.tig + e % 2;
@@ -353,7 +371,7 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads, 2)  // sm_80 sp
         dp[n][e] = masked ? 0.0f : rn::mul(prob, rn::sub(dp[n][e], e < 2 ? delta0 : delta1));
       }
     }
-    accumulate_times<kBf16, kD>(dq, dp, tiles.k, at);  // dq += dS K
+    accumulate_times<kBf16<T>, kD>(dq, dp, tiles.k, at);  // dq += dS K
   }
   store_rows<kD>(dqkv, dq, s.scale, warp_row0, s.seq, at,
                  [&](int64_t i) { return attention_detail::qkv_row(s, b, i, 0, h); });
@@ -364,33 +382,26 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads, 2)  // sm_80 sp
 // dP^T = V dO^T, dS^T, dk += dS^T Q; finally dk *= scale.
 template <int kD, class T>
 __global__ void __launch_bounds__(attention_tc_detail::kThreads)
-    attention_dkdv_tc_kernel(const T* qkv_typed, const T* dout_typed, const float* lse,
-                             const float* delta, T* dqkv, attention_detail::Dims s) {
+    attention_dkdv_tc_kernel(const T* qkv, const T* dout, const float* lse, const float* delta,
+                             T* dqkv, attention_detail::Dims s) {
   using namespace attention_tc_detail;
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   static_assert(kD % 16 == 0 && kD <= 64, "registers for k, v, dk and dv");
   __shared__ SharedTiles<kD> tiles;
   __shared__ float block_lse[kRows], block_delta[kRows];
-  const auto* qkv = reinterpret_cast<const uint16_t*>(qkv_typed);
-  const auto* dout = reinterpret_cast<const uint16_t*>(dout_typed);
   const Lane at;
-  const BlockPlace place(s);
-  const int64_t bh = place.bh, b = place.b, h = place.h, key0 = place.row0;
+  const auto [bh, b, h, key0] = BlockPlace(s);
   const int64_t warp_key0 = key0 + 16 * at.warp;
 
   uint32_t k[kD / 16][4], v[kD / 16][4];
-  load_tile<kD>(tiles.k, qkv, s, b, h, 3, 1, key0);
-  load_tile<kD>(tiles.v, qkv, s, b, h, 3, 2, key0);
+  load_keys_values<kD>(tiles, qkv, s, b, h, key0);
   __syncthreads();
-  row_fragments<kD>(k, tiles.k, at);
-  row_fragments<kD>(v, tiles.v, at);
+  tile_fragments<kD>(k, v, tiles, at);
 
   float dk[kD / 8][4] = {}, dv[kD / 8][4] = {};
   // Causal: query blocks from the one holding key0 (query and key blocks are both 64 long).
   for (int64_t row0 = s.causal ? key0 : 0; row0 < s.seq; row0 += kRows) {
     __syncthreads();  // every warp is done with the previous tiles (and k and v's)
-    load_tile<kD>(tiles.k, qkv, s, b, h, 3, 0, row0);   // Q
-    load_tile<kD>(tiles.v, dout, s, b, h, 1, 0, row0);  // dO
+    load_queries_dout<kD>(tiles, qkv, dout, s, b, h, row0);
     for (int r = static_cast<int>(threadIdx.x); r < kRows; r += kThreads) {
       const int64_t i = row0 + r;
       block_lse[r] = i < s.seq ? lse[bh * s.seq + i] : 0.0f;
@@ -398,8 +409,8 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
     }
     __syncthreads();
     float p[kRows / 8][4], ds[kRows / 8][4];
-    times_rows_transposed<kBf16, kD>(p, k, tiles.k, at);   // S^T = K Q^T
-    times_rows_transposed<kBf16, kD>(ds, v, tiles.v, at);  // dP^T = V dO^T
+    times_rows_transposed<kBf16<T>, kD>(p, k, tiles.k, at);   // S^T = K Q^T
+    times_rows_transposed<kBf16<T>, kD>(ds, v, tiles.v, at);  // dP^T = V dO^T
     for (int n = 0; n < kRows / 8; ++n) {
       for (int e = 0; e < 4; ++e) {
         const int c = n * 8 + 2 * at.tig + e % 2;
@@ -411,8 +422,8 @@ __global__ void __launch_bounds__(attention_tc_detail::kThreads)
         ds[n][e] = masked ? 0.0f : rn::mul(prob, rn::sub(ds[n][e], block_delta[c]));
       }
     }
-    accumulate_times<kBf16, kD>(dv, p, tiles.v, at);   // dv += P^T dO
-    accumulate_times<kBf16, kD>(dk, ds, tiles.k, at);  // dk += dS^T Q
+    accumulate_times<kBf16<T>, kD>(dv, p, tiles.v, at);   // dv += P^T dO
+    accumulate_times<kBf16<T>, kD>(dk, ds, tiles.k, at);  // dk += dS^T Q
   }
   store_rows<kD>(dqkv, dk, s.scale, warp_key0, s.seq, at,
                  [&](int64_t j) { return attention_detail::qkv_row(s, b, j, 1, h); });

@@ -8,13 +8,11 @@
 
 #include "ember/kernels/layer_norm_math.cuh"
 #include "ember/kernels/reduce_common.cuh"
+#include "ember/kernels/row_teams.cuh"
 
 namespace ember::kernels {
 
 namespace layer_norm_detail {
-inline constexpr int kThreads = 256;
-inline constexpr int64_t kWarpRowMaxCols = 1024;
-inline constexpr int kWarpRowsPerBlock = kThreads / 32;
 inline constexpr int kColumnThreads = 256;  // columns per block of the dgamma/dbeta sums
 inline constexpr int kFinishWarps = 8;      // warps per block of their finishing sums
 inline constexpr int kFinishTile = 64;      // chunks of partials per shared-memory tile
@@ -27,7 +25,7 @@ __device__ __forceinline__ float load_f32(const T* p, int64_t i) {
 
 // Rows are grid-strided by teams; threadIdx.x is the lane in the team, threadIdx.y the team.
 template <int kTeam, class TIn, class TOut>
-__global__ void __launch_bounds__(layer_norm_detail::kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     layer_norm_forward_kernel(const TIn* x, TOut* y, const float* gamma, const float* beta,
                               float* mean, float* rstd, float eps, int64_t rows, int64_t cols) {
   namespace math = layer_norm_math;
@@ -59,7 +57,7 @@ __global__ void __launch_bounds__(layer_norm_detail::kThreads)
 }
 
 template <int kTeam, class TX, class TDy, class TDx>
-__global__ void __launch_bounds__(layer_norm_detail::kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     layer_norm_input_grad_kernel(const TX* x, const TDy* dy, const float* gamma, const float* mean,
                                  const float* rstd, TDx* dx, int64_t rows, int64_t cols) {
   namespace math = layer_norm_math;

@@ -36,6 +36,7 @@ using ops::detail::MapInput;
 using ops::detail::MapKind;
 using ops::detail::MapOutput;
 
+// 128- and 64-bit words, and a float's bits and back.
 #if defined(EMBER_SIMT)
 struct alignas(16) Bits128 {
   uint32_t x, y, z, w;
@@ -43,26 +44,22 @@ struct alignas(16) Bits128 {
 struct alignas(8) Bits64 {
   uint32_t x, y;
 };
+__device__ __forceinline__ float bits_to_float(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
+__device__ __forceinline__ uint32_t float_to_bits(float v) {
+  return std::bit_cast<uint32_t>(v);
+}
 #else
 using Bits128 = uint4;
 using Bits64 = uint2;
-#endif
-
 __device__ __forceinline__ float bits_to_float(uint32_t u) {
-#if defined(EMBER_SIMT)
-  return std::bit_cast<float>(u);
-#else
   return __uint_as_float(u);
-#endif
 }
-
 __device__ __forceinline__ uint32_t float_to_bits(float v) {
-#if defined(EMBER_SIMT)
-  return std::bit_cast<uint32_t>(v);
-#else
   return __float_as_uint(v);
-#endif
 }
+#endif
 
 __device__ __forceinline__ int element_size(DType t) {
   return t == DType::f32 ? 4 : (t == DType::u8 ? 1 : 2);

@@ -9,25 +9,22 @@
 //   dlogits[j] = (p[j] - [j == label]) * f32(dloss / B).
 // Every exponent is <= 0, so nothing overflows even for logits of 1e30, and -inf gets p = 0.
 //
-// A row belongs to a team of threads: one warp for C <= kWarpRowMaxCols (a lane then makes at
-// most 32 steps per pass over the row, and 8 rows share a block), else a block of 256 threads
-// (wide rows, of which there are usually few, still spread over a whole SM). The forward reads a
-// row three times (max, sum, write) and recomputes e^(x - m) instead of storing it: the row is in
-// L1/L2 by then, and the same expression gives the same bits both times.
+// A row belongs to a team of threads (row_teams.cuh): one warp for C <= kWarpRowMaxCols (a lane
+// then makes at most 32 steps per pass over the row, and 8 rows share a block), else a block of 256
+// threads (wide rows, of which there are usually few, still spread over a whole SM). The forward
+// reads a row three times (max, sum, write) and recomputes e^(x - m) instead of storing it: the row
+// is in L1/L2 by then, and the same expression gives the same bits both times.
 #pragma once
 
 #include <cstdint>
 
 #include "ember/kernels/index_check.cuh"
 #include "ember/kernels/reduce_common.cuh"
+#include "ember/kernels/row_teams.cuh"
 
 namespace ember::kernels {
 
 namespace softmax_detail {
-
-inline constexpr int kThreads = 256;
-inline constexpr int64_t kWarpRowMaxCols = 1024;
-inline constexpr int kWarpRowsPerBlock = kThreads / 32;
 
 // The larger of m and v, nan when either is (the CPU's max_nan).
 __device__ __forceinline__ float max_nan(float m, float v) {
@@ -69,7 +66,7 @@ __device__ __forceinline__ RowStats row_stats(const T* x, int64_t cols, int64_t 
 // for block teams). probs may be exactly the logits (f32, in-place): thread 0 reads x[label]
 // before a team barrier, and each thread of the last pass reads x[j] before it writes p[j].
 template <int kTeam, class T>
-__global__ void __launch_bounds__(softmax_detail::kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     softmax_xent_forward_kernel(const T* logits, const void* labels, bool labels_i64, int64_t rows,
                                 int64_t cols, float* probs, double* row_loss) {
   const int64_t first = threadIdx.x;
@@ -95,7 +92,7 @@ __global__ void __launch_bounds__(softmax_detail::kThreads)
 // the logits, in their dtype (each thread reads x[j] before it writes it; thread 0 read x[label]
 // before the barrier). The [rows, cols] probabilities are never kept.
 template <int kTeam, class T>
-__global__ void __launch_bounds__(softmax_detail::kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     softmax_xent_fused_kernel(T* logits, const void* labels, bool labels_i64, int64_t rows,
                               int64_t cols, const float* scale, double* row_loss) {
   const int64_t first = threadIdx.x;
@@ -164,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
 // equals the row's label (when correct is not null). The count is an integer atomic: exact, so
 // the total does not depend on the order the rows finish in.
 template <int kTeam, class T>
-__global__ void __launch_bounds__(softmax_detail::kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     argmax_kernel(const T* x, int64_t rows, int64_t cols, void* out, bool out_i64,
                   const void* labels, bool labels_i64, unsigned long long* correct) {
   const PickBest pick;

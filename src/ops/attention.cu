@@ -83,13 +83,6 @@ Dims check_forward_operands(std::string_view op, const Stream& stream, const Ten
 
 // ---- CPU ---------------------------------------------------------------------------------------
 
-// f(b, h) for every head of every batch entry, as parallel tasks (cpu_tasks.hpp: a head's GEMMs
-// run single-threaded, so results do not depend on the thread count).
-template <class F>
-void for_each_head(const Dims& s, F&& f) {
-  cpu::parallel_tasks(s.batch * s.heads, [&](int64_t bh) { f(bh / s.heads, bh % s.heads); });
-}
-
 // The CPU computes a head with GEMMs (the CPU GEMM engine, single-threaded per head), in blocks
 // of kQueryBlock query rows: block [r0, r0 + rows) sees keys [0, r0 + rows) when causal (the
 // keys beyond are masked for all its rows: no work) and all keys otherwise. Per block: the scores
@@ -108,6 +101,24 @@ int64_t keys_of_block(const Dims& s, int64_t r0, int64_t rows) {
   return s.causal ? r0 + rows : s.seq;
 }
 
+// f(r0, rows, keys) for each query block [r0, r0 + rows), which computes `keys` keys.
+template <class F>
+void for_each_query_block(const Dims& s, F&& f) {
+  for (int64_t r0 = 0; r0 < s.seq; r0 += kQueryBlock) {
+    const int64_t rows = std::min(kQueryBlock, s.seq - r0);
+    f(r0, rows, keys_of_block(s, r0, rows));
+  }
+}
+
+// f(c0, cols, first) for each block of keys [c0, c0 + cols), which the query rows from `first`
+// on see.
+template <class F>
+void for_each_key_block(const Dims& s, F&& f) {
+  for (int64_t c0 = 0; c0 < s.seq; c0 += kQueryBlock) {
+    f(c0, std::min(kQueryBlock, s.seq - c0), s.causal ? c0 : 0);
+  }
+}
+
 // Rows [T, D] of part `part` of head h of entry b of a [B, T, P, H, D] tensor (P = 3 for qkv,
 // 1 for out) as contiguous f32, and the rounding store back.
 void load_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
@@ -123,6 +134,15 @@ void store_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int pa
   for (int64_t i = 0; i < s.seq; ++i) {
     const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
     cpu::write_f32(t.data, t.dtype, begin, s.dim, rows + i * s.dim);
+  }
+}
+// The same rows of a 16-bit tensor as they are (the 16-bit path below).
+void load_rows(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
+               uint16_t* rows) {
+  for (int64_t i = 0; i < s.seq; ++i) {
+    const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
+    const auto* src = static_cast<const uint16_t*>(t.data) + begin;
+    std::copy(src, src + s.dim, rows + i * s.dim);
   }
 }
 
@@ -215,22 +235,37 @@ struct HeadBuffers {
   }
 };
 
+// f(b, h, buffers) for every head of every batch entry, as parallel tasks (cpu_tasks.hpp: a
+// head's GEMMs run single-threaded, so results do not depend on the thread count). `buffers` are
+// the calling thread's (HeadBuffers or HeadBuffers16, one set per call site), sized for the
+// forward or the backward, with the head's queries, keys and values in q, k and v.
+template <class Buffers, class F>
+void for_each_head(const TensorView& qkv, const Dims& s, bool backward, F&& f) {
+  cpu::parallel_tasks(s.batch * s.heads, [&](int64_t bh) {
+    thread_local Buffers buffers;
+    const int64_t b = bh / s.heads, h = bh % s.heads;
+    buffers.size(s, backward);
+    load_rows(qkv, s, b, h, 3, 0, buffers.q.data());
+    load_rows(qkv, s, b, h, 3, 1, buffers.k.data());
+    load_rows(qkv, s, b, h, 3, 2, buffers.v.data());
+    f(b, h, buffers);
+  });
+}
+
+// Head (b, h)'s log-sum-exps in lse [B, H, T].
+float* head_lse(const TensorView& lse, const Dims& s, int64_t b, int64_t h) {
+  return static_cast<float*>(lse.data) + (b * s.heads + h) * s.seq;
+}
+
 void forward_cpu(const TensorView& out, const TensorView& lse, const TensorView& qkv,
                  const Dims& s) {
   const CpuGemmEngine engine = cpu_gemm_engine();
-  const int64_t t = s.seq, d = s.dim;
-  for_each_head(s, [&](int64_t b, int64_t h) {
-    thread_local HeadBuffers buffers;
-    buffers.size(s, false);
-    float *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
-    load_rows(qkv, s, b, h, 3, 0, q);
-    load_rows(qkv, s, b, h, 3, 1, k);
-    load_rows(qkv, s, b, h, 3, 2, v);
-    float* row_lse = static_cast<float*>(lse.data) + (b * s.heads + h) * t;
-    float* p = buffers.scores.data();
-    float* o = buffers.o.data();
-    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+  const int64_t d = s.dim;
+  for_each_head<HeadBuffers>(qkv, s, false, [&](int64_t b, int64_t h, HeadBuffers& buffers) {
+    const float *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
+    float* row_lse = head_lse(lse, s, b, h);
+    float *p = buffers.scores.data(), *o = buffers.o.data();
+    for_each_query_block(s, [&](int64_t r0, int64_t rows, int64_t keys) {
       cpu::sgemm_tile(engine, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, 0.0f, p,
                       keys);
       for (int64_t i = 0; i < rows; ++i) {
@@ -238,7 +273,7 @@ void forward_cpu(const TensorView& out, const TensorView& lse, const TensorView&
       }
       cpu::sgemm_tile(engine, false, false, rows, d, keys, 1.0f, p, keys, v, d, 0.0f, o + r0 * d,
                       d);
-    }
+    });
     store_rows(out, s, b, h, 1, 0, o);
   });
 }
@@ -247,24 +282,17 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
                   const TensorView& out, const TensorView& lse, const Dims& s) {
   const CpuGemmEngine engine = cpu_gemm_engine();
   const int64_t t = s.seq, d = s.dim;
-  for_each_head(s, [&](int64_t b, int64_t h) {
-    thread_local HeadBuffers buffers;
-    buffers.size(s, true);
+  for_each_head<HeadBuffers>(qkv, s, true, [&](int64_t b, int64_t h, HeadBuffers& buffers) {
     float *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
     float *o = buffers.o.data(), *go = buffers.g.data();
-    load_rows(qkv, s, b, h, 3, 0, q);
-    load_rows(qkv, s, b, h, 3, 1, k);
-    load_rows(qkv, s, b, h, 3, 2, v);
     load_rows(out, s, b, h, 1, 0, o);
     load_rows(dout, s, b, h, 1, 0, go);
-    const float* row_lse = static_cast<const float*>(lse.data) + (b * s.heads + h) * t;
+    const float* row_lse = head_lse(lse, s, b, h);
     // P and dS of each query block (ld t; the keys beyond a causal block are never read), and
     // dQ = scale dS K. q's rows are read again below, so dQ goes into o's buffer, which is
     // done with once each block's delta is known.
-    float* p = buffers.scores.data();
-    float* ds = buffers.grads.data();
-    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+    float *p = buffers.scores.data(), *ds = buffers.grads.data();
+    for_each_query_block(s, [&](int64_t r0, int64_t rows, int64_t keys) {
       float* pb = p + r0 * t;
       float* db = ds + r0 * t;
       cpu::sgemm_tile(engine, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, 0.0f, pb,
@@ -278,17 +306,16 @@ void backward_cpu(const TensorView& dqkv, const TensorView& dout, const TensorVi
       }
       cpu::sgemm_tile(engine, false, false, rows, d, keys, s.scale, db, t, k, d, 0.0f, o + r0 * d,
                       d);
-    }
+    });
     store_rows(dqkv, s, b, h, 3, 0, o);
-    // Per block of keys [c0, c0 + cols), which the query rows from `first` on see: dV = P^T dO
-    // and dK = scale dS^T Q. They go into v's and k's buffers: nothing reads those any more.
-    for (int64_t c0 = 0; c0 < t; c0 += kQueryBlock) {
-      const int64_t cols = std::min(kQueryBlock, t - c0), first = s.causal ? c0 : 0;
+    // Per block of keys: dV = P^T dO and dK = scale dS^T Q. They go into v's and k's buffers:
+    // nothing reads those any more.
+    for_each_key_block(s, [&](int64_t c0, int64_t cols, int64_t first) {
       cpu::sgemm_tile(engine, true, false, cols, d, t - first, 1.0f, p + first * t + c0, t,
                       go + first * d, d, 0.0f, v + c0 * d, d);
       cpu::sgemm_tile(engine, true, false, cols, d, t - first, s.scale, ds + first * t + c0, t,
                       q + first * d, d, 0.0f, k + c0 * d, d);
-    }
+    });
     store_rows(dqkv, s, b, h, 3, 1, k);
     store_rows(dqkv, s, b, h, 3, 2, v);
   });
@@ -322,16 +349,6 @@ struct HeadBuffers16 {
   }
 };
 
-// The 16-bit rows [T, D] of part `part` of head (b, h), copied contiguous.
-void load_rows16(const TensorView& t, const Dims& s, int64_t b, int64_t h, int parts, int part,
-                 uint16_t* rows) {
-  for (int64_t i = 0; i < s.seq; ++i) {
-    const int64_t begin = (((b * s.seq + i) * parts + part) * s.heads + h) * s.dim;
-    const auto* src = static_cast<const uint16_t*>(t.data) + begin;
-    std::copy(src, src + s.dim, rows + i * s.dim);
-  }
-}
-
 // gemm16_tile, which cannot fail here: the 16-bit path runs only where oneDNN takes the dtype.
 void gemm16(DType dtype, bool ta, bool tb, int64_t rows, int64_t cols, int64_t k, float alpha,
             const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float* c) {
@@ -352,28 +369,21 @@ bool use_16bit_path(const TensorView& qkv, const Dims& s) {
 
 void forward_cpu16(const TensorView& out, const TensorView& lse, const TensorView& qkv,
                    const Dims& s) {
-  const int64_t t = s.seq, d = s.dim;
+  const int64_t d = s.dim;
   const DType dtype = qkv.dtype;
-  for_each_head(s, [&](int64_t b, int64_t h) {
-    thread_local HeadBuffers16 buffers;
-    buffers.size(s, false);
-    uint16_t *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
-    load_rows16(qkv, s, b, h, 3, 0, q);
-    load_rows16(qkv, s, b, h, 3, 1, k);
-    load_rows16(qkv, s, b, h, 3, 2, v);
-    float* row_lse = static_cast<float*>(lse.data) + (b * s.heads + h) * t;
-    float* p = buffers.scores.data();
+  for_each_head<HeadBuffers16>(qkv, s, false, [&](int64_t b, int64_t h, HeadBuffers16& buffers) {
+    const uint16_t *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
+    float* row_lse = head_lse(lse, s, b, h);
+    float *p = buffers.scores.data(), *o = buffers.rows.data();
     uint16_t* p16 = buffers.p.data();
-    float* o = buffers.rows.data();
-    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+    for_each_query_block(s, [&](int64_t r0, int64_t rows, int64_t keys) {
       gemm16(dtype, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, p);
       for (int64_t i = 0; i < rows; ++i) {
         row_lse[r0 + i] = softmax_row(p + i * keys, keys_of_row(s, r0 + i), keys);
       }
       cpu::write_f32(p16, dtype, 0, rows * keys, p);
       gemm16(dtype, false, false, rows, d, keys, 1.0f, p16, keys, v, d, o + r0 * d);
-    }
+    });
     store_rows(out, s, b, h, 1, 0, o);
   });
 }
@@ -382,22 +392,16 @@ void backward_cpu16(const TensorView& dqkv, const TensorView& dout, const Tensor
                     const TensorView& out, const TensorView& lse, const Dims& s) {
   const int64_t t = s.seq, d = s.dim;
   const DType dtype = qkv.dtype;
-  for_each_head(s, [&](int64_t b, int64_t h) {
-    thread_local HeadBuffers16 buffers;
-    buffers.size(s, true);
-    uint16_t *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
+  for_each_head<HeadBuffers16>(qkv, s, true, [&](int64_t b, int64_t h, HeadBuffers16& buffers) {
+    const uint16_t *q = buffers.q.data(), *k = buffers.k.data(), *v = buffers.v.data();
     uint16_t* go = buffers.g.data();
-    load_rows16(qkv, s, b, h, 3, 0, q);
-    load_rows16(qkv, s, b, h, 3, 1, k);
-    load_rows16(qkv, s, b, h, 3, 2, v);
-    load_rows16(dout, s, b, h, 1, 0, go);
-    const float* row_lse = static_cast<const float*>(lse.data) + (b * s.heads + h) * t;
+    load_rows(dout, s, b, h, 1, 0, go);
+    const float* row_lse = head_lse(lse, s, b, h);
     float *p = buffers.scores.data(), *dp = buffers.grads.data(), *acc = buffers.rows.data();
     uint16_t *p16 = buffers.p.data(), *ds16 = buffers.ds.data();
     // Per query block: P and dS (f32, then rounded into [T, T] 16-bit buffers with ld t; the
     // keys beyond a causal block are never read), and dQ = scale dS K.
-    for (int64_t r0 = 0; r0 < t; r0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, t - r0), keys = keys_of_block(s, r0, rows);
+    for_each_query_block(s, [&](int64_t r0, int64_t rows, int64_t keys) {
       gemm16(dtype, false, true, rows, keys, d, s.scale, q + r0 * d, d, k, d, p);
       gemm16(dtype, false, true, rows, keys, d, 1.0f, go + r0 * d, d, v, d, dp);
       for (int64_t i = 0; i < rows; ++i) {
@@ -411,20 +415,18 @@ void backward_cpu16(const TensorView& dqkv, const TensorView& dout, const Tensor
         cpu::write_f32(ds16, dtype, (r0 + i) * t, keys, dp + i * keys);
       }
       gemm16(dtype, false, false, rows, d, keys, s.scale, ds16 + r0 * t, t, k, d, acc + r0 * d);
-    }
+    });
     store_rows(dqkv, s, b, h, 3, 0, acc);
     // Per block of keys: dV = P^T dO, then dK = scale dS^T Q (through the same f32 rows).
-    for (int64_t c0 = 0; c0 < t; c0 += kQueryBlock) {
-      const int64_t cols = std::min(kQueryBlock, t - c0), first = s.causal ? c0 : 0;
+    for_each_key_block(s, [&](int64_t c0, int64_t cols, int64_t first) {
       gemm16(dtype, true, false, cols, d, t - first, 1.0f, p16 + first * t + c0, t, go + first * d,
              d, acc + c0 * d);
-    }
+    });
     store_rows(dqkv, s, b, h, 3, 2, acc);
-    for (int64_t c0 = 0; c0 < t; c0 += kQueryBlock) {
-      const int64_t cols = std::min(kQueryBlock, t - c0), first = s.causal ? c0 : 0;
+    for_each_key_block(s, [&](int64_t c0, int64_t cols, int64_t first) {
       gemm16(dtype, true, false, cols, d, t - first, s.scale, ds16 + first * t + c0, t,
              q + first * d, d, acc + c0 * d);
-    }
+    });
     store_rows(dqkv, s, b, h, 3, 1, acc);
   });
 }

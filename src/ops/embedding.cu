@@ -212,14 +212,11 @@ void embedding_forward(Stream& stream, const TensorView& out, const TensorView& 
   detail::check_disjoint(kOp, out, table);
   detail::check_disjoint(kOp, out, ids);
   mark_written(out);
-  if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "id", ids, s.vocab);
-    if (s.rows * s.dim > 0) forward_cpu(out, table, ids, s);
-    return;
-  }
+  check_indices(stream, kOp, "id", ids, s.vocab);
+  if (s.rows * s.dim == 0) return;
+  if (stream.device().is_cpu()) return forward_cpu(out, table, ids, s);
 #if EMBER_WITH_CUDA
-  cuda::check_indices(stream, kOp, "id", ids, s.vocab);
-  if (s.rows * s.dim > 0) forward_cuda(stream, out, table, ids, s);
+  forward_cuda(stream, out, table, ids, s);
 #endif
 }
 
@@ -231,14 +228,11 @@ void embedding_backward(Stream& stream, const TensorView& dtable, const TensorVi
   detail::check_disjoint(kOp, dtable, dout);
   detail::check_disjoint(kOp, dtable, ids);
   mark_written(dtable);
-  if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "id", ids, s.vocab);
-    if (s.vocab * s.dim > 0) backward_cpu(dtable, dout, ids, s, accumulate);
-    return;
-  }
+  check_indices(stream, kOp, "id", ids, s.vocab);
+  if (s.vocab * s.dim == 0) return;
+  if (stream.device().is_cpu()) return backward_cpu(dtable, dout, ids, s, accumulate);
 #if EMBER_WITH_CUDA
-  cuda::check_indices(stream, kOp, "id", ids, s.vocab);
-  if (s.vocab * s.dim > 0) backward_cuda(stream, dtable, dout, ids, s, accumulate);
+  backward_cuda(stream, dtable, dout, ids, s, accumulate);
 #endif
 }
 

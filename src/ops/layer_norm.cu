@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ember/core/denormals.hpp"
 #include "ember/kernels/layer_norm_math.cuh"
 #include "ember/ops/check.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/cpu_tasks.hpp"
 
 #if EMBER_WITH_CUDA
 #include "ember/core/check_cuda.hpp"
@@ -91,34 +91,28 @@ void layer_norm_forward(const TensorView& y, const TensorView& mean, const Tenso
   const float* b = f32_or_null(beta);
   auto* mean_out = static_cast<float*>(mean.data);
   auto* rstd_out = static_cast<float*>(rstd.data);
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-    std::vector<float> in(static_cast<size_t>(cols)), out(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* v = load_f32(x.data, x.dtype, r * cols, cols, in.data());
-      double sum = 0.0;
-      for (int64_t j = 0; j < cols; ++j) sum += v[j];
-      const float m = math::mean_of(sum, cols);
-      double squares = 0.0;
-      for (int64_t j = 0; j < cols; ++j) {
-        const double d = static_cast<double>(v[j]) - static_cast<double>(m);
-        squares += rn::dmul(d, d);
-      }
-      const float s = math::rstd_of(squares, cols, eps);
-      for (int64_t j = 0; j < cols; ++j) {
-        out[j] =
-            math::normalized(v[j], m, s, g != nullptr ? g[j] : 1.0f, b != nullptr ? b[j] : 0.0f);
-      }
-      write_f32(y.data, y.dtype, r * cols, cols, out.data());
-      if (mean_out != nullptr) {
-        mean_out[r] = m;
-        rstd_out[r] = s;
-      }
+  RowScratch in(cols, x.dtype != DType::f32), out(cols);
+  parallel_for(rows, rows * cols >= kParallelMin, [&](int64_t r) {
+    const float* v = load_f32(x.data, x.dtype, r * cols, cols, in.get());
+    double sum = 0.0;
+    for (int64_t j = 0; j < cols; ++j) sum += v[j];
+    const float m = math::mean_of(sum, cols);
+    double squares = 0.0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double d = static_cast<double>(v[j]) - static_cast<double>(m);
+      squares += rn::dmul(d, d);
     }
-  }
+    const float s = math::rstd_of(squares, cols, eps);
+    float* o = out.get();
+    for (int64_t j = 0; j < cols; ++j) {
+      o[j] = math::normalized(v[j], m, s, g != nullptr ? g[j] : 1.0f, b != nullptr ? b[j] : 0.0f);
+    }
+    write_f32(y.data, y.dtype, r * cols, cols, o);
+    if (mean_out != nullptr) {
+      mean_out[r] = m;
+      rstd_out[r] = s;
+    }
+  });
 }
 
 void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const TensorView& dbeta,
@@ -128,59 +122,47 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   const float* g = f32_or_null(gamma);
   const auto* mean_in = static_cast<const float*>(mean.data);
   const auto* rstd_in = static_cast<const float*>(rstd.data);
+  RowScratch xs(cols, x.dtype != DType::f32), dys(cols, dy.dtype != DType::f32);
   if (dx.data != nullptr) {
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows * cols >= kParallelMin)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-      std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols)),
-          out(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.data());
-        const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.data());
-        const float m = mean_in[r], s = rstd_in[r];
-        double sum_g = 0.0, sum_gx = 0.0;
-        for (int64_t j = 0; j < cols; ++j) {
-          const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
-          sum_g += gj;
-          sum_gx += static_cast<double>(gj) * static_cast<double>(math::xhat(xv[j], m, s));
-        }
-        const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
-        for (int64_t j = 0; j < cols; ++j) {
-          const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
-          out[j] = math::input_grad(gj, math::xhat(xv[j], m, s), s, mg, mgx);
-        }
-        write_f32(dx.data, dx.dtype, r * cols, cols, out.data());
+    RowScratch out(cols);
+    parallel_for(rows, rows * cols >= kParallelMin, [&](int64_t r) {
+      const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.get());
+      const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.get());
+      const float m = mean_in[r], s = rstd_in[r];
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
+        sum_g += gj;
+        sum_gx += static_cast<double>(gj) * static_cast<double>(math::xhat(xv[j], m, s));
       }
-    }
+      const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
+      float* o = out.get();
+      for (int64_t j = 0; j < cols; ++j) {
+        const float gj = g != nullptr ? rn::mul(dv[j], g[j]) : dv[j];
+        o[j] = math::input_grad(gj, math::xhat(xv[j], m, s), s, mg, mgx);
+      }
+      write_f32(dx.data, dx.dtype, r * cols, cols, o);
+    });
   }
   if (dgamma.data == nullptr && dbeta.data == nullptr) return;
   // Chunk partials (in parallel), then the chunks in order.
   const int64_t chunks = std::max<int64_t>(1, ceil_div(rows, math::kRowsPerChunk));
   std::vector<double> part_gamma(static_cast<size_t>(chunks * cols), 0.0);
   std::vector<double> part_beta(static_cast<size_t>(chunks * cols), 0.0);
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-    std::vector<float> xs(static_cast<size_t>(cols)), dys(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double* pg = part_gamma.data() + c * cols;
-      double* pb = part_beta.data() + c * cols;
-      const int64_t end = std::min(rows, (c + 1) * math::kRowsPerChunk);
-      for (int64_t r = c * math::kRowsPerChunk; r < end; ++r) {
-        const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.data());
-        const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.data());
-        for (int64_t j = 0; j < cols; ++j) {
-          pg[j] += static_cast<double>(dv[j]) *
-                   static_cast<double>(math::xhat(xv[j], mean_in[r], rstd_in[r]));
-          pb[j] += dv[j];
-        }
+  parallel_for(chunks, rows * cols >= kParallelMin, [&](int64_t c) {
+    double* pg = part_gamma.data() + c * cols;
+    double* pb = part_beta.data() + c * cols;
+    const int64_t end = std::min(rows, (c + 1) * math::kRowsPerChunk);
+    for (int64_t r = c * math::kRowsPerChunk; r < end; ++r) {
+      const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.get());
+      const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.get());
+      for (int64_t j = 0; j < cols; ++j) {
+        pg[j] += static_cast<double>(dv[j]) *
+                 static_cast<double>(math::xhat(xv[j], mean_in[r], rstd_in[r]));
+        pb[j] += dv[j];
       }
     }
-  }
+  });
   for (auto [out, part] : {std::pair{&dgamma, &part_gamma}, std::pair{&dbeta, &part_beta}}) {
     if (out->data == nullptr) continue;
     auto* o = static_cast<float*>(out->data);
@@ -199,27 +181,9 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
 namespace cuda {
 namespace {
 
-using kernels::layer_norm_detail::kColumnThreads;
-using kernels::layer_norm_detail::kThreads;
-using kernels::layer_norm_detail::kWarpRowMaxCols;
-using kernels::layer_norm_detail::kWarpRowsPerBlock;
-
 using kernels::ceil_div;
-using kernels::kMaxGridX;
-
-// Calls launch.template operator()<kTeam>(grid, block): a warp per row for narrow rows, a block
-// per row for wide ones.
-template <class Launch>
-void launch_row_teams(int64_t rows, int64_t cols, Launch&& launch_one) {
-  if (cols <= kWarpRowMaxCols) {
-    launch_one.template operator()<32>(
-        dim3(static_cast<unsigned>(std::min(ceil_div(rows, kWarpRowsPerBlock), kMaxGridX))),
-        dim3(32, kWarpRowsPerBlock));
-  } else {
-    launch_one.template operator()<kThreads>(dim3(static_cast<unsigned>(std::min(rows, kMaxGridX))),
-                                             dim3(kThreads, 1));
-  }
-}
+using kernels::launch_row_teams;
+using kernels::layer_norm_detail::kColumnThreads;
 
 const float* f32_or_null(const TensorView& t) {
   return static_cast<const float*>(t.data);
@@ -294,9 +258,7 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
                         const TensorView& beta, float eps) {
   EMBER_OP_RANGE("layer_norm_forward");
   constexpr std::string_view kOp = "ops::layer_norm_forward";
-  mark_written(y);
-  mark_written(mean);
-  mark_written(rstd);
+  for (const TensorView* out : {&y, &mean, &rstd}) mark_written(*out);
   const auto [rows, cols] = check_input(kOp, stream, x);
   detail::check_devices(kOp, stream, {&y});
   EMBER_CHECK(y.shape == x.shape && y.dtype == x.dtype, "{}: y {} must match x {} (shape, dtype)",
@@ -320,13 +282,10 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
   }
   if (rows == 0) return;
   if (stream.device().is_cpu()) {
-    cpu::layer_norm_forward(y, mean, rstd, x, gamma, beta, eps, rows, cols);
-    return;
+    return cpu::layer_norm_forward(y, mean, rstd, x, gamma, beta, eps, rows, cols);
   }
 #if EMBER_WITH_CUDA
   cuda::layer_norm_forward(stream, y, mean, rstd, x, gamma, beta, eps, rows, cols);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 
@@ -336,9 +295,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
                          bool accumulate) {
   EMBER_OP_RANGE("layer_norm_backward");
   constexpr std::string_view kOp = "ops::layer_norm_backward";
-  mark_written(dx);
-  mark_written(dgamma);
-  mark_written(dbeta);
+  for (const TensorView* out : {&dx, &dgamma, &dbeta}) mark_written(*out);
   const auto [rows, cols] = check_input(kOp, stream, x);
   detail::check_devices(kOp, stream, {&dy});
   detail::check_floating(kOp, "dy", dy);
@@ -371,15 +328,12 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
   if (cols == 0) return;  // no columns: no statistics, nothing to write
   if (rows == 0 && (accumulate || (!detail::present(dgamma) && !detail::present(dbeta)))) return;
   if (stream.device().is_cpu()) {
-    cpu::layer_norm_backward(dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate, rows,
-                             cols);
-    return;
+    return cpu::layer_norm_backward(dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate,
+                                    rows, cols);
   }
 #if EMBER_WITH_CUDA
   cuda::layer_norm_backward(stream, dx_or_none, dgamma, dbeta, dy, x, mean, rstd, gamma, accumulate,
                             rows, cols);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 

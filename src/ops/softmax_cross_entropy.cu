@@ -9,8 +9,6 @@
 #include "ember/core/profile.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +19,7 @@
 #include "ember/core/denormals.hpp"
 #include "ember/ops/check.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/cpu_tasks.hpp"
 #include "ops/common/index_check.hpp"
 
 #if EMBER_WITH_CUDA
@@ -70,20 +69,6 @@ void check_some_rows(std::string_view op, const TensorView& x) {
 
 namespace cpu {
 namespace {
-
-// One f32 row buffer per thread for 16-bit inputs, allocated before the parallel region so that
-// nothing inside it allocates (an exception must not escape an OpenMP region).
-class RowScratch {
- public:
-  RowScratch(DType dtype, int64_t cols) : cols_(cols) {
-    if (dtype != DType::f32) buffer_.resize(static_cast<size_t>(omp_get_max_threads() * cols));
-  }
-  float* get() { return buffer_.data() + static_cast<int64_t>(omp_get_thread_num()) * cols_; }
-
- private:
-  int64_t cols_;
-  std::vector<float> buffer_;
-};
 
 // The index of the largest element of x[0, cols), cols >= 1: the first one on ties, and the
 // first nan if there is one (nan counts as the largest value, as in PyTorch).
@@ -136,8 +121,25 @@ double row_loss(const ShiftedExp& e, float x_label) {
   return (static_cast<double>(e.max) - static_cast<double>(x_label)) + std::log(e.sum);
 }
 
-// loss (one f32) = the mean of the rows' losses, summed in row order.
-void store_mean_loss(const TensorView& loss, const std::vector<double>& losses) {
+// f(r, row) for every row r of x [rows, cols], row its f32 values (x's own memory for f32, else
+// a copy in a per-thread buffer), the rows in parallel when there are several and enough work.
+template <class F>
+void for_each_row(const TensorView& x, F&& f) {
+  const int64_t rows = x.shape[0];
+  const int64_t cols = x.shape[1];
+  RowScratch scratch(cols, x.dtype != DType::f32);
+  parallel_for(rows, rows > 1 && rows * cols >= kParallelMin,
+               [&](int64_t r) { f(r, load_f32(x.data, x.dtype, r * cols, cols, scratch.get())); });
+}
+
+// loss (one f32) = the mean of row_loss(r, row) over the rows of logits (for_each_row's), the
+// rows' losses summed in row order.
+template <class F>
+void store_mean_loss(const TensorView& loss, const TensorView& logits, F&& row_loss) {
+  std::vector<double> losses(static_cast<size_t>(logits.shape[0]));
+  for_each_row(logits, [&](int64_t r, const float* row) {
+    losses[static_cast<size_t>(r)] = row_loss(r, row);
+  });
   double total = 0.0;
   for (const double l : losses) total += l;
   *static_cast<float*>(loss.data) = static_cast<float>(total / static_cast<double>(losses.size()));
@@ -150,60 +152,38 @@ void store_mean_loss(const TensorView& loss, const std::vector<double>& losses) 
 // probability 0 and no nan as long as the row has a finite maximum.
 void softmax_cross_entropy_forward(const TensorView& loss, const TensorView& probs,
                                    const TensorView& logits, const TensorView& labels) {
-  const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  RowScratch scratch(logits.dtype, cols);
-  std::vector<double> losses(static_cast<size_t>(rows));
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
-      // before p overwrites it.
-      const float* x = load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get());
-      float* p = static_cast<float*>(probs.data) + r * cols;
-      const float x_label = x[index_at(labels, r)];
-      const ShiftedExp e = shifted_exp(x, cols, p);
-      scale_in_double(p, cols, 1.0 / e.sum);
-      losses[static_cast<size_t>(r)] = row_loss(e, x_label);
-    }
-  }
-  store_mean_loss(loss, losses);
+  store_mean_loss(loss, logits, [&](int64_t r, const float* x) {
+    // With probs exactly logits (in-place), x and p are the same row: read what is needed of x
+    // before p overwrites it.
+    float* p = static_cast<float*>(probs.data) + r * cols;
+    const float x_label = x[index_at(labels, r)];
+    const ShiftedExp e = shifted_exp(x, cols, p);
+    scale_in_double(p, cols, 1.0 / e.sum);
+    return row_loss(e, x_label);
+  });
 }
 
 // The fused classifier: the forward's rows, then (p - onehot) * scale / B over the logits, each
 // element from its f32 probability in double and rounded once to the logits' dtype.
 void softmax_cross_entropy_fused(const TensorView& loss, const TensorView& logits,
                                  const TensorView& labels, float scale) {
-  const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  RowScratch scratch(logits.dtype, cols);
-  std::vector<double> losses(static_cast<size_t>(rows));
-  const double factor = (1.0 / static_cast<double>(rows)) * static_cast<double>(scale);
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      // x is the row itself (f32) or its f32 copy in the scratch: p overwrites x in place.
-      float* x =
-          const_cast<float*>(load_f32(logits.data, logits.dtype, r * cols, cols, scratch.get()));
-      const int64_t label = index_at(labels, r);
-      const float x_label = x[label];
-      const ShiftedExp e = shifted_exp(x, cols, x);
-      const double inv_s = 1.0 / e.sum;
-      for (int64_t j = 0; j < cols; ++j) {
-        const double p = static_cast<double>(x[j]) * inv_s;
-        x[j] = static_cast<float>((j == label ? p - 1.0 : p) * factor);
-      }
-      if (logits.dtype != DType::f32) write_f32(logits.data, logits.dtype, r * cols, cols, x);
-      losses[static_cast<size_t>(r)] = row_loss(e, x_label);
+  const double factor = (1.0 / static_cast<double>(logits.shape[0])) * static_cast<double>(scale);
+  store_mean_loss(loss, logits, [&](int64_t r, const float* row) {
+    // x is the row itself (f32) or its f32 copy in the scratch: p overwrites x in place.
+    float* x = const_cast<float*>(row);
+    const int64_t label = index_at(labels, r);
+    const float x_label = x[label];
+    const ShiftedExp e = shifted_exp(x, cols, x);
+    const double inv_s = 1.0 / e.sum;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double p = static_cast<double>(x[j]) * inv_s;
+      x[j] = static_cast<float>((j == label ? p - 1.0 : p) * factor);
     }
-  }
-  store_mean_loss(loss, losses);
+    if (logits.dtype != DType::f32) write_f32(logits.data, logits.dtype, r * cols, cols, x);
+    return row_loss(e, x_label);
+  });
 }
 
 // dlogits = (p - onehot) * dloss / B, in (row, column block) items so that a few wide rows
@@ -214,56 +194,39 @@ void softmax_cross_entropy_backward(const TensorView& dlogits, const TensorView&
   const int64_t cols = probs.shape[1];
   const float scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
   const int64_t col_blocks = ceil_div(cols, kBlock);
-  const int64_t items = rows * col_blocks;
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t r = item / col_blocks;
-      const int64_t c0 = (item % col_blocks) * kBlock;
-      const int64_t width = std::min(kBlock, cols - c0);
-      const int64_t begin = r * cols + c0;
-      const float* p = static_cast<const float*>(probs.data) + begin;
-      const int64_t at = index_at(labels, r) - c0;  // the label's column within this block
-      const bool has_label = 0 <= at && at < width;
-      const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
-      float buffer[kBlock];
-      float* d = result_f32(dlogits.data, dlogits.dtype, begin, buffer);
+  parallel_for(rows * col_blocks, rows * cols >= kParallelMin, [&](int64_t item) {
+    const int64_t r = item / col_blocks;
+    const int64_t c0 = (item % col_blocks) * kBlock;
+    const int64_t width = std::min(kBlock, cols - c0);
+    const int64_t begin = r * cols + c0;
+    const float* p = static_cast<const float*>(probs.data) + begin;
+    const int64_t at = index_at(labels, r) - c0;  // the label's column within this block
+    const bool has_label = 0 <= at && at < width;
+    const float p_label = has_label ? p[at] : 0.0f;  // read before an in-place write
+    float buffer[kBlock];
+    float* d = result_f32(dlogits.data, dlogits.dtype, begin, buffer);
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) d[j] = p[j] * scale;
-      if (has_label) d[at] = (p_label - 1.0f) * scale;
-      store_f32(dlogits.data, dlogits.dtype, begin, width, d);
-    }
-  }
+    for (int64_t j = 0; j < width; ++j) d[j] = p[j] * scale;
+    if (has_label) d[at] = (p_label - 1.0f) * scale;
+    store_f32(dlogits.data, dlogits.dtype, begin, width, d);
+  });
 }
 
 void argmax(const TensorView& out, const TensorView& x) {
-  const int64_t rows = x.shape[0];
-  const int64_t cols = x.shape[1];
-  RowScratch scratch(x.dtype, cols);
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t index =
-          row_argmax(load_f32(x.data, x.dtype, r * cols, cols, scratch.get()), cols);
-      if (out.dtype == DType::i32) {
-        static_cast<int32_t*>(out.data)[r] = static_cast<int32_t>(index);
-      } else {
-        static_cast<int64_t*>(out.data)[r] = index;
-      }
+  for_each_row(x, [&](int64_t r, const float* row) {
+    const int64_t index = row_argmax(row, x.shape[1]);
+    if (out.dtype == DType::i32) {
+      static_cast<int32_t*>(out.data)[r] = static_cast<int32_t>(index);
+    } else {
+      static_cast<int64_t*>(out.data)[r] = index;
     }
-  }
+  });
 }
 
 void count_correct(const TensorView& correct, const TensorView& logits, const TensorView& labels) {
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  RowScratch scratch(logits.dtype, cols);
+  RowScratch scratch(cols, logits.dtype != DType::f32);
   int64_t count = 0;  // an integer sum: exact in any order
   const bool flush_mode = ember::detail::flush_denormals_now();
 #pragma omp parallel if (rows > 1 && rows * cols >= kParallelMin)
@@ -285,31 +248,21 @@ void count_correct(const TensorView& correct, const TensorView& logits, const Te
 namespace cuda {
 namespace {
 
-using kernels::softmax_detail::kThreads;
-using kernels::softmax_detail::kWarpRowMaxCols;
-using kernels::softmax_detail::kWarpRowsPerBlock;
-
-using kernels::ceil_div;
-using kernels::kMaxGridX;
+constexpr int kThreads = kernels::kRowThreads;  // every kernel's block size
 
 unsigned elementwise_blocks(int64_t n) {
   return kernels::grid_stride_blocks(n, kThreads);
 }
 
-// Launches kernel<kTeam, T> with one row per team: warps, 8 rows to a block, for narrow rows;
-// a block per row for wide ones.
+// Calls launch_one.template operator()<kTeam, T>(grid, block) with one row per team
+// (kernels::launch_row_teams), T the element type.
 template <class Launch>
 void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_one) {
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
-    if (cols <= kWarpRowMaxCols) {
-      launch_one.template operator()<32, T>(
-          dim3(static_cast<unsigned>(std::min(ceil_div(rows, kWarpRowsPerBlock), kMaxGridX))),
-          dim3(32, kWarpRowsPerBlock));
-    } else {
-      launch_one.template operator()<kThreads, T>(
-          dim3(static_cast<unsigned>(std::min(rows, kMaxGridX))), dim3(kThreads, 1));
-    }
+    kernels::launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
+      launch_one.template operator()<kTeam, T>(grid, block);
+    });
   });
 }
 
@@ -371,39 +324,34 @@ bool is_i64(const TensorView& t) {
 
 }  // namespace
 
-void softmax_cross_entropy_forward(Stream& stream, std::string_view op, const TensorView& loss,
-                                   const TensorView& probs, const TensorView& logits,
-                                   const TensorView& labels, int64_t label_bound) {
+void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const TensorView& probs,
+                                   const TensorView& logits, const TensorView& labels) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  check_indices(stream, op, "label", labels, label_bound);
   const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
   launch_softmax_xent_forward(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                               rows, cols, static_cast<float*>(probs.data),
                               static_cast<float*>(loss.data), scratch.data(), handle);
 }
 
-void softmax_cross_entropy_fused(Stream& stream, std::string_view op, const TensorView& loss,
-                                 const TensorView& logits, const TensorView& labels,
-                                 int64_t label_bound, const float* scale) {
+void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const TensorView& logits,
+                                 const TensorView& labels, const float* scale) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
   const int64_t cols = logits.shape[1];
-  check_indices(stream, op, "label", labels, label_bound);
   const Scratch scratch(stream, softmax_xent_forward_scratch_bytes(rows));
   launch_softmax_xent_fused(logits.data, element_type(logits.dtype), labels.data, is_i64(labels),
                             rows, cols, scale, static_cast<float*>(loss.data), scratch.data(),
                             handle);
 }
 
-void softmax_cross_entropy_backward(Stream& stream, std::string_view op, const TensorView& dlogits,
+void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
                                     const TensorView& probs, const TensorView& labels,
                                     float dloss) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = probs.shape[0];
   const int64_t cols = probs.shape[1];
-  check_indices(stream, op, "label", labels, cols);
   // The CPU's scale: dloss / B in double, rounded once.
   const auto scale = static_cast<float>(static_cast<double>(dloss) / static_cast<double>(rows));
   launch_softmax_xent_backward(dlogits.data, element_type(dlogits.dtype),
@@ -419,11 +367,10 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
                 false, nullptr, handle);
 }
 
-void count_correct(Stream& stream, std::string_view op, const TensorView& correct,
-                   const TensorView& logits, const TensorView& labels) {
+void count_correct(Stream& stream, const TensorView& correct, const TensorView& logits,
+                   const TensorView& labels) {
   const cudaStream_t handle = enter(stream);
   const int64_t rows = logits.shape[0];
-  check_indices(stream, op, "label", labels, logits.shape[1]);
   // The count is summed straight into `correct` (an i64 holds what the u64 atomics add).
   EMBER_CUDA_CHECK(cudaMemsetAsync(correct.data, 0, sizeof(int64_t), handle));
   if (rows == 0) return;
@@ -464,16 +411,12 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   detail::check_overlap(kOp, probs, logits);  // probs may be exactly f32 logits (in-place)
   for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, probs, labels);
-  const int64_t bound = label_bound(kOp, classes, logits);
+  check_indices(stream, kOp, "label", labels, label_bound(kOp, classes, logits));
   if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, bound);
-    cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
-    return;
+    return cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_forward(stream, kOp, loss, probs, logits, labels, bound);
-#else
-  detail::no_cuda_implementation(kOp);
+  cuda::softmax_cross_entropy_forward(stream, loss, probs, logits, labels);
 #endif
 }
 
@@ -501,18 +444,13 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
   detail::check_scalar(kOp, "loss", loss, DType::f32);
   for (const TensorView* in : {&logits, &labels}) detail::check_disjoint(kOp, loss, *in);
   detail::check_disjoint(kOp, logits, labels);
-  const int64_t bound = label_bound(kOp, classes, logits);
+  check_indices(stream, kOp, "label", labels, label_bound(kOp, classes, logits));
+  const auto* scale = scaled ? static_cast<const float*>(dloss.data) : nullptr;
   if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, bound);
-    cpu::softmax_cross_entropy_fused(loss, logits, labels,
-                                     scaled ? *static_cast<const float*>(dloss.data) : 1.0f);
-    return;
+    return cpu::softmax_cross_entropy_fused(loss, logits, labels, scaled ? *scale : 1.0f);
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_fused(stream, kOp, loss, logits, labels, bound,
-                                    scaled ? static_cast<const float*>(dloss.data) : nullptr);
-#else
-  detail::no_cuda_implementation(kOp);
+  cuda::softmax_cross_entropy_fused(stream, loss, logits, labels, scale);
 #endif
 }
 
@@ -531,15 +469,12 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
   detail::check_same_shape(kOp, dlogits, probs);
   detail::check_overlap(kOp, dlogits, probs);  // dlogits may be exactly probs (in-place)
   detail::check_disjoint(kOp, dlogits, labels);
+  check_indices(stream, kOp, "label", labels, probs.shape[1]);
   if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, probs.shape[1]);
-    cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
-    return;
+    return cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
   }
 #if EMBER_WITH_CUDA
-  cuda::softmax_cross_entropy_backward(stream, kOp, dlogits, probs, labels, dloss);
-#else
-  detail::no_cuda_implementation(kOp);
+  cuda::softmax_cross_entropy_backward(stream, dlogits, probs, labels, dloss);
 #endif
 }
 
@@ -557,14 +492,9 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
   EMBER_CHECK(out.dtype == DType::i64 || x.shape[1] <= std::numeric_limits<int32_t>::max(),
               "{}: out is i32 but x {} has more columns than i32 can index", kOp, x.describe());
   detail::check_disjoint(kOp, out, x);
-  if (stream.device().is_cpu()) {
-    cpu::argmax(out, x);
-    return;
-  }
+  if (stream.device().is_cpu()) return cpu::argmax(out, x);
 #if EMBER_WITH_CUDA
   cuda::argmax(stream, out, x);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 
@@ -579,15 +509,10 @@ void count_correct(Stream& stream, const TensorView& correct, const TensorView& 
   detail::check_scalar(kOp, "correct", correct, DType::i64);
   detail::check_disjoint(kOp, correct, logits);
   detail::check_disjoint(kOp, correct, labels);
-  if (stream.device().is_cpu()) {
-    cpu::check_indices(kOp, "label", labels, logits.shape[1]);
-    cpu::count_correct(correct, logits, labels);
-    return;
-  }
+  check_indices(stream, kOp, "label", labels, logits.shape[1]);
+  if (stream.device().is_cpu()) return cpu::count_correct(correct, logits, labels);
 #if EMBER_WITH_CUDA
-  cuda::count_correct(stream, kOp, correct, logits, labels);
-#else
-  detail::no_cuda_implementation(kOp);
+  cuda::count_correct(stream, correct, logits, labels);
 #endif
 }
 

@@ -204,6 +204,19 @@ struct CpuBlocks {
   }
 };
 
+// body(item, block) for every block of the n elements, in an OpenMP team for large n, every
+// thread in the caller's floating-point mode; then end() on each thread of the team.
+template <class Body, class End>
+void for_each_block([[maybe_unused]] int64_t n, const CpuBlocks& blocks, Body&& body, End&& end) {
+  const bool flush_mode = ember::detail::flush_denormals_now();
+  EMBER_MAP_OMP_PARALLEL {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+    EMBER_MAP_OMP_FOR
+    for (int64_t item = 0; item < blocks.count_total; ++item) body(item, blocks.at(item));
+    end();
+  }
+}
+
 inline namespace EMBER_MAP_CPU_VARIANT {
 
 // f over one block: po[o][j] = output o of f at element begin + j. f is taken by value: a copy
@@ -229,32 +242,28 @@ void map_cpu_impl(const std::array<TensorView, kOuts>& outs, int64_t row_length,
   const CpuBlocks blocks(n, row_length, kBroadcast);
   // Large f32 outputs are computed into the stack buffer and streamed out (map_stream_f32).
   const bool streamed = n * static_cast<int64_t>(sizeof(float)) >= kMapStreamMin;
-  const bool flush_mode = ember::detail::flush_denormals_now();
-  EMBER_MAP_OMP_PARALLEL {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-    EMBER_MAP_OMP_FOR
-    for (int64_t item = 0; item < blocks.count_total; ++item) {
-      const auto [row, c0, count, begin] = blocks.at(item);
-      [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
-      float out_buffer[kOuts][kMapBlock];
-      const std::tuple<CpuArg<K>...> args{
-          cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
-      float* po[kOuts];
-      for (size_t o = 0; o < kOuts; ++o) {
-        po[o] = streamed ? out_buffer[o]
-                         : map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
-      }
-      map_block<kOuts, F, CpuArg<K>...>(f, begin, count, args, po, std::index_sequence<I...>{});
-      for (size_t o = 0; o < kOuts; ++o) {
-        if (streamed && outs[o].dtype == DType::f32) {
-          map_stream_f32(outs[o].data, begin, count, po[o]);
-        } else {
-          map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
-        }
+  const auto body = [&](int64_t, const CpuBlock& block) {
+    const auto [row, c0, count, begin] = block;
+    [[maybe_unused]] float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+    float out_buffer[kOuts][kMapBlock];
+    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+    float* po[kOuts];
+    for (size_t o = 0; o < kOuts; ++o) {
+      po[o] = streamed ? out_buffer[o]
+                       : map_result_f32(outs[o].data, outs[o].dtype, begin, out_buffer[o]);
+    }
+    map_block<kOuts, F, CpuArg<K>...>(f, begin, count, args, po, std::index_sequence<I...>{});
+    for (size_t o = 0; o < kOuts; ++o) {
+      if (streamed && outs[o].dtype == DType::f32) {
+        map_stream_f32(outs[o].data, begin, count, po[o]);
+      } else {
+        map_store_f32(outs[o].data, outs[o].dtype, begin, count, po[o]);
       }
     }
+  };
+  for_each_block(n, blocks, body, [&] {
     if (streamed) map_stream_fence();
-  }
+  });
 }
 
 template <MapKind... K, size_t kOuts, class F, class... In>
@@ -276,34 +285,28 @@ float map_reduce_cpu_impl(int64_t n, int64_t row_length, const R& r, const F& f,
   constexpr int kLanes = 16;
   const CpuBlocks blocks(n, row_length, kBroadcast);
   std::vector<float> partial(static_cast<size_t>(blocks.count_total));
-  const bool flush_mode = ember::detail::flush_denormals_now();
-  EMBER_MAP_OMP_PARALLEL {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-    EMBER_MAP_OMP_FOR
-    for (int64_t item = 0; item < blocks.count_total; ++item) {
-      const auto [row, c0, count, begin] = blocks.at(item);
-      float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
-      const std::tuple<CpuArg<K>...> args{
-          cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
-      float lane[kLanes];
-      for (float& l : lane) l = R::identity();
-      int64_t j = 0;
-      for (; j + kLanes <= count; j += kLanes) {
-        EMBER_MAP_OMP_SIMD
-        for (int l = 0; l < kLanes; ++l) {
-          lane[l] =
-              r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
-        }
-      }
-      for (int l = 0; j + l < count; ++l) {
+  const auto body = [&](int64_t item, const CpuBlock& block) {
+    const auto [row, c0, count, begin] = block;
+    float in_buffer[sizeof...(K) > 0 ? sizeof...(K) : 1][kMapBlock];
+    const std::tuple<CpuArg<K>...> args{cpu_arg<K>(in[I], row, c0, begin, count, in_buffer[I])...};
+    float lane[kLanes];
+    for (float& l : lane) l = R::identity();
+    int64_t j = 0;
+    for (; j + kLanes <= count; j += kLanes) {
+      EMBER_MAP_OMP_SIMD
+      for (int l = 0; l < kLanes; ++l) {
         lane[l] =
             r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
       }
-      float total = lane[0];
-      for (int l = 1; l < kLanes; ++l) total = r(total, lane[l]);
-      partial[static_cast<size_t>(item)] = total;
     }
-  }
+    for (int l = 0; j + l < count; ++l) {
+      lane[l] = r(lane[l], map_invoke(f, begin + j + l, cpu_at(std::get<I>(args), j + l)...).v[0]);
+    }
+    float total = lane[0];
+    for (int l = 1; l < kLanes; ++l) total = r(total, lane[l]);
+    partial[static_cast<size_t>(item)] = total;
+  };
+  for_each_block(n, blocks, body, [] {});
 
   // No scope is held across the region above: OpenMP's worker threads, created by the calling
   // thread when a team first forms, would inherit its flushing mode for good.

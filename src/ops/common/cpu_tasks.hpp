@@ -1,13 +1,49 @@
-// Internal: independent CPU tasks in an OpenMP team, for ops whose tasks call a GEMM engine
+// Internal: the CPU ops' OpenMP loops: parallel_for for loops of independent iterations,
+// RowScratch for their per-thread buffers, and parallel_tasks for tasks that call a GEMM engine
 // (matmul's output tiles, attention's heads).
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 #include <exception>
+#include <vector>
 
 #include "ember/core/denormals.hpp"
 
 namespace ember::ops::cpu {
+
+// f(i) for i in [0, n): in an OpenMP team when `parallel` (else on the calling thread), each
+// thread taking one contiguous range of i (schedule(static)), every thread in the caller's
+// floating-point mode. f must not throw: an exception must not leave an OpenMP region.
+template <class F>
+void parallel_for(int64_t n, bool parallel, F&& f) {
+  const bool flush_mode = ember::detail::flush_denormals_now();
+#pragma omp parallel if (parallel)
+  {
+    const ember::detail::CpuFloatScope float_scope(flush_mode);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
+
+// A row of `cols` floats for each thread of the OpenMP team to come, allocated before its
+// parallel region so that nothing inside it allocates; get() is the calling thread's (null when
+// not `needed`: load_f32's buffer for an f32 tensor).
+class RowScratch {
+ public:
+  explicit RowScratch(int64_t cols, bool needed = true) : cols_(cols) {
+    if (needed) buffer_.resize(static_cast<size_t>(omp_get_max_threads() * cols));
+  }
+  float* get() {
+    if (buffer_.empty()) return nullptr;
+    return buffer_.data() + static_cast<int64_t>(omp_get_thread_num()) * cols_;
+  }
+
+ private:
+  int64_t cols_;
+  std::vector<float> buffer_;
+};
 
 // f(i) for i in [0, n), one task at a time per thread (schedule(dynamic, 1)), every thread in the
 // caller's floating-point mode. Always a parallel region, even for one task: the GEMM engines

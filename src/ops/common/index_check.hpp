@@ -44,4 +44,14 @@ void check_indices(Stream& stream, std::string_view op, std::string_view noun,
 }  // namespace cuda
 #endif
 
+// The check on the stream's device: cpu::check_indices on a CPU stream, cuda::check_indices on a
+// CUDA one.
+inline void check_indices(Stream& stream, std::string_view op, std::string_view noun,
+                          const TensorView& indices, int64_t bound) {
+  if (stream.device().is_cpu()) return cpu::check_indices(op, noun, indices, bound);
+#if EMBER_WITH_CUDA
+  cuda::check_indices(stream, op, noun, indices, bound);
+#endif
+}
+
 }  // namespace ember::ops

@@ -11,6 +11,7 @@
 #include "ember/core/scratch.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/cpu_tasks.hpp"
 #include "ops/matmul/cpu_gemm.hpp"
 #include "ops/matmul/cpu_output_tiles.hpp"
 #include "ops/matmul/matmul_cpu.hpp"
@@ -34,19 +35,22 @@ class F32Scratch {
   std::optional<ember::Scratch> scratch_;
 };
 
+// f(begin, count) for the blocks of kBlock elements of [0, n), in parallel.
+template <class F>
+void for_each_block(int64_t n, F&& f) {
+  parallel_for(ceil_div(n, kBlock), n >= kParallelMin, [&](int64_t b) {
+    const int64_t begin = b * kBlock;
+    f(begin, std::min(kBlock, n - begin));
+  });
+}
+
 const float* as_f32(const TensorView& t, F32Scratch& scratch) {
   if (t.dtype == DType::f32) return static_cast<const float*>(t.data);
   const int64_t n = t.numel();
   float* out = scratch.get(n);
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (n >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t begin = 0; begin < n; begin += kBlock) {
-      load_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), out + begin);
-    }
-  }
+  for_each_block(n, [&](int64_t begin, int64_t count) {
+    load_f32(t.data, t.dtype, begin, count, out + begin);
+  });
   return out;
 }
 
@@ -57,15 +61,9 @@ void store_from_f32(const TensorView& t, const float* values) {
     std::copy(values, values + n, static_cast<float*>(t.data));
     return;
   }
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (n >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t begin = 0; begin < n; begin += kBlock) {
-      store_f32(t.data, t.dtype, begin, std::min(kBlock, n - begin), values + begin);
-    }
-  }
+  for_each_block(n, [&](int64_t begin, int64_t count) {
+    store_f32(t.data, t.dtype, begin, count, values + begin);
+  });
 }
 
 // bias_grad[i] = sum_p op(A)[i, p], accumulated in f32 in order of p, reading A (any float
@@ -82,19 +80,13 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
       for (int64_t i = 0; i < m; ++i) sums[i] += r[i];
     }
   } else {
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (m * k > 65536)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-      std::vector<float> row(static_cast<size_t>(k));
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < m; ++i) {
-        const float* r = load_f32(a.data, a.dtype, i * k, k, row.data());
-        float total = 0.0f;
-        for (int64_t p = 0; p < k; ++p) total += r[p];
-        sums[i] = total;
-      }
-    }
+    RowScratch row(k, a.dtype != DType::f32);
+    parallel_for(m, m * k > 65536, [&](int64_t i) {
+      const float* r = load_f32(a.data, a.dtype, i * k, k, row.get());
+      float total = 0.0f;
+      for (int64_t p = 0; p < k; ++p) total += r[p];
+      sums[i] = total;
+    });
   }
   if (beta != 0.0f) {
     F32Scratch old;
@@ -106,17 +98,11 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
 }
 
 void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (rows * n > 16384)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      float* r = values + i * n;
+  parallel_for(rows, rows * n > 16384, [&](int64_t i) {
+    float* r = values + i * n;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) r[j] += row[j];
-    }
-  }
+    for (int64_t j = 0; j < n; ++j) r[j] += row[j];
+  });
 }
 
 }  // namespace
@@ -155,14 +141,8 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
   }
 
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (total > 65536)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < total; ++i)
-        c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
-    }
+    parallel_for(total, total > 65536,
+                 [&](int64_t i) { c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i]; });
   } else if (!matmul_onednn(c32, a, b, dims, options.transpose_a, options.transpose_b,
                             options.alpha, options.beta)) {
     const float* a32 = as_f32(a, a_scratch);

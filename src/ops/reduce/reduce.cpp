@@ -11,23 +11,32 @@
 #endif
 
 namespace ember::ops {
+namespace {
+
+// A reduction's operands: out f32 (one element when `total`: sum and max), x floating, both on
+// the stream's device.
+void check_operands(std::string_view op, const Stream& stream, const TensorView& out,
+                    const TensorView& x, bool total) {
+  mark_written(out);
+  detail::check_devices(op, stream, {&out, &x});
+  if (total) {
+    detail::check_scalar(op, "out", out, DType::f32);
+  } else {
+    detail::check_dtype(op, "out", out, DType::f32);
+  }
+  detail::check_floating(op, "x", x);
+}
+
+}  // namespace
 
 void sum(Stream& stream, const TensorView& out, const TensorView& x, const ReduceOptions& options) {
   EMBER_OP_RANGE("sum");
   constexpr std::string_view kOp = "ops::sum";
-  mark_written(out);
-  detail::check_devices(kOp, stream, {&out, &x});
-  detail::check_scalar(kOp, "out", out, DType::f32);
-  detail::check_floating(kOp, "x", x);
+  check_operands(kOp, stream, out, x, true);
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cpu()) {
-    cpu::sum(out, x, options.accumulate);
-    return;
-  }
+  if (stream.device().is_cpu()) return cpu::sum(out, x, options.accumulate);
 #if EMBER_WITH_CUDA
   cuda::sum(stream, out, x, options.accumulate);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 
@@ -35,10 +44,7 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
                  const ReduceOptions& options) {
   EMBER_OP_RANGE("column_sums");
   constexpr std::string_view kOp = "ops::column_sums";
-  mark_written(out);
-  detail::check_devices(kOp, stream, {&out, &x});
-  detail::check_dtype(kOp, "out", out, DType::f32);
-  detail::check_floating(kOp, "x", x);
+  check_operands(kOp, stream, out, x, false);
   EMBER_CHECK(x.rank() >= 1, "{}: x must have at least one dimension (the rows), not {}", kOp,
               x.describe());
   // out is [N] with N = x.row_numel(), or x's shape without its first dimension.
@@ -52,35 +58,22 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
   EMBER_CHECK(out_ok, "{}: out must be [{}] (one sum per column of x), not {}; x is {}", kOp, cols,
               out.describe(), x.describe());
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cpu()) {
-    cpu::column_sums(out, x, options.accumulate);
-    return;
-  }
+  if (stream.device().is_cpu()) return cpu::column_sums(out, x, options.accumulate);
 #if EMBER_WITH_CUDA
   cuda::column_sums(stream, out, x, options.accumulate);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 
 void max(Stream& stream, const TensorView& out, const TensorView& x) {
   EMBER_OP_RANGE("max");
   constexpr std::string_view kOp = "ops::max";
-  mark_written(out);
-  detail::check_devices(kOp, stream, {&out, &x});
-  detail::check_scalar(kOp, "out", out, DType::f32);
-  detail::check_floating(kOp, "x", x);
+  check_operands(kOp, stream, out, x, true);
   EMBER_CHECK(x.numel() > 0, "{}: x {} is empty, and an empty tensor has no largest element", kOp,
               x.describe());
   detail::check_overlap(kOp, out, x);
-  if (stream.device().is_cpu()) {
-    cpu::max(out, x);
-    return;
-  }
+  if (stream.device().is_cpu()) return cpu::max(out, x);
 #if EMBER_WITH_CUDA
   cuda::max(stream, out, x);
-#else
-  detail::no_cuda_implementation(kOp);
 #endif
 }
 

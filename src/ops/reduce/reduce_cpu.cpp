@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "ember/core/denormals.hpp"
 #include "ops/common/cpu_ops.hpp"
+#include "ops/common/cpu_tasks.hpp"
 
 namespace ember::ops::cpu {
 namespace {
@@ -33,26 +33,27 @@ void reduce_range(Lanes& acc, const TensorView& x, int64_t begin, int64_t count)
   }
 }
 
+// Each chunk's total by a Lanes accumulator (SumLanes or MaxLanes, whose total() is a Total), the
+// chunks in parallel.
+template <class Lanes, class Total>
+std::vector<Total> chunk_totals(const TensorView& x) {
+  const int64_t n = x.numel();
+  const int64_t chunks = ceil_div(n, kChunk);
+  std::vector<Total> partial(static_cast<size_t>(chunks));
+  parallel_for(chunks, n >= kParallelMin, [&](int64_t c) {
+    Lanes acc;
+    reduce_range(acc, x, c * kChunk, std::min(kChunk, n - c * kChunk));
+    partial[static_cast<size_t>(c)] = acc.total();
+  });
+  return partial;
+}
+
 }  // namespace
 
 void sum(const TensorView& out, const TensorView& x, bool accumulate) {
-  const int64_t n = x.numel();
-  if (n == 0 && accumulate) return;  // out + 0 would turn -0 into +0
-  const int64_t chunks = ceil_div(n, kChunk);
-  std::vector<double> partial(static_cast<size_t>(chunks));
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (n >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      SumLanes acc;
-      reduce_range(acc, x, c * kChunk, std::min(kChunk, n - c * kChunk));
-      partial[static_cast<size_t>(c)] = acc.total();
-    }
-  }
+  if (x.numel() == 0 && accumulate) return;  // out + 0 would turn -0 into +0
   double total = 0.0;
-  for (const double p : partial) total += p;
+  for (const double p : chunk_totals<SumLanes, double>(x)) total += p;
   float* result = static_cast<float*>(out.data);
   // With accumulate, add in double and round once.
   *result = static_cast<float>(accumulate ? static_cast<double>(*result) + total : total);
@@ -70,55 +71,30 @@ void column_sums(const TensorView& out, const TensorView& x, bool accumulate) {
   const int64_t row_chunks = ceil_div(rows, chunk_rows);
   const int64_t col_blocks = ceil_div(cols, kColBlock);
   std::vector<double> partial(static_cast<size_t>(row_chunks * cols));
-  const int64_t items = row_chunks * col_blocks;
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (x.numel() >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t r0 = (item / col_blocks) * chunk_rows;
-      const int64_t r1 = std::min(rows, r0 + chunk_rows);
-      const int64_t c0 = (item % col_blocks) * kColBlock;
-      const int64_t width = std::min(kColBlock, cols - c0);
-      double acc[kColBlock] = {};
-      float buffer[kColBlock];
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* p = load_f32(x.data, x.dtype, r * cols + c0, width, buffer);
-        for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(p[j]);
-      }
-      std::copy(acc, acc + width, partial.begin() + (item / col_blocks) * cols + c0);
+  parallel_for(row_chunks * col_blocks, x.numel() >= kParallelMin, [&](int64_t item) {
+    const int64_t r0 = (item / col_blocks) * chunk_rows;
+    const int64_t r1 = std::min(rows, r0 + chunk_rows);
+    const int64_t c0 = (item % col_blocks) * kColBlock;
+    const int64_t width = std::min(kColBlock, cols - c0);
+    double acc[kColBlock] = {};
+    float buffer[kColBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* p = load_f32(x.data, x.dtype, r * cols + c0, width, buffer);
+      for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(p[j]);
     }
-  }
+    std::copy(acc, acc + width, partial.begin() + (item / col_blocks) * cols + c0);
+  });
   float* result = static_cast<float*>(out.data);
-#pragma omp parallel if (row_chunks * cols >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < cols; ++j) {
-      double total = accumulate ? static_cast<double>(result[j]) : 0.0;
-      for (int64_t rc = 0; rc < row_chunks; ++rc)
-        total += partial[static_cast<size_t>(rc * cols + j)];
-      result[j] = static_cast<float>(total);
-    }
-  }
+  parallel_for(cols, row_chunks * cols >= kParallelMin, [&](int64_t j) {
+    double total = accumulate ? static_cast<double>(result[j]) : 0.0;
+    for (int64_t rc = 0; rc < row_chunks; ++rc)
+      total += partial[static_cast<size_t>(rc * cols + j)];
+    result[j] = static_cast<float>(total);
+  });
 }
 
 void max(const TensorView& out, const TensorView& x) {
-  const int64_t n = x.numel();
-  const int64_t chunks = ceil_div(n, kChunk);
-  std::vector<float> partial(static_cast<size_t>(chunks));
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (n >= kParallelMin)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
-      MaxLanes acc;
-      reduce_range(acc, x, c * kChunk, std::min(kChunk, n - c * kChunk));
-      partial[static_cast<size_t>(c)] = acc.total();
-    }
-  }
+  const std::vector<float> partial = chunk_totals<MaxLanes, float>(x);
   float m = partial[0];
   for (const float p : partial) m = max_nan(m, p);
   *static_cast<float*>(out.data) = m;
