@@ -134,17 +134,15 @@ thread_local const Communicator* agreed_on = nullptr;
 enum Kind : int64_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter };
 
 const char* kind_name(int64_t kind) {
-  switch (kind) {
-    case kAllReduce:
-      return "all_reduce";
-    case kBroadcast:
-      return "broadcast";
-    case kAllGather:
-      return "all_gather";
-    case kReduceScatter:
-      return "reduce_scatter";
-  }
-  return "?";
+  static constexpr const char* kNames[] = {"all_reduce", "broadcast", "all_gather",
+                                           "reduce_scatter"};
+  return kind >= kAllReduce && kind <= kReduceScatter ? kNames[kind - kAllReduce] : "?";
+}
+
+// avg divides, so it needs a float tensor.
+void check_avg(const char* what, const Tensor& tensor, ReduceOp op) {
+  EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()),
+              "dist: {}: avg needs a float tensor, not {}", what, detail::describe(tensor));
 }
 
 int checked_metadata(const CommOptions& options) {
@@ -257,8 +255,7 @@ Communicator::AgreedCollectives::~AgreedCollectives() {
 Work Communicator::all_reduce(Stream& stream, const Tensor& tensor, ReduceOp op) {
   EMBER_OP_RANGE("all_reduce");
   detail::Backend& b = backend_for(tensor, "all_reduce");
-  EMBER_CHECK(op != ReduceOp::avg || is_floating(tensor.dtype()),
-              "dist: all_reduce: avg needs a float tensor, not {}", detail::describe(tensor));
+  check_avg("all_reduce", tensor, op);
   check("all_reduce", tensor, tensor.numel(), -1, op);
   ++collectives_;
   return Work(b.all_reduce(
@@ -294,8 +291,7 @@ Work Communicator::reduce_scatter(Stream& stream, const Tensor& out, const Tenso
   detail::check_parts("reduce_scatter", out, in, /*whole_is_out=*/false, launch_.world_size,
                       launch_.rank);
   detail::Backend& b = backend_for(in, "reduce_scatter");
-  EMBER_CHECK(op != ReduceOp::avg || is_floating(in.dtype()),
-              "dist: reduce_scatter: avg needs a float tensor, not {}", detail::describe(in));
+  check_avg("reduce_scatter", in, op);
   check("reduce_scatter", in, in.numel(), -1, op);
   ++collectives_;
   return Work(b.reduce_scatter(

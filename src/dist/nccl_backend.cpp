@@ -26,11 +26,13 @@ std::unique_ptr<Backend> make_nccl_backend(const Launch& launch, double, Backend
 
 #include <atomic>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
 #include "core/shared_library.hpp"
 #include "ember/core/check_cuda.hpp"
+#include "ember/core/enum_name.hpp"
 
 namespace ember::dist::detail {
 namespace {
@@ -86,34 +88,18 @@ const NcclApi& nccl() {
                   nccl().ncclGetErrorString(ember_status_), static_cast<int>(ember_status_)); \
   } while (0)
 
+// In DType's and ReduceOp's order.
 ncclDataType_t nccl_type(DType d) {
-  switch (d) {
-    case DType::f32:
-      return ncclFloat32;
-    case DType::f16:
-      return ncclFloat16;
-    case DType::bf16:
-      return ncclBfloat16;
-    case DType::i32:
-      return ncclInt32;
-    case DType::i64:
-      return ncclInt64;
-    case DType::u8:
-      return ncclUint8;
-  }
-  return ncclFloat32;
+  static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat16, ncclBfloat16,
+                                              ncclInt32,   ncclInt64,   ncclUint8};
+  static_assert(std::size(kTypes) == static_cast<size_t>(DType::u8) + 1);
+  return enum_entry(d, kTypes, ncclFloat32);
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return ncclSum;
-    case ReduceOp::avg:
-      return ncclAvg;
-    case ReduceOp::max:
-      return ncclMax;
-  }
-  return ncclSum;
+  static constexpr ncclRedOp_t kOps[] = {ncclSum, ncclAvg, ncclMax};
+  static_assert(std::size(kOps) == static_cast<size_t>(ReduceOp::max) + 1);
+  return enum_entry(op, kOps, ncclSum);
 }
 
 // What the works need of their communicator; alive as long as any of them.

@@ -54,34 +54,34 @@ bool ready(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-bool send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    if (!ready(fd, POLLOUT, deadline)) return false;
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+// Moves all n bytes with `io(done)`, which sends or receives from byte `done` on and returns
+// what ::send or ::recv does, each time fd is ready for `events`; false on a closed socket, an
+// error or the deadline.
+template <class Io>
+bool transfer_all(int fd, short events, size_t n, Clock::time_point deadline, Io io) {
+  size_t done = 0;
+  while (done < n) {
+    if (!ready(fd, events, deadline)) return false;
+    const ssize_t k = io(done);
     if (k <= 0) {
       if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       return false;
     }
-    p += k;
-    n -= static_cast<size_t>(k);
+    done += static_cast<size_t>(k);
   }
   return true;
 }
 
+bool send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  const auto* p = static_cast<const char*>(data);
+  return transfer_all(fd, POLLOUT, n, deadline,
+                      [&](size_t done) { return ::send(fd, p + done, n - done, MSG_NOSIGNAL); });
+}
+
 bool recv_all(int fd, void* data, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    if (!ready(fd, POLLIN, deadline)) return false;
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k <= 0) {
-      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      return false;
-    }
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
+  return transfer_all(fd, POLLIN, n, deadline,
+                      [&](size_t done) { return ::recv(fd, p + done, n - done, 0); });
 }
 
 std::string where(const Launch& l) {

@@ -24,10 +24,7 @@ Tensor Checkpoint::forward(Context& ctx, const Tensor& x) {
 
 Tensor Checkpoint::backward(Context& ctx, const Tensor& dy) {
   if (policy_ == CheckpointPolicy::selective) return inner_->backward(ctx, dy);
-  EMBER_CHECK(input_.defined(),
-              "{}: backward needs the input saved by forward (forward was not run in training "
-              "mode, or the saved input was dropped)",
-              name());
+  check_saved(input_.defined(), "input", "the saved input was dropped");
   Context rerun = ctx;
   rerun.training = true;
   rerun.step = step_;  // the same micro-batch: the same dropout masks

@@ -76,10 +76,7 @@ Tensor Embedding::forward(Context& ctx, const Tensor& ids) {
 }
 
 Tensor Embedding::backward(Context& ctx, const Tensor& dy) {
-  EMBER_CHECK(ids_.defined(),
-              "{}: backward needs the ids saved by forward (forward was not run in training "
-              "mode, or they were dropped)",
-              name());
+  check_saved(ids_.defined(), "ids", "they were dropped");
   // Written when zero_grad left the gradient pending (rows no id names become zero), else added.
   const bool accumulate = !weight_.grad_zero_pending;
   ops::embedding_backward(ctx.stream, weight_.grad, dy, ids_, accumulate);
@@ -159,10 +156,7 @@ Tensor TokenPositionEmbedding::forward(Context& ctx, const Tensor& ids) {
 }
 
 Tensor TokenPositionEmbedding::backward(Context& ctx, const Tensor& dy) {
-  EMBER_CHECK(ids_.defined(),
-              "{}: backward needs the ids saved by forward (forward was not run in training "
-              "mode, or they were dropped)",
-              name());
+  check_saved(ids_.defined(), "ids", "they were dropped");
   const int64_t b = ids_.shape()[0], t = ids_.shape()[1];
   ops::embedding_backward(ctx.stream, wte_.grad, dy, ids_, !wte_.grad_zero_pending);
   ops::embedding_backward(ctx.stream, wpe_.grad, dy, positions(ctx.stream, b, t),

@@ -80,10 +80,7 @@ Tensor LayerNorm::recompute_output(Context& ctx) {
 }
 
 Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
-  EMBER_CHECK(input_.defined(),
-              "{}: backward needs the input saved by forward (forward was not run in training "
-              "mode, or the saved input was dropped)",
-              name());
+  check_saved(input_.defined(), "input", "the saved input was dropped");
   EMBER_CHECK(dy.shape() == input_.shape(), "{}: the output gradient {} does not match input {}",
               name(), dy.view().describe(), input_.view().describe());
   Tensor dx = Tensor::empty(input_.shape(), input_.dtype(), ctx.stream);

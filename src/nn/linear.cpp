@@ -143,10 +143,7 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   EMBER_CHECK(!input_released_,
               "{}: backward before its released input was restored (selective checkpointing)",
               name());
-  EMBER_CHECK(input_.defined(),
-              "{}: backward needs the input saved by forward (forward was not run in training "
-              "mode, or the saved input was dropped)",
-              name());
+  check_saved(input_.defined(), "input", "the saved input was dropped");
   const Shape dy_shape = output_shape(input_shape_);
   EMBER_CHECK(dy.defined() && dy.shape() == dy_shape, "{}: the output gradient must be {}, not {}",
               name(), dy_shape.to_string(),

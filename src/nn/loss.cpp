@@ -14,6 +14,14 @@ void check_dloss(const char* what, const Context& ctx, const Tensor& dloss) {
               ctx.stream.device().to_string(),
               dloss.defined() ? dloss.view().describe() : std::string("undefined"));
 }
+
+// The f32 gradient `grad` times dloss (a tensor), rounded once to `dtype`: in place when that
+// is f32.
+Tensor scaled_to(Context& ctx, const Tensor& grad, const Tensor& dloss, DType dtype) {
+  Tensor out = dtype == DType::f32 ? grad : Tensor::empty(grad.shape(), dtype, ctx.stream);
+  ops::scale_by(ctx.stream, out, grad, dloss);
+  return out;
+}
 }  // namespace
 
 Tensor SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, const Tensor& labels) {
@@ -87,10 +95,7 @@ Tensor SoftmaxCrossEntropy::backward(Context& ctx, const Tensor& dloss) {
   }
   // The f32 gradient in place of the probabilities, then scaled and rounded once.
   ops::softmax_cross_entropy_backward(ctx.stream, probs_, probs_, labels_, 1.0f);
-  Tensor dlogits = logits_dtype_ == DType::f32
-                       ? probs_
-                       : Tensor::empty(probs_.shape(), logits_dtype_, ctx.stream);
-  ops::scale_by(ctx.stream, dlogits, probs_, dloss);
+  Tensor dlogits = scaled_to(ctx, probs_, dloss, logits_dtype_);
   drop_saved();
   return dlogits;
 }
@@ -129,9 +134,7 @@ Tensor MSELoss::backward(Context& ctx, const Tensor& dloss) {
   check_dloss("MSELoss::backward", ctx, dloss);
   Tensor grad = Tensor::empty(pred_.shape(), DType::f32, ctx.stream);
   ops::mse_loss_backward(ctx.stream, grad, pred_, target_, 1.0f);
-  Tensor dpred =
-      pred_.dtype() == DType::f32 ? grad : Tensor::empty(pred_.shape(), pred_.dtype(), ctx.stream);
-  ops::scale_by(ctx.stream, dpred, grad, dloss);
+  Tensor dpred = scaled_to(ctx, grad, dloss, pred_.dtype());
   drop_saved();
   return dpred;
 }

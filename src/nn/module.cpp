@@ -47,4 +47,11 @@ void Module::check_nothing_saved(const char* what) const {
               what, path_.empty() ? "" : " at ", path_);
 }
 
+void Module::check_saved(bool saved, const char* what, const char* gone) const {
+  EMBER_CHECK(saved,
+              "{}: backward needs the {} saved by forward (forward was not run in training mode, "
+              "or {})",
+              name(), what, gone);
+}
+
 }  // namespace ember::nn

@@ -96,10 +96,7 @@ Tensor TiedLinear::forward(Context& ctx, const Tensor& x) {
 }
 
 Tensor TiedLinear::backward(Context& ctx, const Tensor& dy) {
-  EMBER_CHECK(input_.defined(),
-              "{}: backward needs the input saved by forward (forward was not run in training "
-              "mode, or the saved input was dropped)",
-              name());
+  check_saved(input_.defined(), "input", "the saved input was dropped");
   const int64_t rows = input_.shape()[0], out = weight_->value.shape()[0];
   std::vector<int64_t> dims(input_shape_.dims().begin(), input_shape_.dims().end());
   dims.back() = out;

@@ -183,12 +183,6 @@ unsigned worker_threads() {
 }
 
 namespace {
-struct Schedule {
-  std::mutex mutex;
-  ScheduleOptions options;
-  std::atomic<bool> cp_async_at_issue{false};
-};
-
 ScheduleOptions schedule_from_env() {
   ScheduleOptions o;
   if (const char* env = std::getenv("EMBER_SIMT_ORDER"); env != nullptr && *env != 0) {
@@ -217,13 +211,14 @@ ScheduleOptions schedule_from_env() {
   return o;
 }
 
+struct Schedule {
+  std::mutex mutex;
+  ScheduleOptions options = schedule_from_env();
+  std::atomic<bool> cp_async_at_issue{options.cp_async_at_issue};
+};
+
 Schedule& schedule() {
-  static Schedule* s = [] {
-    auto* created = new Schedule;  // never destroyed: kernels may run during static destruction
-    created->options = schedule_from_env();
-    created->cp_async_at_issue.store(created->options.cp_async_at_issue);
-    return created;
-  }();
+  static Schedule* s = new Schedule;  // never destroyed: kernels may run during static destruction
   return *s;
 }
 }  // namespace

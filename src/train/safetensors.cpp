@@ -25,29 +25,20 @@ using json = nlohmann::json;
 // The header may not exceed 100 MB (safetensors' own limit).
 constexpr uint64_t kMaxHeader = 100'000'000;
 
+// safetensors' dtype names.
+const std::pair<const char*, DType> kDtypes[] = {{"F32", DType::f32},   {"F16", DType::f16},
+                                                 {"BF16", DType::bf16}, {"I32", DType::i32},
+                                                 {"I64", DType::i64},   {"U8", DType::u8}};
+
 const char* st_dtype(DType d) {
-  switch (d) {
-    case DType::f32:
-      return "F32";
-    case DType::f16:
-      return "F16";
-    case DType::bf16:
-      return "BF16";
-    case DType::i32:
-      return "I32";
-    case DType::i64:
-      return "I64";
-    case DType::u8:
-      return "U8";
+  for (const auto& [name, dtype] : kDtypes) {
+    if (dtype == d) return name;
   }
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType* d) {
-  static const std::pair<const char*, DType> known[] = {{"F32", DType::f32},   {"F16", DType::f16},
-                                                        {"BF16", DType::bf16}, {"I32", DType::i32},
-                                                        {"I64", DType::i64},   {"U8", DType::u8}};
-  for (const auto& [name, dtype] : known) {
+  for (const auto& [name, dtype] : kDtypes) {
     if (s == name) {
       *d = dtype;
       return true;

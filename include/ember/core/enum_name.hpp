@@ -1,4 +1,5 @@
-// enum_name: an enumerator's name from a table of names, for the `*_name` functions of enums.
+// enum_name: an enumerator's name from a table of names, for the `*_name` functions of enums
+// (enum_entry: any value from such a table).
 //
 //   const char* reduce_op_name(ReduceOp op) {
 //     static constexpr const char* kNames[] = {"sum", "avg", "max"};
@@ -12,13 +13,20 @@
 
 namespace ember {
 
-// The name of an enumerator whose values run 0, 1, ... in declaration order, from a table in
-// that order; "?" for a value outside it.
-template <class Enum, std::size_t N>
-constexpr const char* enum_name(Enum value, const char* const (&names)[N]) {
+// The entry for an enumerator whose values run 0, 1, ... in declaration order, from a table in
+// that order; `otherwise` for a value outside it.
+template <class Enum, class T, std::size_t N>
+constexpr T enum_entry(Enum value, const T (&table)[N], T otherwise) {
   static_assert(std::is_enum_v<Enum>);
   const auto index = static_cast<std::size_t>(value);
-  return index < N ? names[index] : "?";
+  return index < N ? table[index] : otherwise;
+}
+
+// The name of an enumerator, from a table of names in declaration order; "?" for a value
+// outside it.
+template <class Enum, std::size_t N>
+constexpr const char* enum_name(Enum value, const char* const (&names)[N]) {
+  return enum_entry<Enum, const char*>(value, names, "?");
 }
 
 }  // namespace ember

@@ -5,40 +5,43 @@
 
 namespace ember::nn {
 
-class ReLU final : public Module {
+// y = op(x) elementwise, saving x for backward in training mode: the activations below, each an
+// ops forward and backward function.
+class ElementwiseActivation : public Module {
  public:
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   void drop_saved() override { input_ = Tensor(); }
   bool has_saved() const override { return input_.defined(); }
-  std::string name() const override { return "ReLU"; }
+  std::string name() const override { return name_; }
+
+ protected:
+  using Forward = void (*)(Stream& stream, const TensorView& y, const TensorView& x);
+  using Backward = void (*)(Stream& stream, const TensorView& dx, const TensorView& dy,
+                            const TensorView& x);
+  ElementwiseActivation(std::string name, Forward forward, Backward backward);
 
  private:
+  std::string name_;
+  std::string forward_name_;  // "<name>::forward", for check_nothing_saved
+  Forward forward_;
+  Backward backward_;
   Tensor input_;
 };
 
-class GELU final : public Module {
+class ReLU final : public ElementwiseActivation {
  public:
-  Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
-  void drop_saved() override { input_ = Tensor(); }
-  bool has_saved() const override { return input_.defined(); }
-  std::string name() const override { return "GELU"; }
-
- private:
-  Tensor input_;
+  ReLU();
 };
 
-class SiLU final : public Module {
+class GELU final : public ElementwiseActivation {
  public:
-  Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
-  void drop_saved() override { input_ = Tensor(); }
-  bool has_saved() const override { return input_.defined(); }
-  std::string name() const override { return "SiLU"; }
+  GELU();
+};
 
- private:
-  Tensor input_;
+class SiLU final : public ElementwiseActivation {
+ public:
+  SiLU();
 };
 
 }  // namespace ember::nn

@@ -130,6 +130,9 @@ class Module {
   }
   // Throws when activations from an earlier forward are still saved (see the header).
   void check_nothing_saved(const char* what) const;
+  // Throws unless `saved`: backward needs the `what` ("input") a training-mode forward saved;
+  // `gone` ends the message ("the saved input was dropped").
+  void check_saved(bool saved, const char* what, const char* gone) const;
 
   void grad_ready(Parameter& p, Stream& stream) const {
     if (grad_ready_) grad_ready_(p, stream);

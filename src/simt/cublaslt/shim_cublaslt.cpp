@@ -68,6 +68,25 @@ bool read_attribute(T& out, const void* buffer, size_t bytes) {
   return true;
 }
 
+// The Create functions: *out = a new T made from `value`.
+template <class T>
+cublasStatus_t create(T** out, const T& value = {}) {
+  if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *out = new T(value);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The Destroy functions.
+template <class T>
+cublasStatus_t destroy(T* object) {
+  delete object;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t status_of(bool valid) {
+  return valid ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
 bool known_type(cudaDataType_t t) {
   return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF;
 }
@@ -272,14 +291,11 @@ void run(const Launch& L) {
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = new cublasLtContext{};
-  return CUBLAS_STATUS_SUCCESS;
+  return create(handle);
 }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy(handle);
 }
 
 const char* cublasLtGetStatusName(cublasStatus_t status) {
@@ -288,16 +304,11 @@ const char* cublasLtGetStatusName(cublasStatus_t status) {
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type) {
-  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *desc = new cublasLtMatmulDescOpaque{};
-  (*desc)->compute = compute;
-  (*desc)->scale = scale_type;
-  return CUBLAS_STATUS_SUCCESS;
+  return create(desc, {.compute = compute, .scale = scale_type});
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy(desc);
 }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
@@ -332,20 +343,17 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
            known_type(static_cast<cudaDataType_t>(desc->bias_type));
       break;
   }
-  if (desc->trans_a > CUBLAS_OP_T || desc->trans_b > CUBLAS_OP_T) ok = false;
-  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  return status_of(ok && desc->trans_a <= CUBLAS_OP_T && desc->trans_b <= CUBLAS_OP_T);
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
-  if (layout == nullptr || !known_type(type)) return CUBLAS_STATUS_INVALID_VALUE;
-  *layout = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld, 1, 0};
-  return CUBLAS_STATUS_SUCCESS;
+  if (!known_type(type)) return CUBLAS_STATUS_INVALID_VALUE;
+  return create(layout, {type, rows, cols, ld, 1, 0});
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy(layout);
 }
 
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
@@ -354,45 +362,37 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
   if (layout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   switch (attribute) {
     case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
-      return read_attribute(layout->batch, buffer, bytes) && layout->batch >= 1
-                 ? CUBLAS_STATUS_SUCCESS
-                 : CUBLAS_STATUS_INVALID_VALUE;
+      return status_of(read_attribute(layout->batch, buffer, bytes) && layout->batch >= 1);
     case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
-      return read_attribute(layout->batch_stride, buffer, bytes) ? CUBLAS_STATUS_SUCCESS
-                                                                 : CUBLAS_STATUS_INVALID_VALUE;
+      return status_of(read_attribute(layout->batch_stride, buffer, bytes));
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
-  if (preference == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *preference = new cublasLtMatmulPreferenceOpaque{};
-  return CUBLAS_STATUS_SUCCESS;
+  return create(preference);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference) {
-  delete preference;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroy(preference);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
                                                     cublasLtMatmulPreferenceAttributes_t attribute,
                                                     const void* buffer, size_t bytes) {
   if (preference == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  bool ok = false;
   switch (attribute) {
     case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
-      ok = read_attribute(preference->max_workspace, buffer, bytes);
-      break;
+      return status_of(read_attribute(preference->max_workspace, buffer, bytes));
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
-      ok = read_attribute(preference->align[attribute - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES],
-                          buffer, bytes);
-      break;
+      return status_of(
+          read_attribute(preference->align[attribute - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES],
+                         buffer, bytes));
   }
-  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,

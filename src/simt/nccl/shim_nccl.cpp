@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,9 +55,12 @@ bool valid_op(ncclRedOp_t op) {
   return op >= ncclSum && op <= ncclAvg;
 }
 
-// Reduces `ranks` buffers of `count` elements (laid out one after another) into out, in rank order.
+// Reduces `ranks` buffers of `count` T elements (laid out one after another) into out, in rank
+// order.
 template <class T>
-void reduce_typed(const T* all, T* out, size_t count, int ranks, ncclRedOp_t op) {
+void reduce_typed(const void* all_bytes, void* out_bytes, size_t count, int ranks, ncclRedOp_t op) {
+  const T* all = static_cast<const T*>(all_bytes);
+  T* out = static_cast<T*>(out_bytes);
   for (size_t i = 0; i < count; ++i) {
     T acc = all[i];
     for (int r = 1; r < ranks; ++r) {
@@ -82,45 +86,28 @@ void reduce_typed(const T* all, T* out, size_t count, int ranks, ncclRedOp_t op)
   }
 }
 
+// reduce_typed for each ncclDataType_t, in the enum's order; null for the 16-bit floats, which
+// reduce() reduces in f32.
+using ReduceTyped = void (*)(const void*, void*, size_t, int, ncclRedOp_t);
+constexpr ReduceTyped kReduceTyped[] = {reduce_typed<int8_t>,  reduce_typed<uint8_t>,
+                                        reduce_typed<int32_t>, reduce_typed<uint32_t>,
+                                        reduce_typed<int64_t>, reduce_typed<uint64_t>,
+                                        nullptr /* f16 */,     reduce_typed<float>,
+                                        reduce_typed<double>,  nullptr /* bf16 */};
+static_assert(std::size(kReduceTyped) == ncclBfloat16 + 1);
+
 void reduce(const void* all, void* out, size_t count, int ranks, ncclDataType_t type,
             ncclRedOp_t op) {
-  switch (type) {
-    case ncclInt8:
-      return reduce_typed(static_cast<const int8_t*>(all), static_cast<int8_t*>(out), count, ranks,
-                          op);
-    case ncclUint8:
-      return reduce_typed(static_cast<const uint8_t*>(all), static_cast<uint8_t*>(out), count,
-                          ranks, op);
-    case ncclInt32:
-      return reduce_typed(static_cast<const int32_t*>(all), static_cast<int32_t*>(out), count,
-                          ranks, op);
-    case ncclUint32:
-      return reduce_typed(static_cast<const uint32_t*>(all), static_cast<uint32_t*>(out), count,
-                          ranks, op);
-    case ncclInt64:
-      return reduce_typed(static_cast<const int64_t*>(all), static_cast<int64_t*>(out), count,
-                          ranks, op);
-    case ncclUint64:
-      return reduce_typed(static_cast<const uint64_t*>(all), static_cast<uint64_t*>(out), count,
-                          ranks, op);
-    case ncclFloat32:
-      return reduce_typed(static_cast<const float*>(all), static_cast<float*>(out), count, ranks,
-                          op);
-    case ncclFloat64:
-      return reduce_typed(static_cast<const double*>(all), static_cast<double*>(out), count, ranks,
-                          op);
-    case ncclFloat16:
-    case ncclBfloat16: {
-      // In f32, each result rounded once to the 16-bit type.
-      const ember::DType d = type == ncclFloat16 ? ember::DType::f16 : ember::DType::bf16;
-      const size_t n = count * static_cast<size_t>(ranks);
-      std::vector<float> wide(n), result(count);
-      ember::convert_host(wide.data(), ember::DType::f32, all, d, static_cast<int64_t>(n));
-      reduce_typed(wide.data(), result.data(), count, ranks, op);
-      ember::convert_host(out, d, result.data(), ember::DType::f32, static_cast<int64_t>(count));
-      return;
-    }
+  if (type != ncclFloat16 && type != ncclBfloat16) {
+    return kReduceTyped[type](all, out, count, ranks, op);
   }
+  // In f32, each result rounded once to the 16-bit type.
+  const ember::DType d = type == ncclFloat16 ? ember::DType::f16 : ember::DType::bf16;
+  const size_t n = count * static_cast<size_t>(ranks);
+  std::vector<float> wide(n), result(count);
+  ember::convert_host(wide.data(), ember::DType::f32, all, d, static_cast<int64_t>(n));
+  reduce_typed<float>(wide.data(), result.data(), count, ranks, op);
+  ember::convert_host(out, d, result.data(), ember::DType::f32, static_cast<int64_t>(count));
 }
 
 // Waits for `request` while polling for an abort; false when aborted (the request is left).
@@ -169,25 +156,19 @@ ncclResult_t enqueue(ncclComm* comm, cudaStream_t stream, std::vector<ember::sim
 }  // namespace
 
 const char* ncclGetErrorString(ncclResult_t result) {
-  switch (result) {
-    case ncclSuccess:
-      return "no error";
-    case ncclUnhandledCudaError:
-      return "unhandled cuda error";
-    case ncclSystemError:
-      return "unhandled system error (emulated NCCL: an MPI call failed)";
-    case ncclInternalError:
-      return "internal error";
-    case ncclInvalidArgument:
-      return "invalid argument";
-    case ncclInvalidUsage:
-      return "invalid usage (e.g. a call on an aborted communicator)";
-    case ncclRemoteError:
-      return "remote process exited or there was a network error";
-    case ncclInProgress:
-      return "NCCL operation in progress";
-  }
-  return "unknown result code";
+  static constexpr const char* kStrings[] = {
+      "no error",                                                    // ncclSuccess
+      "unhandled cuda error",                                        // ncclUnhandledCudaError
+      "unhandled system error (emulated NCCL: an MPI call failed)",  // ncclSystemError
+      "internal error",                                              // ncclInternalError
+      "invalid argument",                                            // ncclInvalidArgument
+      "invalid usage (e.g. a call on an aborted communicator)",      // ncclInvalidUsage
+      "remote process exited or there was a network error",          // ncclRemoteError
+      "NCCL operation in progress",                                  // ncclInProgress
+  };
+  static_assert(std::size(kStrings) == ncclInProgress + 1);
+  const auto index = static_cast<size_t>(result);
+  return index < std::size(kStrings) ? kStrings[index] : "unknown result code";
 }
 
 ncclResult_t ncclGetVersion(int* version) {

@@ -18,55 +18,52 @@ typedef enum {
   CUBLAS_STATUS_LICENSE_ERROR = 16,
 } cublasStatus_t;
 
-inline const char* cublasGetStatusName(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR:
-      return "CUBLAS_STATUS_LICENSE_ERROR";
+namespace ember::simt::detail {
+
+// Each status's name and description, as cuBLAS gives them.
+struct CublasStatusText {
+  cublasStatus_t status;
+  const char* name;
+  const char* description;
+};
+
+inline constexpr CublasStatusText kCublasStatusTexts[] = {
+    {CUBLAS_STATUS_SUCCESS, "CUBLAS_STATUS_SUCCESS", "the operation completed successfully"},
+    {CUBLAS_STATUS_NOT_INITIALIZED, "CUBLAS_STATUS_NOT_INITIALIZED",
+     "the library was not initialized"},
+    {CUBLAS_STATUS_ALLOC_FAILED, "CUBLAS_STATUS_ALLOC_FAILED", "the resource allocation failed"},
+    {CUBLAS_STATUS_INVALID_VALUE, "CUBLAS_STATUS_INVALID_VALUE",
+     "an invalid numeric value was used as an argument"},
+    {CUBLAS_STATUS_ARCH_MISMATCH, "CUBLAS_STATUS_ARCH_MISMATCH",
+     "an absent device architectural feature is required"},
+    {CUBLAS_STATUS_MAPPING_ERROR, "CUBLAS_STATUS_MAPPING_ERROR",
+     "an access to GPU memory space failed"},
+    {CUBLAS_STATUS_EXECUTION_FAILED, "CUBLAS_STATUS_EXECUTION_FAILED",
+     "the GPU program failed to execute"},
+    {CUBLAS_STATUS_INTERNAL_ERROR, "CUBLAS_STATUS_INTERNAL_ERROR", "an internal operation failed"},
+    {CUBLAS_STATUS_NOT_SUPPORTED, "CUBLAS_STATUS_NOT_SUPPORTED",
+     "the functionality requested is not supported"},
+    {CUBLAS_STATUS_LICENSE_ERROR, "CUBLAS_STATUS_LICENSE_ERROR",
+     "the functionality requested requires some license and an error was detected when trying "
+     "to check the current licensing"},
+};
+
+// The entry for `status`; null for a value cuBLAS does not define.
+inline const CublasStatusText* cublas_status_text(cublasStatus_t status) {
+  for (const CublasStatusText& text : kCublasStatusTexts) {
+    if (text.status == status) return &text;
   }
-  return "CUBLAS_STATUS_UNKNOWN";
+  return nullptr;
+}
+
+}  // namespace ember::simt::detail
+
+inline const char* cublasGetStatusName(cublasStatus_t status) {
+  const auto* text = ember::simt::detail::cublas_status_text(status);
+  return text != nullptr ? text->name : "CUBLAS_STATUS_UNKNOWN";
 }
 
 inline const char* cublasGetStatusString(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "the operation completed successfully";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "the functionality requested is not supported";
-    case CUBLAS_STATUS_LICENSE_ERROR:
-      return "the functionality requested requires some license and an error was detected "
-             "when trying to check the current licensing";
-  }
-  return "unknown error";
+  const auto* text = ember::simt::detail::cublas_status_text(status);
+  return text != nullptr ? text->description : "unknown error";
 }
