@@ -1,9 +1,10 @@
 // bench_matmul: ember's matmul against the vendor library on the same shapes, same run.
 //
 // CPU backend: against OpenBLAS's sgemm called directly (GFLOP/s), whichever engine ember uses
-// (cpu_gemm_engine(): oneDNN on AVX2/AVX-512 CPUs). benchmarks/reference/ compares with PyTorch.
-// GPU (bench_matmul_cuda.cpp): ember's tiled kernels and its cuBLASLt backend against cublasGemmEx
-// (TFLOP/s). Without a GPU the GPU benchmarks are skipped with a notice saying why. Options:
+// (cpu_gemm_engine(): OpenBLAS on AMD Zen, else oneDNN on AVX2/AVX-512 CPUs). benchmarks/reference/
+// compares with PyTorch. GPU (bench_matmul_cuda.cpp): ember's tiled kernels and its cuBLASLt
+// backend against cublasGemmEx (TFLOP/s). Without a GPU the GPU benchmarks are skipped with a
+// notice saying why. Options:
 // --flush_l2 (GPU), and Google Benchmark's own (--benchmark_filter=cuda_bf16, ...).
 #include <cblas.h>
 

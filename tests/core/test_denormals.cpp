@@ -95,7 +95,12 @@ TEST(Denormals, PointwiseOpsFlushOnEveryThreadOfTheTeam) {
 TEST(Denormals, MatmulFlushesInsideTheGemmEngine) {
   const ThreadsScope threads;
   ember::Stream stream;
-  for (auto engine : {ember::ops::CpuGemmEngine::openblas, ember::ops::cpu_gemm_engine()}) {
+  std::vector<ember::ops::CpuGemmEngine> engines{ember::ops::CpuGemmEngine::openblas};
+  const char* onednn_off = std::getenv("EMBER_ONEDNN");
+  if (EMBER_WITH_ONEDNN && (onednn_off == nullptr || std::string(onednn_off) != "0")) {
+    engines.push_back(ember::ops::CpuGemmEngine::onednn);
+  }
+  for (auto engine : engines) {
     const ember::ops::CpuGemmEngine saved = ember::ops::cpu_gemm_engine();
     ember::ops::set_cpu_gemm_engine(engine);
     const Tensor a = Tensor::full({96, 40}, kSubnormal), b = Tensor::full({40, 96}, 1.0f);

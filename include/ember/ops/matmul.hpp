@@ -45,8 +45,9 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
 const char* backend_name(MatmulBackend backend);
 
 // The library that runs the CPU backend's f32 products (and 16-bit ones without native oneDNN
-// kernels): oneDNN's JIT sgemm or OpenBLAS's sgemm. `automatic` takes oneDNN wherever its
-// kernels are AVX2 or wider, else OpenBLAS (docs/matmul.md has the measurements). The choice is
+// kernels): oneDNN's JIT sgemm or OpenBLAS's sgemm. `automatic` takes OpenBLAS on AMD CPUs it
+// has Zen kernels for, else oneDNN wherever its kernels are AVX2 or wider, else OpenBLAS
+// (docs/cpu.md has the measurements). The choice is
 // per process: EMBER_CPU_GEMM=auto|onednn|openblas, or set_cpu_gemm_engine. Either engine gives
 // the same bits at any thread count; the two engines differ from each other in the last bits.
 enum class CpuGemmEngine { automatic, onednn, openblas };

@@ -6,19 +6,33 @@
 // once the library is loaded. oneDNN picks its JIT kernels from the CPU's feature bits (AVX2,
 // AVX-512), so it needs no model table. Measured on an Intel Xeon (Sapphire Rapids class, 2
 // cores), ember's tiles, GFLOP/s at 256^3 / 1024^3 / 2048^3: OpenBLAS 29 / 31 / 41, OpenBLAS
-// forced to SkylakeX 78 / 126 / 139, oneDNN 138 / 155 / 184. `automatic` therefore takes oneDNN
-// wherever its kernels use AVX2 or wider, OpenBLAS elsewhere (no oneDNN in the build, an older
-// x86 CPU, another architecture) or when EMBER_ONEDNN=0.
+// forced to SkylakeX 78 / 126 / 139, oneDNN 138 / 155 / 184.
+//
+// On AMD Zen the other way round: OpenBLAS has Zen kernels, and oneDNN's sgemm (2.6) there runs
+// at 45-60 % of its speed when A, B and C share their offset within a 4 KiB page, as ember's
+// allocator's page-aligned tensors do (Zen 3, 2 threads, 1024^3 in 256^2 tiles, GFLOP/s by the
+// operands' offset from a page: 0 B: 88, 16 B: 141, 32 B: 64, 64 B: 79; OpenBLAS 140-149 at
+// each). `automatic` therefore takes OpenBLAS on an AMD (or Hygon) CPU that OpenBLAS runs with
+// kernels of its own for AVX2 or wider (Zen; SkylakeX or Cooperlake on AVX-512 Zen 4, where
+// OpenBLAS was about even with PyTorch and oneDNN is unmeasured), else oneDNN wherever its
+// kernels use AVX2 or wider, OpenBLAS elsewhere (no oneDNN in the build, an older x86 CPU,
+// another architecture) or when EMBER_ONEDNN=0.
 #include "ops/matmul/cpu_gemm.hpp"
 
 #include <cblas.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "ember/core/enum_name.hpp"
 #include "ember/core/error.hpp"
@@ -52,6 +66,28 @@ bool onednn_usable() {
 #endif
 }
 
+// Whether this is an AMD (or Hygon) CPU that OpenBLAS runs with kernels for AVX2 or wider
+// (openblas_get_corename(): "Zen", or "SkylakeX"/"Cooperlake" on Zen 4; "ZEN" in a build without
+// DYNAMIC_ARCH; an unknown model would be "Prescott" or the like).
+bool openblas_has_zen_kernels() {
+#if defined(__x86_64__)
+  unsigned max_leaf = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &max_leaf, &ebx, &ecx, &edx) == 0) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  const std::string_view vendor_name(vendor);
+  if (vendor_name != "AuthenticAMD" && vendor_name != "HygonGenuine") return false;
+  const char* core = openblas_get_corename();
+  std::string name = core != nullptr ? core : "";
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name == "zen" || name == "haswell" || name == "skylakex" || name == "cooperlake";
+#else
+  return false;
+#endif
+}
+
 CpuGemmEngine parse_environment() {
   const char* v = std::getenv("EMBER_CPU_GEMM");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return CpuGemmEngine::automatic;
@@ -72,6 +108,7 @@ void check_available(CpuGemmEngine engine, const char* where) {
 
 CpuGemmEngine resolve(CpuGemmEngine engine) {
   if (engine != CpuGemmEngine::automatic) return engine;
+  if (openblas_has_zen_kernels()) return CpuGemmEngine::openblas;
   return onednn_has_wide_kernels() ? CpuGemmEngine::onednn : CpuGemmEngine::openblas;
 }
 
