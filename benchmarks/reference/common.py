@@ -17,10 +17,26 @@ def setup_threads():
     torch.set_num_threads(int(n) if n else os.cpu_count())
 
 
+def dtype_list(text):
+    """'f32,bf16' -> ['f32', 'bf16']: each of f32 and bf16 at most once, at least one."""
+    names = text.split(",")
+    if not names or any(n not in ("f32", "bf16") for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"'{text}': expected f32 and/or bf16, comma-separated")
+    return names
+
+
+def add_dtypes(parser):
+    """--dtypes: the comma-separated dtypes to measure (f32, bf16)."""
+    parser.add_argument("--dtypes", default="f32,bf16", type=dtype_list,
+                        help="comma-separated: f32, bf16")
+
+
 def argument_parser():
-    """An ArgumentParser with --min-time, the seconds each seconds_per_call measures."""
+    """An ArgumentParser with --min-time, the seconds each seconds_per_call measures, and
+    --dtypes."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--min-time", type=float, default=0.5)
+    add_dtypes(parser)
     return parser
 
 

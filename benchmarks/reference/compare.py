@@ -13,6 +13,11 @@ Runs ember's benchmark (or example) and its PyTorch twin in this directory one a
                                                             (eager, fused AdamW, compiled);
                and train_mlp with subnormals flushed against kept (the step-time cliff)
 
+On a CPU without native bf16 arithmetic (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo:
+AMD before Zen 4, most Intel CPUs before Sapphire Rapids) only the f32 rows run by default:
+PyTorch's bf16 there is emulated, minutes per row, and a ratio to it measures nothing ember
+should be held to (--dtypes f32,bf16 runs them anyway).
+
 PyTorch is not a build dependency: run this with a Python that has it (python3 -m venv v;
 v/bin/pip install torch; v/bin/python benchmarks/reference/compare.py --build build/release).
 
@@ -45,6 +50,15 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def native_bf16():
+    """Whether this CPU has bf16 dot products (AVX-512 BF16 or AMX), as /proc/cpuinfo says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return re.search(r"\b(avx512_bf16|amx_bf16)\b", f.read()) is not None
+    except OSError:
+        return True  # unknown: measure everything
 
 
 def run(cmd, env=None):
@@ -108,10 +122,21 @@ def main():
                         help="gpt2: the models, |-separated: small, d12 (seconds per step)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--bin", help="the benchmarks' directory (instead of --build's)")
+    parser.add_argument("--dtypes", help="comma-separated, f32 and/or bf16 (default: both on a "
+                        "GPU or a CPU with native bf16, else f32)")
     args = parser.parse_args()
+    if args.dtypes is None:
+        args.dtypes = "f32,bf16" if args.device == "cuda" or native_bf16() else "f32"
+        if args.dtypes == "f32":
+            print("bf16 rows skipped: this CPU has no native bf16 (--dtypes f32,bf16 runs them)")
+    dtypes = args.dtypes.split(",")
+    if any(d not in ("f32", "bf16") for d in dtypes) or len(set(dtypes)) != len(dtypes):
+        parser.error(f"--dtypes {args.dtypes}: expected f32 and/or bf16, comma-separated")
+    args.dtype_pattern = "|".join(dtypes)
     only = set(args.only.split(","))
     if args.device == "cuda":
         return compare_gpu(args, only)
+    dt = args.dtype_pattern
     bench = lambda name: os.path.join(args.build, "benchmarks", name)
     example = lambda name: os.path.join(args.build, "examples", name)
     version = run([args.python, "-c", "import torch; print(torch.__version__, torch.get_num_threads())"])
@@ -123,7 +148,7 @@ def main():
         """An ember benchmark and its PyTorch twin that name their rows alike: one table."""
         def measure():
             ours = gbench(bench(ember_args[0]), *ember_args[1:], mt)
-            theirs = torch_script(args.python, script, "--min-time", mt)
+            theirs = torch_script(args.python, script, "--min-time", mt, "--dtypes", args.dtypes)
             return {**{("ember", k): v for k, v in ours.items()},
                     **{("torch", k): v for k, v in theirs.items()}}
         m = collect(args.rounds, measure)
@@ -132,11 +157,11 @@ def main():
 
     if "matmul" in only:
         same_names("GEMM, C = A B (GFLOP/s): ember's CPU backend vs torch.mm", "GFLOP/s",
-                   ("bench_matmul", "^cpu_(f32|bf16)/ember/", "GFLOP/s"), "torch_matmul.py",
+                   ("bench_matmul", f"^cpu_({dt})/ember/", "GFLOP/s"), "torch_matmul.py",
                    "torch.mm")
     if "train_step" in only:
         same_names("MLP training step (samples/s): ember vs PyTorch eager with fused AdamW",
-                   "samples/s", ("bench_train_step", "^cpu_step_(f32|bf16)/", "samples/s"),
+                   "samples/s", ("bench_train_step", f"^cpu_step_({dt})/", "samples/s"),
                    "torch_train_step.py", "torch fused AdamW")
 
     if "elementwise" in only:
@@ -160,15 +185,15 @@ def main():
     if "train_mlp" in only:
         def measure():
             out = {}
-            for amp in ("f32", "bf16"):
+            for amp in dtypes:
                 out[f"ember_{amp}"] = train_mlp_rate(example("train_mlp"), amp)
                 out[f"ember_{amp}_kept"] = train_mlp_rate(example("train_mlp"), amp,
                                                           {"EMBER_FLUSH_DENORMALS": "0"})
-            out.update(torch_script(args.python, "torch_train_mlp.py"))
+            out.update(torch_script(args.python, "torch_train_mlp.py", "--dtypes", args.dtypes))
             return out
         m = collect(args.rounds, measure)
         rows = []
-        for amp in ("f32", "bf16"):
+        for amp in dtypes:
             variants = {k: v for k, v in m.items() if k.startswith(f"train_mlp_{amp}/torch_")}
             best = max(variants, key=variants.get)
             rows.append((f"train_mlp --amp {amp}", m[f"ember_{amp}"], variants[best],
@@ -182,10 +207,10 @@ def main():
 
     if "gpt2" in only:
         def measure():
-            ours = gbench(bench("bench_gpt2"), f"^cpu_gpt2_.*/({args.gpt2_models})/",
+            ours = gbench(bench("bench_gpt2"), f"^cpu_gpt2_({dt})/ember/({args.gpt2_models})/",
                           "tokens/s", mt)
             theirs = torch_script(args.python, "gpt2_torch.py", "--min-time", mt,
-                                  "--models", args.gpt2_models,
+                                  "--models", args.gpt2_models, "--dtypes", args.dtypes,
                                   *(["--compile"] if args.compile else []))
             return {**{("ember", k): v for k, v in ours.items()},
                     **{("torch", k): v for k, v in theirs.items()}}
@@ -210,10 +235,10 @@ def compare_gpu(args, only):
     print(f"GPU rows; PyTorch {gpu.strip()}; 1 round, ember and PyTorch one after the other")
     mt = str(args.min_time)
     if "train_step" in only:
-        ours = gbench(bench("bench_train_step"), "^cuda_step_(graph_)?(f32|bf16)/", "samples/s",
-                      mt)
+        ours = gbench(bench("bench_train_step"), f"^cuda_step_(graph_)?({args.dtype_pattern})/",
+                      "samples/s", mt)
         theirs = torch_script(args.python, "torch_train_step.py", "--device", "cuda", "--graph",
-                              "--min-time", mt)
+                              "--min-time", mt, "--dtypes", args.dtypes)
         rows = []
         for k, v in sorted(ours.items()):
             if k in theirs:
@@ -224,9 +249,11 @@ def compare_gpu(args, only):
         table("MLP training step on the GPU (samples/s): ember vs PyTorch", "samples/s", rows)
     if "gpt2" in only:
         ours = gbench(bench("bench_gpt2"),
-                      f"^cuda_gpt2_(graph_)?(f32|bf16)/.*({args.gpt2_models})/", "tokens/s", mt)
+                      f"^cuda_gpt2_(graph_)?({args.dtype_pattern})/.*({args.gpt2_models})/",
+                      "tokens/s", mt)
         theirs = torch_script(args.python, "gpt2_torch.py", "--device", "cuda", "--min-time", mt,
-                              "--models", args.gpt2_models, "--compile-rows", "bf16/d12/T:1024",
+                              "--models", args.gpt2_models, "--dtypes", args.dtypes,
+                              "--compile-rows", "bf16/d12/T:1024",
                               *(["--compile"] if args.compile else []))
         rows = []
         for k, v in sorted(ours.items()):

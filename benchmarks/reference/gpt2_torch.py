@@ -81,7 +81,7 @@ def main():
         tokens = (torch.arange(batch * (seq + 1)) * 7919) % cfg["vocab"]
         tokens = tokens.view(batch, seq + 1)
         x, y = tokens[:, :-1].contiguous().to(dev), tokens[:, 1:].reshape(-1).to(dev)
-        for dtype in ("f32", "bf16"):
+        for dtype in args.dtypes:
             row = f"{dev}_gpt2_{dtype}/{model_name}/T:{seq}/batch:{batch}"
             compile_it = args.compile and re.search(args.compile_rows, row)
             variants = [("eager", False)] + ([("compiled", True)] if compile_it else [])

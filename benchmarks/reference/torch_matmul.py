@@ -12,7 +12,8 @@ SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 204
 def main():
     args = parse_args(argument_parser())
     torch.manual_seed(0)
-    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+    for name in args.dtypes:
+        dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[name]
         for m, n, k in SHAPES:
             a = torch.empty(m, k).uniform_(-1, 1).to(dtype)
             b = torch.empty(k, n).uniform_(-1, 1).to(dtype)

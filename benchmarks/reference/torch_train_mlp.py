@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from common import emit, parse_args
+from common import add_dtypes, emit, parse_args
 from models import mlp, optimizer_variant, train_step_fn
 
 
@@ -54,8 +54,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--variants", default="eager,fused,compiled")
+    add_dtypes(parser)
     args = parse_args(parser)
-    for dtype in ("f32", "bf16"):
+    for dtype in args.dtypes:
         for variant in args.variants.split(","):
             rate, loss = run(variant, dtype, args.steps)
             emit("train_mlp", f"train_mlp_{dtype}/torch_{variant}", rate, "samples/s")

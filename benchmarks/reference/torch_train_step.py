@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--graph", action="store_true", help="cuda: also the CUDA-graph step")
     args = parse_args(parser)
     for width, depth, batch in SIZES:
-        for dtype in ("f32", "bf16"):
+        for dtype in args.dtypes:
             torch.manual_seed(1)
             x = torch.empty(batch, 64).uniform_(-1, 1).to(args.device)
             y = (torch.arange(batch) % 10).to(args.device)

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,19 +54,24 @@ std::vector<CpuGemmEngine> available_engines() {
   return engines;
 }
 
+// Both of OpenBLAS's tilings (cpu_output_tiles.hpp): whole rows where B is small (300x250x200),
+// square tiles where B takes more than 2 MiB (70x600x1000).
 TEST(MatmulCpu, SameResultAtAnyThreadCount) {
   ember::Stream stream;
   const int saved_blas = openblas_get_num_threads(), saved_omp = omp_get_max_threads();
   for (CpuGemmEngine engine : available_engines()) {
     const EngineScope scope(engine);
     for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
-      for (auto [ta, tb] : {std::pair{false, false}, {true, true}}) {
+      for (auto [ta, tb, m, n, k] : {std::tuple{false, false, 300, 250, 200},
+                                     {true, true, 300, 250, 200},
+                                     {false, true, 70, 600, 1000},
+                                     {true, false, 70, 600, 1000}}) {
         SCOPED_TRACE(::testing::Message()
                      << ember::ops::cpu_gemm_engine_name(engine) << " " << ember::dtype_name(dtype)
-                     << " ta=" << ta << " tb=" << tb);
-        const Tensor a = random_tensor(ta ? Shape{2, 200, 300} : Shape{2, 300, 200}, 12).to(dtype);
-        const Tensor b = random_tensor(tb ? Shape{250, 200} : Shape{200, 250}, 13).to(dtype);
-        const Tensor c0 = random_tensor({2, 300, 250}, 14);
+                     << " ta=" << ta << " tb=" << tb << " " << m << "x" << n << "x" << k);
+        const Tensor a = random_tensor(ta ? Shape{2, k, m} : Shape{2, m, k}, 12).to(dtype);
+        const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 13).to(dtype);
+        const Tensor c0 = random_tensor({2, m, n}, 14);
         MatmulOptions o;
         o.transpose_a = ta;
         o.transpose_b = tb;

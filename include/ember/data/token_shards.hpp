@@ -2,7 +2,7 @@
 //
 // A shard file is a header of 256 little-endian int32 (magic 20240520, version 1, the token
 // count; the rest zero) followed by the tokens as uint16. llm.c's scripts write GPT-2 BPE shards
-// (vocab 50257) this way; tools/tokenize_text writes byte-level ones (vocab 256).
+// (vocab 50257) this way; the tokenize_text example writes byte-level ones (vocab 256).
 //
 // TokenShards memory-maps the files and cuts each into windows of seq + 1 tokens (a window's
 // first seq tokens are the inputs, its last seq the targets; consecutive windows overlap by one

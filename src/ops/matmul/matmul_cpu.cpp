@@ -151,8 +151,10 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
     const int64_t ldb = std::max<int64_t>(1, b.shape[b.rank() - 1]);
     const bool ta = options.transpose_a, tb = options.transpose_b;
     const CpuGemmEngine engine = cpu_gemm_engine();
+    const OutputTiles tiles =
+        engine == CpuGemmEngine::openblas ? openblas_tiles(batch, m, n, k) : output_tiles(m, n);
     for_each_output_tile(
-        batch, m, n, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+        batch, m, n, tiles, [&](int64_t e, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
           // Row i0 of op(A) starts at A[i0, 0], or at A^T's column i0; column j0 of op(B) likewise.
           const float* a_tile = a32 + (dims.a_batched ? e * m * k : 0) + (ta ? i0 : i0 * lda);
           const float* b_tile = b32 + (dims.b_batched ? e * k * n : 0) + (tb ? j0 * ldb : j0);
