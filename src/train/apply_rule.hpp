@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/cpu_clones.hpp"
-#include "ember/core/denormals.hpp"
+#include "core/cpu_parallel.hpp"
 #include "ember/core/error.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/nn/parameter.hpp"
@@ -76,20 +76,14 @@ void apply_rule_cpu(const Rule& rule, const StepInputs& inputs,
     const int64_t n = t.numel, chunks = (n + kChunk - 1) / kChunk;
     float* data[kDepth];
     for (int d = 0; d < kDepth; ++d) data[d] = t.data[d];
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (n > 32768)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-        if (scaled) {
-          apply_rule_cpu_chunk<true>(op, block, data, begin, end);
-        } else {
-          apply_rule_cpu_chunk<false>(op, block, data, begin, end);
-        }
+    ember::detail::parallel_for(chunks, n > 32768, [&](int64_t c) {
+      const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+      if (scaled) {
+        apply_rule_cpu_chunk<true>(op, block, data, begin, end);
+      } else {
+        apply_rule_cpu_chunk<false>(op, block, data, begin, end);
       }
-    }
+    });
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/cpu_parallel.hpp"
 #include "ember/core/denormals.hpp"
 #include "ember/core/error.hpp"
 
@@ -30,18 +31,12 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
   }
   std::vector<double> partials(chunks.size());
   const auto count = static_cast<int64_t>(chunks.size());
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (count > 1)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < count; ++c) {
-      double sum = 0.0;
-      const auto [p, n] = chunks[static_cast<size_t>(c)];
-      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
-      partials[static_cast<size_t>(c)] = sum;
-    }
-  }
+  ember::detail::parallel_for(count, count > 1, [&](int64_t c) {
+    double sum = 0.0;
+    const auto [p, n] = chunks[static_cast<size_t>(c)];
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
+    partials[static_cast<size_t>(c)] = sum;
+  });
   double sum = 0.0;
   for (double s : partials) sum += s;
   const auto norm = static_cast<float>(std::sqrt(sum));

@@ -1,4 +1,4 @@
-// Internal: the CPU ops' OpenMP loops: parallel_for for loops of independent iterations,
+// Internal: the CPU ops' OpenMP loops: parallel_for (core's) for loops of independent iterations,
 // RowScratch for their per-thread buffers, and parallel_tasks for tasks that call a GEMM engine
 // (matmul's output tiles, attention's heads).
 #pragma once
@@ -9,23 +9,12 @@
 #include <exception>
 #include <vector>
 
+#include "core/cpu_parallel.hpp"
 #include "ember/core/denormals.hpp"
 
 namespace ember::ops::cpu {
 
-// f(i) for i in [0, n): in an OpenMP team when `parallel` (else on the calling thread), each
-// thread taking one contiguous range of i (schedule(static)), every thread in the caller's
-// floating-point mode. f must not throw: an exception must not leave an OpenMP region.
-template <class F>
-void parallel_for(int64_t n, bool parallel, F&& f) {
-  const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (parallel)
-  {
-    const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) f(i);
-  }
-}
+using ember::detail::parallel_for;  // core/cpu_parallel.hpp
 
 // A row of `cols` floats for each thread of the OpenMP team to come, allocated before its
 // parallel region so that nothing inside it allocates; get() is the calling thread's (null when
