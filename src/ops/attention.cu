@@ -458,7 +458,7 @@ void decode_cpu(const TensorView& out, const TensorView& cache, const Dims& s, i
   {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
     std::vector<float> acc(static_cast<size_t>(d));
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t i = row % tq, h = (row / tq) % s.heads, b = row / (tq * s.heads);
       const int64_t t = length - tq + i;

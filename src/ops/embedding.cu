@@ -71,7 +71,7 @@ void forward_cpu(const TensorView& out, const TensorView& table, const TensorVie
     const ember::detail::CpuFloatScope float_scope(flush_mode);
     std::vector<float> widened;
     if (out.dtype != table.dtype) widened.resize(static_cast<size_t>(s.dim));
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
     for (int64_t r = 0; r < s.rows; ++r) {
       const int64_t id = cpu::index_at(ids, r);
       if (out.dtype == table.dtype) {
@@ -100,7 +100,7 @@ void backward_cpu(const TensorView& dtable, const TensorView& dout, const Tensor
   {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
     std::vector<float> buffer(static_cast<size_t>(s.dim)), widened(static_cast<size_t>(s.dim));
-#pragma omp for schedule(dynamic, 16)
+#pragma omp for schedule(dynamic, 16) nowait
     for (int64_t v = 0; v < s.vocab; ++v) {
       const int64_t begin = starts[v], end = starts[v + 1];
       if (accumulate && begin == end) continue;

@@ -49,7 +49,7 @@ void clip_on_cpu(const std::vector<std::pair<float*, int64_t>>& grads, float max
 #pragma omp parallel if (n > 65536)
     {
       const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for simd schedule(static)
+#pragma omp for simd schedule(static) nowait
       for (int64_t i = 0; i < n; ++i) g[i] = g[i] * factor;
     }
   }

@@ -22,7 +22,9 @@
 // Each thread of the team flushes subnormals as the CPU backend's loops do (core/denormals.hpp).
 #if defined(_OPENMP)
 #define EMBER_MAP_OMP_PARALLEL _Pragma("omp parallel if (n >= kMapParallelMin)")
-#define EMBER_MAP_OMP_FOR _Pragma("omp for schedule(static)")
+// nowait: after its blocks each thread only fences its own stores and restores its own
+// floating-point bits, so the loop's barrier would be a second one (src/core/cpu_parallel.hpp).
+#define EMBER_MAP_OMP_FOR _Pragma("omp for schedule(static) nowait")
 #define EMBER_MAP_OMP_SIMD _Pragma("omp simd")
 #else
 #define EMBER_MAP_OMP_PARALLEL

@@ -46,7 +46,7 @@ void parallel_tasks(int64_t n, F&& f) {
 #pragma omp parallel
   {
     const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait  // (core/cpu_parallel.hpp says why)
     for (int64_t i = 0; i < n; ++i) {
       try {
         f(i);

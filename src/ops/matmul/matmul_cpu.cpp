@@ -185,7 +185,7 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
 #pragma omp parallel if (total > 65536)
     {
       const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for simd schedule(static)
+#pragma omp for simd schedule(static) nowait
       for (int64_t i = 0; i < total; ++i) c32[i] *= s;
     }
   }
@@ -195,7 +195,7 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
 #pragma omp parallel if (total > 65536)
     {
       const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for simd schedule(static)
+#pragma omp for simd schedule(static) nowait
       for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
     }
   }
