@@ -101,7 +101,7 @@ inline float* map_result_f32(void* data, DType dtype, int64_t begin, float* buff
 // level cache would not keep for the next op anyway (docs/cpu.md: a plain store moves 12 bytes
 // per element of y = f(x), a streamed one 8). Smaller outputs stay in the cache for their
 // reader.
-// Each thread that streamed fences (map_stream_fence) before its team's loop ends.
+// Each thread that streamed fences (map_stream_fence) before its team's parallel region ends.
 void map_stream_f32(void* data, int64_t begin, int64_t count, const float* values);
 void map_stream_fence();
 inline constexpr int64_t kMapStreamMin = int64_t{16} << 20;
