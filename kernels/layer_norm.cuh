@@ -9,6 +9,7 @@
 #include "ember/kernels/layer_norm_math.cuh"
 #include "ember/kernels/reduce_common.cuh"
 #include "ember/kernels/row_teams.cuh"
+#include "ember/kernels/vector_access.cuh"
 
 namespace ember::kernels {
 
@@ -81,6 +82,153 @@ __global__ void __launch_bounds__(kRowThreads)
       const float d = load_f32(dyr, j);
       const float g = gamma != nullptr ? rn::mul(d, gamma[j]) : d;
       dxr[j] = from_f32<TDx>(math::input_grad(g, math::xhat(load_f32(xr, j), m, s), s, mg, mgx));
+    }
+  }
+}
+
+// ---- rows held in registers ------------------------------------------------------------------
+// The kernels above read a row from memory in 2- or 4-byte loads, once per pass. A row of up to
+// 32 * kVectors chunks (GPT-2 d12's 768 bf16: 96 chunks of 8, 3 per lane) instead goes to one warp
+// whose lanes load their chunks at once, in 8- or 16-byte accesses, and keep them in registers for
+// every pass. The formulas are the ones above; only the order of the statistics' sums differs (a
+// rounding of a statistic at most). For rows whose length is a multiple of a chunk and whose
+// inputs are aligned for chunks (the launcher checks); the output may be misaligned (element
+// stores then). Block (32, kWarpRowsPerBlock), a row per warp.
+namespace layer_norm_detail {
+inline constexpr int kRegisterChunks = 4;  // chunks per lane: 1024 16-bit or 512 f32 columns
+
+// Chunks of kN elements of T in registers: the lane's chunks lane, lane + 32, ... of a row.
+template <class T, int kN>
+struct LaneRow {
+  Chunk<T, kN> c[kRegisterChunks];
+  __device__ __forceinline__ void load(const T* row, int64_t chunks) {
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      const int64_t at = threadIdx.x + 32 * k;
+      if (at < chunks) load_chunk(c[k], row + at * kN);
+    }
+  }
+};
+
+// Stores chunk `at` of a row, whole or element by element.
+template <class T, int kN>
+__device__ __forceinline__ void store_row_chunk(T* row, int64_t at, const Chunk<T, kN>& c,
+                                                bool aligned) {
+  if (aligned) {
+    store_chunk(row + at * kN, c);
+  } else {
+    for (int e = 0; e < kN; ++e) row[at * kN + e] = c.e[e];
+  }
+}
+}  // namespace layer_norm_detail
+
+template <class TIn, class TOut>
+__global__ void __launch_bounds__(kRowThreads)
+    layer_norm_forward_register_kernel(const TIn* x, TOut* y, bool y_aligned, const float* gamma,
+                                       const float* beta, float* mean, float* rstd, float eps,
+                                       int64_t rows, int64_t cols) {
+  namespace math = layer_norm_math;
+  using layer_norm_detail::kRegisterChunks;
+  constexpr int kN = kPerVector<TIn>;
+  const int64_t chunks = cols / kN;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    layer_norm_detail::LaneRow<TIn, kN> v = {};
+    v.load(x + row * cols, chunks);
+    double sum = 0.0;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      if (threadIdx.x + 32 * k >= chunks) break;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kN; ++e) sum += to_f32(v.c[k].e[e]);
+    }
+    sum = warp_reduce(sum, SumOp{});
+    const float m = math::mean_of(sum, cols);
+    double squares = 0.0;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      if (threadIdx.x + 32 * k >= chunks) break;
+      const Chunk<TIn, kN> c = reload(v.c[k]);
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kN; ++e) {
+        const double d = static_cast<double>(to_f32(c.e[e])) - static_cast<double>(m);
+        squares += rn::dmul(d, d);
+      }
+    }
+    squares = warp_reduce(squares, SumOp{});
+    const float s = math::rstd_of(squares, cols, eps);
+    TOut* yr = y + row * cols;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      const int64_t at = threadIdx.x + 32 * k;
+      if (at >= chunks) break;
+      const Chunk<TIn, kN> c = reload(v.c[k]);
+      Chunk<TOut, kN> out;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kN; ++e) {
+        const int64_t j = at * kN + e;
+        const float g = gamma != nullptr ? gamma[j] : 1.0f;
+        const float b = beta != nullptr ? beta[j] : 0.0f;
+        out.e[e] = from_f32<TOut>(math::normalized(to_f32(c.e[e]), m, s, g, b));
+      }
+      layer_norm_detail::store_row_chunk(yr, at, out, y_aligned);
+    }
+    if (threadIdx.x == 0 && mean != nullptr) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  }
+}
+
+// kN: the elements of a 16-byte chunk of the wider of TX and TDy.
+template <int kN, class TX, class TDy, class TDx>
+__global__ void __launch_bounds__(kRowThreads)
+    layer_norm_input_grad_register_kernel(const TX* x, const TDy* dy, const float* gamma,
+                                          const float* mean, const float* rstd, TDx* dx,
+                                          bool dx_aligned, int64_t rows, int64_t cols) {
+  namespace math = layer_norm_math;
+  using layer_norm_detail::kRegisterChunks;
+  const int64_t chunks = cols / kN;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    layer_norm_detail::LaneRow<TX, kN> xv = {};
+    layer_norm_detail::LaneRow<TDy, kN> dyv = {};
+    xv.load(x + row * cols, chunks);
+    dyv.load(dy + row * cols, chunks);
+    const float m = mean[row], s = rstd[row];
+    double sum_g = 0.0, sum_gx = 0.0;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      const int64_t at = threadIdx.x + 32 * k;
+      if (at >= chunks) break;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kN; ++e) {
+        const float d = to_f32(dyv.c[k].e[e]);
+        const float g = gamma != nullptr ? rn::mul(d, gamma[at * kN + e]) : d;
+        sum_g += g;
+        sum_gx +=
+            static_cast<double>(g) * static_cast<double>(math::xhat(to_f32(xv.c[k].e[e]), m, s));
+      }
+    }
+    sum_g = warp_reduce(sum_g, SumOp{});
+    sum_gx = warp_reduce(sum_gx, SumOp{});
+    const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
+    TDx* dxr = dx + row * cols;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kRegisterChunks; ++k) {
+      const int64_t at = threadIdx.x + 32 * k;
+      if (at >= chunks) break;
+      const Chunk<TX, kN> xc = reload(xv.c[k]);
+      const Chunk<TDy, kN> dyc = reload(dyv.c[k]);
+      Chunk<TDx, kN> out;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kN; ++e) {
+        const float d = to_f32(dyc.e[e]);
+        const float g = gamma != nullptr ? rn::mul(d, gamma[at * kN + e]) : d;
+        out.e[e] =
+            from_f32<TDx>(math::input_grad(g, math::xhat(to_f32(xc.e[e]), m, s), s, mg, mgx));
+      }
+      layer_norm_detail::store_row_chunk(dxr, at, out, dx_aligned);
     }
   }
 }

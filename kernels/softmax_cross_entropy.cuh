@@ -17,10 +17,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "ember/kernels/index_check.cuh"
 #include "ember/kernels/reduce_common.cuh"
 #include "ember/kernels/row_teams.cuh"
+#include "ember/kernels/vector_access.cuh"
 
 namespace ember::kernels {
 
@@ -107,6 +110,91 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int64_t j = first; j < cols; j += kTeam) {
       const double p = static_cast<double>(expf(to_f32(x[j]) - m)) * inv_s;
       x[j] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * factor));
+    }
+    if (threadIdx.x == 0) {
+      row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);
+    }
+  }
+}
+
+// ---- wide rows held in registers -----------------------------------------------------------
+// The kernels above read a row three times (max, sum, write). A row of up to
+// kThreads * kVectors 16-byte vectors (GPT-2's padded 50304 bf16 logits: 6288) instead goes to one
+// block of kThreads, each thread holding its vectors in registers: the logits are read from memory
+// once, with 128-bit loads, and written once. The formulas are the ones above; only the order in
+// which a thread visits its elements differs, so the loss may differ from theirs in the last bits.
+// For rows whose length is a multiple of a vector and whose logits start 16-byte aligned (the
+// launcher checks); the outputs may be misaligned (element stores then).
+//
+// kFused: the fused classifier's gradient over the logits (T, as softmax_xent_fused_kernel);
+// else the forward's f32 probabilities into `out` (which may be exactly f32 logits: every read of
+// a row precedes the barriers of its reductions, every write follows them).
+template <int kThreads, int kVectors, class T, bool kFused>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_register_rows_kernel(const T* logits, void* out, bool out_aligned,
+                                      const void* labels, bool labels_i64, int64_t rows,
+                                      int64_t cols, const float* scale, double* row_loss) {
+  using softmax_detail::max_nan;
+  constexpr int kPer = kPerVector<T>;
+  using Out = std::conditional_t<kFused, T, float>;
+  const int64_t vectors = cols / kPer;
+  const double factor = kFused ? (1.0 / static_cast<double>(rows)) *
+                                     (scale != nullptr ? static_cast<double>(*scale) : 1.0)
+                               : 1.0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = logits + row * cols;
+    Out* o = static_cast<Out*>(out) + row * cols;
+    const int64_t label = load_index(labels, labels_i64, row);
+    float x_label = 0.0f;
+    if (threadIdx.x == 0) {
+      x_label =
+          label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
+    }
+    Chunk<T, kPer> v[kVectors] = {};
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kVectors; ++k) {
+      const int64_t at = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (at < vectors) load_chunk(v[k], x + at * kPer);
+    }
+    float m = kMinusInf;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kVectors; ++k) {
+      if (threadIdx.x + static_cast<int64_t>(k) * kThreads >= vectors) break;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kPer; ++e) m = max_nan(m, to_f32(v[k].e[e]));
+    }
+    m = block_reduce<kThreads>(m, softmax_detail::MaxNanOp{}, kMinusInf);
+    double s = 0.0;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kVectors; ++k) {
+      if (threadIdx.x + static_cast<int64_t>(k) * kThreads >= vectors) break;
+      const Chunk<T, kPer> c = reload(v[k]);
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kPer; ++e) s += static_cast<double>(expf(to_f32(c.e[e]) - m));
+    }
+    s = block_reduce<kThreads>(s, SumOp{}, 0.0);
+    const double inv_s = 1.0 / s;
+    EMBER_PRAGMA_UNROLL
+    for (int k = 0; k < kVectors; ++k) {
+      const int64_t at = threadIdx.x + static_cast<int64_t>(k) * kThreads;
+      if (at >= vectors) break;
+      const Chunk<T, kPer> in = reload(v[k]);
+      Chunk<Out, kPer> c;
+      EMBER_PRAGMA_UNROLL
+      for (int e = 0; e < kPer; ++e) {
+        const double p = static_cast<double>(expf(to_f32(in.e[e]) - m)) * inv_s;
+        if constexpr (kFused) {
+          const int64_t j = at * kPer + e;
+          c.e[e] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * factor));
+        } else {
+          c.e[e] = static_cast<float>(p);
+        }
+      }
+      if (out_aligned) {
+        store_chunk(o + at * kPer, c);
+      } else {
+        for (int e = 0; e < kPer; ++e) o[at * kPer + e] = c.e[e];
+      }
     }
     if (threadIdx.x == 0) {
       row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ember/kernels/layer_norm_math.cuh"
@@ -189,6 +191,19 @@ const float* f32_or_null(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
 
+// Whether rows of `cols` go to the register kernels (a warp per row, in chunks of kN): a whole
+// number of chunks, at most kRegisterChunks per lane, the inputs aligned for them.
+template <int kN>
+bool register_rows(int64_t cols, std::initializer_list<bool> inputs_aligned) {
+  if (cols % kN != 0 || cols / kN > 32 * kernels::layer_norm_detail::kRegisterChunks) return false;
+  return std::all_of(inputs_aligned.begin(), inputs_aligned.end(), [](bool a) { return a; });
+}
+
+dim3 register_rows_grid(int64_t rows) {
+  return dim3(static_cast<unsigned>(
+      std::min(kernels::ceil_div(rows, kernels::kWarpRowsPerBlock), kernels::kMaxGridX)));
+}
+
 }  // namespace
 
 void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& mean,
@@ -198,6 +213,15 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
   const cudaStream_t handle = enter(stream);
   with_element_type(element_type(x.dtype), [&](auto element) {
     using T = decltype(element);
+    constexpr int kN = kernels::kPerVector<T>;
+    if (register_rows<kN>(cols, {kernels::aligned_for<T, kN>(x.data)})) {
+      launch(kernels::layer_norm_forward_register_kernel<T, T>, register_rows_grid(rows),
+             dim3(32, kernels::kWarpRowsPerBlock), 0, handle, static_cast<const T*>(x.data),
+             static_cast<T*>(y.data), kernels::aligned_for<T, kN>(y.data), f32_or_null(gamma),
+             f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data), eps,
+             rows, cols);
+      return;
+    }
     launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
       launch(kernels::layer_norm_forward_kernel<kTeam, T, T>, grid, block, 0, handle,
              static_cast<const T*>(x.data), static_cast<T*>(y.data), f32_or_null(gamma),
@@ -218,7 +242,16 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
     using TX = decltype(x_element);
     with_element_type(element_type(dy.dtype), [&](auto dy_element) {
       using TDy = decltype(dy_element);
-      if (dx.data != nullptr && rows > 0) {
+      constexpr int kN =
+          kernels::kPerVector<std::conditional_t<(sizeof(TX) > sizeof(TDy)), TX, TDy>>;
+      if (dx.data != nullptr && rows > 0 &&
+          register_rows<kN>(cols, {kernels::aligned_for<TX, kN>(x.data),
+                                   kernels::aligned_for<TDy, kN>(dy.data)})) {
+        launch(kernels::layer_norm_input_grad_register_kernel<kN, TX, TDy, TX>,
+               register_rows_grid(rows), dim3(32, kernels::kWarpRowsPerBlock), 0, handle,
+               static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data), f32_or_null(gamma),
+               m, s, static_cast<TX*>(dx.data), kernels::aligned_for<TX, kN>(dx.data), rows, cols);
+      } else if (dx.data != nullptr && rows > 0) {
         launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
           launch(kernels::layer_norm_input_grad_kernel<kTeam, TX, TDy, TX>, grid, block, 0, handle,
                  static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data),

@@ -266,6 +266,40 @@ void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_on
   });
 }
 
+// Wide rows that the register kernel takes (kernels::softmax_xent_register_rows_kernel): a
+// multiple of a 16-byte vector long, the logits 16-byte aligned, at most 8192 vectors. Calls
+// launch_one.template operator()<kThreads, kVectors, T>(grid, block) and returns true, or returns
+// false for the team kernels.
+template <class Launch>
+bool launch_register_rows(const void* logits, DType type, int64_t rows, int64_t cols,
+                          Launch&& launch_one) {
+  bool taken = false;
+  with_element_type(type, [&](auto element) {
+    using T = decltype(element);
+    constexpr int kPer = kernels::kPerVector<T>;
+    if (cols <= kernels::kWarpRowMaxCols || cols % kPer != 0 ||
+        !kernels::aligned_for<T, kPer>(logits)) {
+      return;
+    }
+    const int64_t vectors = cols / kPer;
+    const dim3 grid(static_cast<unsigned>(std::min(rows, kernels::kMaxGridX)));
+    if (vectors <= 256 * 4) {
+      launch_one.template operator()<256, 4, T>(grid, dim3(256));
+      taken = true;
+    } else if (vectors <= 8192) {
+      // 8192 vectors in registers without spilling (ptxas -v): f32 in 1024 threads of 8 (in 512
+      // of 16 it spilled), 16-bit types in 512 of 16 (their conversions take registers).
+      if constexpr (sizeof(T) == 4) {
+        launch_one.template operator()<1024, 8, T>(grid, dim3(1024));
+      } else {
+        launch_one.template operator()<512, 16, T>(grid, dim3(512));
+      }
+      taken = true;
+    }
+  });
+  return taken;
+}
+
 }  // namespace
 
 size_t softmax_xent_forward_scratch_bytes(int64_t rows) {
@@ -276,10 +310,19 @@ void launch_softmax_xent_forward(const void* logits, DType type, const void* lab
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
-    launch(kernels::softmax_xent_forward_kernel<kTeam, T>, grid, block, 0, stream,
-           static_cast<const T*>(logits), labels, labels_i64, rows, cols, probs, row_loss);
-  });
+  const bool registers = launch_register_rows(
+      logits, type, rows, cols, [&]<int kThreads, int kVectors, class T>(dim3 grid, dim3 block) {
+        launch(kernels::softmax_xent_register_rows_kernel<kThreads, kVectors, T, false>, grid,
+               block, 0, stream, static_cast<const T*>(logits), static_cast<void*>(probs),
+               kernels::aligned_for<float, kernels::kPerVector<T>>(probs), labels, labels_i64, rows,
+               cols, nullptr, row_loss);
+      });
+  if (!registers) {
+    launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
+      launch(kernels::softmax_xent_forward_kernel<kTeam, T>, grid, block, 0, stream,
+             static_cast<const T*>(logits), labels, labels_i64, rows, cols, probs, row_loss);
+    });
+  }
   launch(kernels::softmax_xent_loss_kernel<kThreads>, dim3(1), dim3(kThreads), 0, stream,
          static_cast<const double*>(row_loss), rows, loss);
 }
@@ -288,10 +331,18 @@ void launch_softmax_xent_fused(void* logits, DType type, const void* labels, boo
                                int64_t rows, int64_t cols, const float* scale, float* loss,
                                void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
-    launch(kernels::softmax_xent_fused_kernel<kTeam, T>, grid, block, 0, stream,
-           static_cast<T*>(logits), labels, labels_i64, rows, cols, scale, row_loss);
-  });
+  const bool registers = launch_register_rows(
+      logits, type, rows, cols, [&]<int kThreads, int kVectors, class T>(dim3 grid, dim3 block) {
+        launch(kernels::softmax_xent_register_rows_kernel<kThreads, kVectors, T, true>, grid, block,
+               0, stream, static_cast<const T*>(logits), logits, true, labels, labels_i64, rows,
+               cols, scale, row_loss);
+      });
+  if (!registers) {
+    launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
+      launch(kernels::softmax_xent_fused_kernel<kTeam, T>, grid, block, 0, stream,
+             static_cast<T*>(logits), labels, labels_i64, rows, cols, scale, row_loss);
+    });
+  }
   launch(kernels::softmax_xent_loss_kernel<kThreads>, dim3(1), dim3(kThreads), 0, stream,
          static_cast<const double*>(row_loss), rows, loss);
 }

@@ -124,6 +124,65 @@ TEST_P(LayerNormEdges, WidthsAroundTheTeamSwitchMatchCpu) {
   }
 }
 
+// Rows that CUDA keeps in registers (a whole number of 16-byte chunks, at most 4 per lane: 768
+// as in GPT-2, 1024 16-bit and 512 f32 at the limit, 520 f32 past it), also from inputs and into
+// outputs one element off their alignment (the team kernels, or element stores): device vs CPU,
+// bitwise where the statistics agree, and nothing written outside the views.
+TEST_P(LayerNormEdges, RegisterRowsAndMisalignedViewsMatchCpu) {
+  const int64_t rows = 7;
+  struct Views {
+    std::vector<float> y, dx, mean, rstd;
+  };
+  for (const int64_t cols : {int64_t{768}, int64_t{1024}, int64_t{512}, int64_t{520}}) {
+    const int64_t n = rows * cols;
+    const auto x = uni(n + 1, 30 + cols, -3, 3), dy = uni(n + 1, 31, -1, 1);
+    const auto gamma = uni(cols, 32, 0.5, 1.5), beta = uni(cols, 33, -1, 1);
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      for (const auto& [in_offset, out_offset] :
+           {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {0, 1}, {1, 1}}) {
+        const auto go = [&](Device dev) {
+          Stream st = dev.is_cpu() ? Stream() : current_stream(dev);
+          const auto put = [&](const std::vector<float>& v, DType t) {
+            return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(t).to(st);
+          };
+          const auto view = [&](const Tensor& t, int64_t offset) {
+            return TensorView{static_cast<char*>(t.data()) + offset * dtype_size(t.dtype()),
+                              t.dtype(), Shape{rows, cols}, t.device()};
+          };
+          const Tensor xd = put(x, dtype), dyd = put(dy, dtype);
+          const Tensor g = put(gamma, DType::f32), b = put(beta, DType::f32);
+          Tensor y = Tensor::full({n + 1}, 7.0, dtype, st),
+                 dx = Tensor::full({n + 1}, 7.0, dtype, st);
+          Tensor mean = Tensor::empty({rows}, DType::f32, st);
+          Tensor rstd = Tensor::empty({rows}, DType::f32, st);
+          ops::layer_norm_forward(st, view(y, out_offset), mean, rstd, view(xd, in_offset), g, b);
+          ops::layer_norm_backward(st, view(dx, out_offset), TensorView{}, TensorView{},
+                                   view(dyd, in_offset), view(xd, in_offset), mean, rstd, g);
+          const auto host = [](const Tensor& t) {
+            return t.to(DType::f32).to(Device::cpu()).to_vector<float>();
+          };
+          return Views{host(y), host(dx), host(mean), host(rstd)};
+        };
+        SCOPED_TRACE(::testing::Message()
+                     << rows << "x" << cols << " " << dtype_name(dtype) << ", inputs at +"
+                     << in_offset << ", outputs at +" << out_offset);
+        const Views d = go(device()), c = go(Device::cpu());
+        const size_t guard = out_offset == 0 ? static_cast<size_t>(n) : 0;
+        EXPECT_EQ(d.y[guard], 7.0f);
+        EXPECT_EQ(d.dx[guard], 7.0f);
+        if (same_bits(d.mean, c.mean) && same_bits(d.rstd, c.rstd)) {
+          EXPECT_TRUE(same_bits(d.y, c.y)) << first_diff(d.y, c.y);
+          EXPECT_TRUE(same_values(d.dx, c.dx, 1)) << first_diff(d.dx, c.dx);
+        }
+        for (size_t i = 0; i < c.y.size(); ++i) {
+          ASSERT_NEAR(d.y[i], c.y[i], 1e-2 + 1e-2 * std::fabs(c.y[i])) << i;
+          ASSERT_NEAR(d.dx[i], c.dx[i], 1e-2 + 1e-2 * std::fabs(c.dx[i])) << i;
+        }
+      }
+    }
+  }
+}
+
 // f16 extremes: values +-65504 and a huge-spread row; y stays finite; device == CPU.
 TEST_P(LayerNormEdges, HalfExtremes) {
   const int64_t rows = 2, cols = 4;

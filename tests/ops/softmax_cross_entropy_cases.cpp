@@ -37,9 +37,13 @@ using ember::testing::values;
 namespace ops = ember::ops;
 
 // Warp-per-row rows on CUDA (C <= 1024, the edge included) and block-per-row rows (C > 1024),
-// row counts that are not a multiple of the 8 rows of a block, and the CPU's 16-lane tails.
-const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},   {3, 4097}, {4097, 3},
-                                    {64, 1000}, {257, 1000}, {4, 1024}, {5, 1025}, {3, 5000}};
+// row counts that are not a multiple of the 8 rows of a block, and the CPU's 16-lane tails. Wide
+// rows that are a multiple of 16 bytes go to the register kernel on CUDA: 256 threads of 4
+// vectors (1032, 5000), 1024 of 8 for f32 and 512 of 16 for 16-bit types (16000; GPT-2's padded
+// 50304 for 16-bit types, whose f32 rows are beyond the kernel's 8192 vectors, as 70000's are).
+const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},    {3, 4097}, {4097, 3},
+                                    {64, 1000}, {257, 1000}, {4, 1024},  {5, 1025}, {3, 5000},
+                                    {2, 1032},  {3, 16000},  {2, 50304}, {2, 70000}};
 
 // Logits in [-6, 6) by default: wide enough for a peaked softmax.
 std::vector<float> random_logits(int64_t n, uint32_t seed, float lo = -6.0f, float hi = 6.0f) {
@@ -317,11 +321,106 @@ TEST_P(SoftmaxCrossEntropy, NanLogitMakesItsRowNan) {
   for (int j = 3; j < 6; ++j) EXPECT_FALSE(std::isnan(got.probs[j]));
 }
 
+// Wide rows (the register kernel on CUDA) with huge, -inf and nan logits: as in the narrow tests
+// above. Row 0 has one huge logit, row 1 only two finite logits, row 2 a nan.
+TEST_P(SoftmaxCrossEntropy, WideRowsWithHugeInfAndNanLogits) {
+  Stream s = stream();
+  const int64_t cols = 9000;  // f32: 2250 vectors of 4; 16-bit: 1125 vectors of 8
+  std::vector<float> x = random_logits(3 * cols, 11);
+  std::fill(x.begin() + cols, x.begin() + 2 * cols, -kInf);
+  x[cols + 5] = 1.0f;
+  x[cols + cols - 1] = 2.0f;
+  x[2 * cols + 7000] = kNan;
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(ember::dtype_name(dtype));
+    x[4321] = dtype == DType::f16 ? 60000.0f : 1e30f;  // huge, and finite in the dtype
+    const Tensor logits = Tensor::from_vector(x, Shape{3, cols}).to(dtype);
+    const std::vector<float> xr = values(logits);  // as rounded to dtype
+    // Rows 0 and 1 alone: a finite loss.
+    const Forward two = forward(s, logits.slice(0, 2), make_labels({17, cols - 1}, DType::i64));
+    // Every other term underflows.
+    const double row0 = static_cast<double>(xr[4321]) - static_cast<double>(xr[17]);
+    const double row1 = std::log(1.0 + std::exp(-1.0));
+    EXPECT_FLOAT_EQ(two.loss, static_cast<float>((row0 + row1) / 2.0));
+    for (int64_t j = 0; j < cols; ++j) {
+      const auto at = static_cast<size_t>(j);
+      ASSERT_EQ(two.probs[at], j == 4321 ? 1.0f : 0.0f) << "row 0 column " << j;
+      const float want = j == 5          ? static_cast<float>(std::exp(-1.0 - row1))
+                         : j == cols - 1 ? static_cast<float>(std::exp(-row1))
+                                         : 0.0f;
+      ASSERT_NEAR(two.probs[static_cast<size_t>(cols) + at], want, 1e-6) << "row 1 column " << j;
+    }
+    // All three rows: the nan row is nan, the others keep their values.
+    const Forward all = forward(s, logits, make_labels({17, cols - 1, 3}, DType::i32));
+    EXPECT_TRUE(std::isnan(all.loss));
+    for (int64_t j = 0; j < cols; ++j) {
+      ASSERT_TRUE(std::isnan(all.probs[static_cast<size_t>(2 * cols + j)])) << j;
+    }
+    EXPECT_EQ(all.probs[4321], 1.0f);
+  }
+}
+
+// Wide rows whose logits or probabilities start one element off a 16-byte boundary (the team
+// kernels, or the register kernel's element stores, on CUDA): within the tolerances of the
+// aligned rows, and nothing written outside the view.
+TEST_P(SoftmaxCrossEntropy, MisalignedWideRowsMatchTheReference) {
+  Stream s = stream();
+  const int64_t rows = 3, cols = 4000;
+  const std::vector<int64_t> labels = random_labels(rows, cols, 13);
+  const Tensor label_tensor = on(make_labels(labels, DType::i32));
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const Tensor host =
+        Tensor::from_vector(random_logits(rows * cols + 1, 12), {rows * cols + 1}).to(dtype);
+    const std::vector<float> hv = values(host);
+    for (const int64_t in_offset : {0, 1}) {
+      for (const int64_t out_offset : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << ember::dtype_name(dtype) << " logits at +" << in_offset
+                                          << ", probs at +" << out_offset);
+        const Tensor logits = on(host.clone());  // the fused op below overwrites it
+        const auto view = [&](const Tensor& t, int64_t offset) {
+          return TensorView{static_cast<char*>(t.data()) + offset * ember::dtype_size(t.dtype()),
+                            t.dtype(), Shape{rows, cols}, t.device()};
+        };
+        const std::vector<float> x(hv.begin() + in_offset, hv.begin() + in_offset + rows * cols);
+        const Reference ref = reference(x, labels, cols, /*rounded_shift=*/true);
+        Tensor loss = on(Tensor::full(Shape{1}, 99.0));
+        Tensor probs = on(Tensor::full({rows * cols + 1}, 99.0));
+        ops::softmax_cross_entropy_forward(s, loss, view(probs, out_offset),
+                                           view(logits, in_offset), label_tensor);
+        EXPECT_NEAR(loss.item(), ref.loss, 0x1p-21 + 0x1p-23 * std::abs(ref.loss));
+        const std::vector<float> got = values(probs);
+        EXPECT_EQ(got[static_cast<size_t>(out_offset == 0 ? rows * cols : 0)], 99.0f);
+        for (size_t i = 0; i < ref.probs.size(); ++i) {
+          ASSERT_NEAR(got[i + static_cast<size_t>(out_offset)], ref.probs[i],
+                      4 * 0x1p-23 * ref.probs[i] + 0x1p-149)
+              << "element " << i;
+        }
+        if (out_offset != 0) continue;
+        // The fused classifier over the same view: the gradient in place, the guard untouched.
+        ops::softmax_cross_entropy_fused(s, loss, view(logits, in_offset), label_tensor);
+        const std::vector<float> grad = values(logits);
+        EXPECT_EQ(bits(grad[static_cast<size_t>(in_offset == 0 ? rows * cols : 0)]),
+                  bits(hv[static_cast<size_t>(in_offset == 0 ? rows * cols : 0)]));
+        const double ulp = dtype == DType::f32 ? 0x1p-23 : 0x1p-8;
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const auto at = static_cast<size_t>(i);
+          const double want =
+              (ref.probs[at] - (i % cols == labels[static_cast<size_t>(i / cols)] ? 1.0 : 0.0)) /
+              double(rows);
+          ASSERT_NEAR(grad[at + static_cast<size_t>(in_offset)], want,
+                      (4 * 0x1p-23 + ulp) * std::abs(want) + 0x1p-149)
+              << "element " << i;
+        }
+      }
+    }
+  }
+}
+
 // Forward with probs exactly the logits, then backward with dlogits exactly the probs: the same
 // bits as out of place.
 TEST_P(SoftmaxCrossEntropy, InPlaceForwardAndBackwardMatchOutOfPlace) {
   Stream s = stream();
-  for (const Shape& shape : {Shape{5, 9}, Shape{257, 1000}, Shape{3, 5000}}) {
+  for (const Shape& shape : {Shape{5, 9}, Shape{257, 1000}, Shape{3, 5000}, Shape{2, 16000}}) {
     const Tensor logits = on(Tensor::from_vector(random_logits(shape.numel(), 3), shape));
     const Tensor labels = on(make_labels(random_labels(shape[0], shape[1], 4), DType::i64));
     Tensor loss = on(Tensor::zeros(Shape{}));
