@@ -88,22 +88,27 @@ __global__ void __launch_bounds__(kRowThreads)
 
 // ---- rows held in registers ------------------------------------------------------------------
 // The kernels above read a row from memory in 2- or 4-byte loads, once per pass. A row of up to
-// 32 * kVectors chunks (GPT-2 d12's 768 bf16: 96 chunks of 8, 3 per lane) instead goes to one warp
+// kRegisterColumns (GPT-2 d12's 768: 192 f32 chunks of 4, 6 per lane) instead goes to one warp
 // whose lanes load their chunks at once, in 8- or 16-byte accesses, and keep them in registers for
 // every pass. The formulas are the ones above; only the order of the statistics' sums differs (a
 // rounding of a statistic at most). For rows whose length is a multiple of a chunk and whose
 // inputs are aligned for chunks (the launcher checks); the output may be misaligned (element
 // stores then). Block (32, kWarpRowsPerBlock), a row per warp.
 namespace layer_norm_detail {
-inline constexpr int kRegisterChunks = 4;  // chunks per lane: 1024 16-bit or 512 f32 columns
+// Columns a warp holds: chunks of kN elements, kRegisterChunks<kN> per lane (8 of 4 f32, 4 of 8
+// 16-bit elements: 32 registers per row, so that x and dy fit together without spilling).
+inline constexpr int64_t kRegisterColumns = 1024;
+template <int kN>
+inline constexpr int kRegisterChunks = static_cast<int>(kRegisterColumns / (32 * kN));
 
 // Chunks of kN elements of T in registers: the lane's chunks lane, lane + 32, ... of a row.
 template <class T, int kN>
 struct LaneRow {
-  Chunk<T, kN> c[kRegisterChunks];
+  static constexpr int kChunks = kRegisterChunks<kN>;
+  Chunk<T, kN> c[kChunks];
   __device__ __forceinline__ void load(const T* row, int64_t chunks) {
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int64_t at = threadIdx.x + 32 * k;
       if (at < chunks) load_chunk(c[k], row + at * kN);
     }
@@ -128,8 +133,8 @@ __global__ void __launch_bounds__(kRowThreads)
                                        const float* beta, float* mean, float* rstd, float eps,
                                        int64_t rows, int64_t cols) {
   namespace math = layer_norm_math;
-  using layer_norm_detail::kRegisterChunks;
   constexpr int kN = kPerVector<TIn>;
+  constexpr int kChunks = layer_norm_detail::kRegisterChunks<kN>;
   const int64_t chunks = cols / kN;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -137,7 +142,7 @@ __global__ void __launch_bounds__(kRowThreads)
     v.load(x + row * cols, chunks);
     double sum = 0.0;
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       if (threadIdx.x + 32 * k >= chunks) break;
       EMBER_PRAGMA_UNROLL
       for (int e = 0; e < kN; ++e) sum += to_f32(v.c[k].e[e]);
@@ -146,7 +151,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float m = math::mean_of(sum, cols);
     double squares = 0.0;
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       if (threadIdx.x + 32 * k >= chunks) break;
       const Chunk<TIn, kN> c = reload(v.c[k]);
       EMBER_PRAGMA_UNROLL
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float s = math::rstd_of(squares, cols, eps);
     TOut* yr = y + row * cols;
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int64_t at = threadIdx.x + 32 * k;
       if (at >= chunks) break;
       const Chunk<TIn, kN> c = reload(v.c[k]);
@@ -187,7 +192,7 @@ __global__ void __launch_bounds__(kRowThreads)
                                           const float* mean, const float* rstd, TDx* dx,
                                           bool dx_aligned, int64_t rows, int64_t cols) {
   namespace math = layer_norm_math;
-  using layer_norm_detail::kRegisterChunks;
+  constexpr int kChunks = layer_norm_detail::kRegisterChunks<kN>;
   const int64_t chunks = cols / kN;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; row < rows;
        row += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float m = mean[row], s = rstd[row];
     double sum_g = 0.0, sum_gx = 0.0;
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int64_t at = threadIdx.x + 32 * k;
       if (at >= chunks) break;
       EMBER_PRAGMA_UNROLL
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const float mg = math::mean_of(sum_g, cols), mgx = math::mean_of(sum_gx, cols);
     TDx* dxr = dx + row * cols;
     EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kRegisterChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int64_t at = threadIdx.x + 32 * k;
       if (at >= chunks) break;
       const Chunk<TX, kN> xc = reload(xv.c[k]);

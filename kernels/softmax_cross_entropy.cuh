@@ -20,6 +20,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "ember/core/dynamic_shared.hpp"
 #include "ember/kernels/index_check.cuh"
 #include "ember/kernels/reduce_common.cuh"
 #include "ember/kernels/row_teams.cuh"
@@ -117,26 +118,49 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// ---- wide rows held in registers -----------------------------------------------------------
-// The kernels above read a row three times (max, sum, write). A row of up to
-// kThreads * kVectors 16-byte vectors (GPT-2's padded 50304 bf16 logits: 6288) instead goes to one
-// block of kThreads, each thread holding its vectors in registers: the logits are read from memory
-// once, with 128-bit loads, and written once. The formulas are the ones above; only the order in
-// which a thread visits its elements differs, so the loss may differ from theirs in the last bits.
-// For rows whose length is a multiple of a vector and whose logits start 16-byte aligned (the
-// launcher checks); the outputs may be misaligned (element stores then).
+// ---- wide rows staged in shared memory ---------------------------------------------------------
+// The kernels above read a row three times (max, sum, write), in 2- or 4-byte loads. A row of up
+// to kMaxStagedVectors 16-byte vectors whose length is a whole number of vectors and whose logits
+// are 16-byte aligned (the launcher checks) instead goes to one block of kStagedThreads: each
+// thread loads its vectors (t, t + kStagedThreads, ...) in 128-bit loads, kStagedBatch at once,
+// and keeps them in dynamic shared memory for the later passes, where only it reads them back (no
+// barrier needed for them). The row is read from memory once and written once. GPT-2's padded
+// 50304 bf16 logits take 100.6 KB, so two blocks share an SM and one's memory traffic overlaps
+// the other's arithmetic (a first version held the row in registers: one block per SM, 26 % of an
+// H200's memory rate). The outputs may be misaligned (element stores then).
 //
+// The formulas are the ones above, the sums in double; only the order in which a thread visits its
+// elements differs, and p = e * (1 / s) (times the fused gradient's factor) is made in f32 from
+// the double factor split in two floats (ScaledF32), which is the double product's rounding but
+// in rare near-ties. The loss may differ from the team kernels' in the last bits.
+inline constexpr int kStagedThreads = 512;
+inline constexpr int kStagedBatch = 4;
+inline constexpr int64_t kMaxStagedVectors = 12288;  // 192 KiB of shared memory
+
+namespace softmax_detail {
+// e * q for a double q, in f32: q = hi + lo (lo: the part of q that hi misses; 0 where hi is not
+// finite), e * q ~ fma(e, hi, e * lo), rounded once.
+struct ScaledF32 {
+  float hi, lo;
+  __device__ __forceinline__ explicit ScaledF32(double q) : hi(static_cast<float>(q)) {
+    lo = (hi - hi == 0.0f) ? static_cast<float>(q - static_cast<double>(hi)) : 0.0f;
+  }
+  __device__ __forceinline__ float operator()(float e) const { return fmaf(e, hi, e * lo); }
+};
+}  // namespace softmax_detail
+
 // kFused: the fused classifier's gradient over the logits (T, as softmax_xent_fused_kernel);
-// else the forward's f32 probabilities into `out` (which may be exactly f32 logits: every read of
-// a row precedes the barriers of its reductions, every write follows them).
-template <int kThreads, int kVectors, class T, bool kFused>
-__global__ void __launch_bounds__(kThreads)
-    softmax_xent_register_rows_kernel(const T* logits, void* out, bool out_aligned,
-                                      const void* labels, bool labels_i64, int64_t rows,
-                                      int64_t cols, const float* scale, double* row_loss) {
+// else the forward's f32 probabilities into `out` (which may be exactly f32 logits: each thread
+// reads its elements before it writes them, and thread 0 reads x[label] before the barriers).
+template <class T, bool kFused>
+__global__ void __launch_bounds__(kStagedThreads, 2)
+    softmax_xent_staged_rows_kernel(const T* logits, void* out, bool out_aligned,
+                                    const void* labels, bool labels_i64, int64_t rows, int64_t cols,
+                                    const float* scale, double* row_loss) {
   using softmax_detail::max_nan;
   constexpr int kPer = kPerVector<T>;
   using Out = std::conditional_t<kFused, T, float>;
+  const auto stage = dynamic_shared<Chunk<T, kPer>>();
   const int64_t vectors = cols / kPer;
   const double factor = kFused ? (1.0 / static_cast<double>(rows)) *
                                      (scale != nullptr ? static_cast<double>(*scale) : 1.0)
@@ -150,44 +174,46 @@ __global__ void __launch_bounds__(kThreads)
       x_label =
           label >= 0 && label < cols ? to_f32(x[label]) : std::numeric_limits<float>::quiet_NaN();
     }
-    Chunk<T, kPer> v[kVectors] = {};
-    EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kVectors; ++k) {
-      const int64_t at = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (at < vectors) load_chunk(v[k], x + at * kPer);
-    }
     float m = kMinusInf;
-    EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kVectors; ++k) {
-      if (threadIdx.x + static_cast<int64_t>(k) * kThreads >= vectors) break;
+    for (int64_t first = threadIdx.x; first < vectors; first += kStagedBatch * kStagedThreads) {
+      Chunk<T, kPer> c[kStagedBatch] = {};
       EMBER_PRAGMA_UNROLL
-      for (int e = 0; e < kPer; ++e) m = max_nan(m, to_f32(v[k].e[e]));
+      for (int b = 0; b < kStagedBatch; ++b) {
+        const int64_t at = first + static_cast<int64_t>(b) * kStagedThreads;
+        if (at < vectors) load_chunk(c[b], x + at * kPer);
+      }
+      EMBER_PRAGMA_UNROLL
+      for (int b = 0; b < kStagedBatch; ++b) {
+        const int64_t at = first + static_cast<int64_t>(b) * kStagedThreads;
+        if (at >= vectors) break;
+        stage[at] = c[b];
+        EMBER_PRAGMA_UNROLL
+        for (int e = 0; e < kPer; ++e) m = max_nan(m, to_f32(c[b].e[e]));
+      }
     }
-    m = block_reduce<kThreads>(m, softmax_detail::MaxNanOp{}, kMinusInf);
+    m = block_reduce<kStagedThreads>(m, softmax_detail::MaxNanOp{}, kMinusInf);
     double s = 0.0;
-    EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kVectors; ++k) {
-      if (threadIdx.x + static_cast<int64_t>(k) * kThreads >= vectors) break;
-      const Chunk<T, kPer> c = reload(v[k]);
+    for (int64_t at = threadIdx.x; at < vectors; at += kStagedThreads) {
+      const Chunk<T, kPer> c = stage[at];
       EMBER_PRAGMA_UNROLL
       for (int e = 0; e < kPer; ++e) s += static_cast<double>(expf(to_f32(c.e[e]) - m));
     }
-    s = block_reduce<kThreads>(s, SumOp{}, 0.0);
+    s = block_reduce<kStagedThreads>(s, SumOp{}, 0.0);
     const double inv_s = 1.0 / s;
-    EMBER_PRAGMA_UNROLL
-    for (int k = 0; k < kVectors; ++k) {
-      const int64_t at = threadIdx.x + static_cast<int64_t>(k) * kThreads;
-      if (at >= vectors) break;
-      const Chunk<T, kPer> in = reload(v[k]);
+    const softmax_detail::ScaledF32 scaled(inv_s * factor);
+    for (int64_t at = threadIdx.x; at < vectors; at += kStagedThreads) {
+      const Chunk<T, kPer> in = stage[at];
       Chunk<Out, kPer> c;
       EMBER_PRAGMA_UNROLL
       for (int e = 0; e < kPer; ++e) {
-        const double p = static_cast<double>(expf(to_f32(in.e[e]) - m)) * inv_s;
+        const float ex = expf(to_f32(in.e[e]) - m);
         if constexpr (kFused) {
-          const int64_t j = at * kPer + e;
-          c.e[e] = from_f32<T>(static_cast<float>((j == label ? p - 1.0 : p) * factor));
+          // The label's element in double, as the team kernel makes every element.
+          c.e[e] = at * kPer + e == label ? from_f32<T>(static_cast<float>(
+                                                (static_cast<double>(ex) * inv_s - 1.0) * factor))
+                                          : from_f32<T>(scaled(ex));
         } else {
-          c.e[e] = static_cast<float>(p);
+          c.e[e] = scaled(ex);
         }
       }
       if (out_aligned) {

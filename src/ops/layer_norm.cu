@@ -192,10 +192,10 @@ const float* f32_or_null(const TensorView& t) {
 }
 
 // Whether rows of `cols` go to the register kernels (a warp per row, in chunks of kN): a whole
-// number of chunks, at most kRegisterChunks per lane, the inputs aligned for them.
+// number of chunks, at most kRegisterColumns, the inputs aligned for them.
 template <int kN>
 bool register_rows(int64_t cols, std::initializer_list<bool> inputs_aligned) {
-  if (cols % kN != 0 || cols / kN > 32 * kernels::layer_norm_detail::kRegisterChunks) return false;
+  if (cols % kN != 0 || cols > kernels::layer_norm_detail::kRegisterColumns) return false;
   return std::all_of(inputs_aligned.begin(), inputs_aligned.end(), [](bool a) { return a; });
 }
 

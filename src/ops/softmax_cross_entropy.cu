@@ -266,38 +266,37 @@ void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_on
   });
 }
 
-// Wide rows that the register kernel takes (kernels::softmax_xent_register_rows_kernel): a
-// multiple of a 16-byte vector long, the logits 16-byte aligned, at most 8192 vectors. Calls
-// launch_one.template operator()<kThreads, kVectors, T>(grid, block) and returns true, or returns
-// false for the team kernels.
+// Wide rows that the staged kernel takes (kernels::softmax_xent_staged_rows_kernel): more than a
+// warp team's columns, a whole number of 16-byte vectors, at most kMaxStagedVectors of them, the
+// logits 16-byte aligned. Calls launch_one.template operator()<T>(grid, block, shared_bytes) and
+// returns true, or returns false for the team kernels.
 template <class Launch>
-bool launch_register_rows(const void* logits, DType type, int64_t rows, int64_t cols,
-                          Launch&& launch_one) {
+bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t cols,
+                        Launch&& launch_one) {
   bool taken = false;
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
     constexpr int kPer = kernels::kPerVector<T>;
     if (cols <= kernels::kWarpRowMaxCols || cols % kPer != 0 ||
-        !kernels::aligned_for<T, kPer>(logits)) {
+        cols / kPer > kernels::kMaxStagedVectors || !kernels::aligned_for<T, kPer>(logits)) {
       return;
     }
-    const int64_t vectors = cols / kPer;
-    const dim3 grid(static_cast<unsigned>(std::min(rows, kernels::kMaxGridX)));
-    if (vectors <= 256 * 4) {
-      launch_one.template operator()<256, 4, T>(grid, dim3(256));
-      taken = true;
-    } else if (vectors <= 8192) {
-      // 8192 vectors in registers without spilling (ptxas -v): f32 in 1024 threads of 8 (in 512
-      // of 16 it spilled), 16-bit types in 512 of 16 (their conversions take registers).
-      if constexpr (sizeof(T) == 4) {
-        launch_one.template operator()<1024, 8, T>(grid, dim3(1024));
-      } else {
-        launch_one.template operator()<512, 16, T>(grid, dim3(512));
-      }
-      taken = true;
-    }
+    const size_t shared_bytes = static_cast<size_t>(cols / kPer) * 16;
+    launch_one.template operator()<T>(
+        dim3(static_cast<unsigned>(std::min(rows, kernels::kMaxGridX))),
+        dim3(kernels::kStagedThreads), shared_bytes);
+    taken = true;
   });
   return taken;
+}
+
+// Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, and per device, so set on
+// every launch.
+void allow_shared_bytes(const void* kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+  }
 }
 
 }  // namespace
@@ -310,14 +309,16 @@ void launch_softmax_xent_forward(const void* logits, DType type, const void* lab
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  const bool registers = launch_register_rows(
-      logits, type, rows, cols, [&]<int kThreads, int kVectors, class T>(dim3 grid, dim3 block) {
-        launch(kernels::softmax_xent_register_rows_kernel<kThreads, kVectors, T, false>, grid,
-               block, 0, stream, static_cast<const T*>(logits), static_cast<void*>(probs),
+  const bool staged = launch_staged_rows(
+      logits, type, rows, cols, [&]<class T>(dim3 grid, dim3 block, size_t shared_bytes) {
+        const auto kernel = kernels::softmax_xent_staged_rows_kernel<T, false>;
+        allow_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
+        launch(kernel, grid, block, shared_bytes, stream, static_cast<const T*>(logits),
+               static_cast<void*>(probs),
                kernels::aligned_for<float, kernels::kPerVector<T>>(probs), labels, labels_i64, rows,
                cols, nullptr, row_loss);
       });
-  if (!registers) {
+  if (!staged) {
     launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
       launch(kernels::softmax_xent_forward_kernel<kTeam, T>, grid, block, 0, stream,
              static_cast<const T*>(logits), labels, labels_i64, rows, cols, probs, row_loss);
@@ -331,13 +332,14 @@ void launch_softmax_xent_fused(void* logits, DType type, const void* labels, boo
                                int64_t rows, int64_t cols, const float* scale, float* loss,
                                void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  const bool registers = launch_register_rows(
-      logits, type, rows, cols, [&]<int kThreads, int kVectors, class T>(dim3 grid, dim3 block) {
-        launch(kernels::softmax_xent_register_rows_kernel<kThreads, kVectors, T, true>, grid, block,
-               0, stream, static_cast<const T*>(logits), logits, true, labels, labels_i64, rows,
-               cols, scale, row_loss);
+  const bool staged = launch_staged_rows(
+      logits, type, rows, cols, [&]<class T>(dim3 grid, dim3 block, size_t shared_bytes) {
+        const auto kernel = kernels::softmax_xent_staged_rows_kernel<T, true>;
+        allow_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
+        launch(kernel, grid, block, shared_bytes, stream, static_cast<const T*>(logits), logits,
+               true, labels, labels_i64, rows, cols, scale, row_loss);
       });
-  if (!registers) {
+  if (!staged) {
     launch_row_teams(rows, cols, type, [&]<int kTeam, class T>(dim3 grid, dim3 block) {
       launch(kernels::softmax_xent_fused_kernel<kTeam, T>, grid, block, 0, stream,
              static_cast<T*>(logits), labels, labels_i64, rows, cols, scale, row_loss);

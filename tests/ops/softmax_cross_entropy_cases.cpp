@@ -38,12 +38,12 @@ namespace ops = ember::ops;
 
 // Warp-per-row rows on CUDA (C <= 1024, the edge included) and block-per-row rows (C > 1024),
 // row counts that are not a multiple of the 8 rows of a block, and the CPU's 16-lane tails. Wide
-// rows that are a multiple of 16 bytes go to the register kernel on CUDA: 256 threads of 4
-// vectors (1032, 5000), 1024 of 8 for f32 and 512 of 16 for 16-bit types (16000; GPT-2's padded
-// 50304 for 16-bit types, whose f32 rows are beyond the kernel's 8192 vectors, as 70000's are).
-const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},    {3, 4097}, {4097, 3},
-                                    {64, 1000}, {257, 1000}, {4, 1024},  {5, 1025}, {3, 5000},
-                                    {2, 1032},  {3, 16000},  {2, 50304}, {2, 70000}};
+// rows that are a whole number of 16-byte vectors go to the staged kernel on CUDA (1032, 5000,
+// 16000; GPT-2's padded 50304, whose 16-bit rows take more than 48 KiB of shared memory; 70000
+// 16-bit), up to 12288 vectors: 70000 f32 and 100000 16-bit are past it (team kernels).
+const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},    {3, 4097},  {4097, 3},
+                                    {64, 1000}, {257, 1000}, {4, 1024},  {5, 1025},  {3, 5000},
+                                    {2, 1032},  {3, 16000},  {2, 50304}, {2, 70000}, {1, 100000}};
 
 // Logits in [-6, 6) by default: wide enough for a peaked softmax.
 std::vector<float> random_logits(int64_t n, uint32_t seed, float lo = -6.0f, float hi = 6.0f) {
@@ -321,7 +321,7 @@ TEST_P(SoftmaxCrossEntropy, NanLogitMakesItsRowNan) {
   for (int j = 3; j < 6; ++j) EXPECT_FALSE(std::isnan(got.probs[j]));
 }
 
-// Wide rows (the register kernel on CUDA) with huge, -inf and nan logits: as in the narrow tests
+// Wide rows (the staged kernel on CUDA) with huge, -inf and nan logits: as in the narrow tests
 // above. Row 0 has one huge logit, row 1 only two finite logits, row 2 a nan.
 TEST_P(SoftmaxCrossEntropy, WideRowsWithHugeInfAndNanLogits) {
   Stream s = stream();
@@ -361,7 +361,7 @@ TEST_P(SoftmaxCrossEntropy, WideRowsWithHugeInfAndNanLogits) {
 }
 
 // Wide rows whose logits or probabilities start one element off a 16-byte boundary (the team
-// kernels, or the register kernel's element stores, on CUDA): within the tolerances of the
+// kernels, or the staged kernel's element stores, on CUDA): within the tolerances of the
 // aligned rows, and nothing written outside the view.
 TEST_P(SoftmaxCrossEntropy, MisalignedWideRowsMatchTheReference) {
   Stream s = stream();
