@@ -147,6 +147,36 @@ struct ScaledF32 {
   }
   __device__ __forceinline__ float operator()(float e) const { return fmaf(e, hi, e * lo); }
 };
+// c.e[i] = v[i] rounded to T (to nearest even): two elements per conversion for 16-bit types on
+// the GPU (the same bits as one at a time).
+template <class T, int kN>
+__device__ __forceinline__ void round_into(Chunk<T, kN>& c, const float (&v)[kN]) {
+#if defined(__CUDACC__) && !defined(EMBER_SIMT)
+  constexpr bool kPairs = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+#else
+  constexpr bool kPairs = false;
+#endif
+  if constexpr (kPairs) {
+#if defined(__CUDACC__) && !defined(EMBER_SIMT)
+    static_assert(kN % 2 == 0, "pairs");
+    EMBER_PRAGMA_UNROLL
+    for (int e = 0; e < kN; e += 2) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 two = __floats2bfloat162_rn(v[e], v[e + 1]);
+        c.e[e] = two.x;
+        c.e[e + 1] = two.y;
+      } else {
+        const __half2 two = __floats2half2_rn(v[e], v[e + 1]);
+        c.e[e] = two.x;
+        c.e[e + 1] = two.y;
+      }
+    }
+#endif
+  } else {
+    EMBER_PRAGMA_UNROLL
+    for (int e = 0; e < kN; ++e) c.e[e] = from_f32<T>(v[e]);
+  }
+}
 }  // namespace softmax_detail
 
 // kFused: the fused classifier's gradient over the logits (T, as softmax_xent_fused_kernel);
@@ -203,19 +233,24 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
     const softmax_detail::ScaledF32 scaled(inv_s * factor);
     for (int64_t at = threadIdx.x; at < vectors; at += kStagedThreads) {
       const Chunk<T, kPer> in = stage[at];
-      Chunk<Out, kPer> c;
+      float v[kPer];
       EMBER_PRAGMA_UNROLL
-      for (int e = 0; e < kPer; ++e) {
-        const float ex = expf(to_f32(in.e[e]) - m);
-        if constexpr (kFused) {
-          // The label's element in double, as the team kernel makes every element.
-          c.e[e] = at * kPer + e == label ? from_f32<T>(static_cast<float>(
-                                                (static_cast<double>(ex) * inv_s - 1.0) * factor))
-                                          : from_f32<T>(scaled(ex));
-        } else {
-          c.e[e] = scaled(ex);
+      for (int e = 0; e < kPer; ++e) v[e] = scaled(expf(to_f32(in.e[e]) - m));
+      if constexpr (kFused) {
+        // The label's element (in one thread's chunk) in double, as the team kernel makes every
+        // element; a branch, so that no other chunk pays for it.
+        const int64_t label_at = label - at * kPer;
+        if (label_at >= 0 && label_at < kPer) {
+          EMBER_PRAGMA_UNROLL
+          for (int e = 0; e < kPer; ++e) {
+            if (e != label_at) continue;
+            const double p = static_cast<double>(expf(to_f32(in.e[e]) - m)) * inv_s;
+            v[e] = static_cast<float>((p - 1.0) * factor);
+          }
         }
       }
+      Chunk<Out, kPer> c;
+      softmax_detail::round_into(c, v);
       if (out_aligned) {
         store_chunk(o + at * kPer, c);
       } else {
