@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "ember/core/dynamic_shared.hpp"
+#include "ember/core/ieee_rn.hpp"
 #include "ember/kernels/index_check.cuh"
 #include "ember/kernels/reduce_common.cuh"
 #include "ember/kernels/row_teams.cuh"
@@ -136,16 +137,24 @@ __global__ void __launch_bounds__(kRowThreads)
 inline constexpr int kStagedThreads = 512;
 inline constexpr int kStagedBatch = 4;
 inline constexpr int64_t kMaxStagedVectors = 12288;  // 192 KiB of shared memory
+// The kernel's static shared memory (its two block_reduce calls: 192 bytes), rounded up: the
+// launcher adds it to the dynamic bytes against the device's limits.
+inline constexpr size_t kStagedStaticBytes = 1024;
 
 namespace softmax_detail {
 // e * q for a double q, in f32: q = hi + lo (lo: the part of q that hi misses; 0 where hi is not
-// finite), e * q ~ fma(e, hi, e * lo), rounded once.
+// finite), e * q ~ fma(e, hi, e * lo), rounded once: the double product's rounding but in rare
+// near-ties and below about 2^-118, where e * lo is lost in the subnormal range (an ulp, 2^-149,
+// at most). A zero result takes e * hi, whose sign is the double product's.
 struct ScaledF32 {
   float hi, lo;
   __device__ __forceinline__ explicit ScaledF32(double q) : hi(static_cast<float>(q)) {
-    lo = (hi - hi == 0.0f) ? static_cast<float>(q - static_cast<double>(hi)) : 0.0f;
+    lo = (hi - hi == 0.0f) ? static_cast<float>(rn::dsub(q, static_cast<double>(hi))) : 0.0f;
   }
-  __device__ __forceinline__ float operator()(float e) const { return fmaf(e, hi, e * lo); }
+  __device__ __forceinline__ float operator()(float e) const {
+    const float r = fmaf(e, hi, e * lo);
+    return r == 0.0f ? e * hi : r;
+  }
 };
 // c.e[i] = v[i] rounded to T (to nearest even): two elements per conversion for 16-bit types on
 // the GPU (the same bits as one at a time).
@@ -230,7 +239,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
     }
     s = block_reduce<kStagedThreads>(s, SumOp{}, 0.0);
     const double inv_s = 1.0 / s;
-    const softmax_detail::ScaledF32 scaled(inv_s * factor);
+    const softmax_detail::ScaledF32 scaled(rn::dmul(inv_s, factor));
     for (int64_t at = threadIdx.x; at < vectors; at += kStagedThreads) {
       const Chunk<T, kPer> in = stage[at];
       float v[kPer];
@@ -244,8 +253,8 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
           EMBER_PRAGMA_UNROLL
           for (int e = 0; e < kPer; ++e) {
             if (e != label_at) continue;
-            const double p = static_cast<double>(expf(to_f32(in.e[e]) - m)) * inv_s;
-            v[e] = static_cast<float>((p - 1.0) * factor);
+            const double p = rn::dmul(static_cast<double>(expf(to_f32(in.e[e]) - m)), inv_s);
+            v[e] = static_cast<float>(rn::dmul(rn::dsub(p, 1.0), factor));
           }
         }
       }

@@ -267,9 +267,11 @@ void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_on
 }
 
 // Wide rows that the staged kernel takes (kernels::softmax_xent_staged_rows_kernel): more than a
-// warp team's columns, a whole number of 16-byte vectors, at most kMaxStagedVectors of them, the
-// logits 16-byte aligned. Calls launch_one.template operator()<T>(grid, block, shared_bytes) and
-// returns true, or returns false for the team kernels.
+// warp team's columns, a whole number of 16-byte vectors, at most kMaxStagedVectors of them and
+// no more than the device lets a block have in shared memory (227 KiB on an H100, 163 on an A100,
+// 99 on sm_86/89), the logits 16-byte aligned. Calls
+// launch_one.template operator()<T>(grid, block, shared_bytes) and returns true, or returns false
+// for the team kernels.
 template <class Launch>
 bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t cols,
                         Launch&& launch_one) {
@@ -282,6 +284,11 @@ bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t co
       return;
     }
     const size_t shared_bytes = static_cast<size_t>(cols / kPer) * 16;
+    int device = 0, most = 0;
+    EMBER_CUDA_CHECK(cudaGetDevice(&device));
+    EMBER_CUDA_CHECK(
+        cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (shared_bytes + kernels::kStagedStaticBytes > static_cast<size_t>(most)) return;
     launch_one.template operator()<T>(
         dim3(static_cast<unsigned>(std::min(rows, kernels::kMaxGridX))),
         dim3(kernels::kStagedThreads), shared_bytes);
@@ -290,10 +297,10 @@ bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t co
   return taken;
 }
 
-// Above 48 KiB of dynamic shared memory a kernel must opt in; cheap, and per device, so set on
-// every launch.
+// A block may have 48 KiB of shared memory, static and dynamic together, unless its kernel opts
+// in to more: cheap, and per device, so set on every launch that needs it.
 void allow_shared_bytes(const void* kernel, size_t bytes) {
-  if (bytes > 48 * 1024) {
+  if (bytes + kernels::kStagedStaticBytes > 48 * 1024) {
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
   }

@@ -39,11 +39,13 @@ namespace ops = ember::ops;
 // Warp-per-row rows on CUDA (C <= 1024, the edge included) and block-per-row rows (C > 1024),
 // row counts that are not a multiple of the 8 rows of a block, and the CPU's 16-lane tails. Wide
 // rows that are a whole number of 16-byte vectors go to the staged kernel on CUDA (1032, 5000,
-// 16000; GPT-2's padded 50304, whose 16-bit rows take more than 48 KiB of shared memory; 70000
-// 16-bit), up to 12288 vectors: 70000 f32 and 100000 16-bit are past it (team kernels).
+// 16000; 12288 f32, whose 48 KiB of shared memory with the kernel's static bytes need the opt-in;
+// GPT-2's padded 50304; 70000 16-bit; 98304 16-bit, the limit of 12288 vectors): 70000 f32 and
+// 98312 16-bit are past it (team kernels).
 const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},    {3, 4097},  {4097, 3},
                                     {64, 1000}, {257, 1000}, {4, 1024},  {5, 1025},  {3, 5000},
-                                    {2, 1032},  {3, 16000},  {2, 50304}, {2, 70000}, {1, 100000}};
+                                    {2, 1032},  {3, 16000},  {2, 12288}, {2, 50304}, {2, 70000},
+                                    {1, 98304}, {1, 98312}};
 
 // Logits in [-6, 6) by default: wide enough for a peaked softmax.
 std::vector<float> random_logits(int64_t n, uint32_t seed, float lo = -6.0f, float hi = 6.0f) {
@@ -238,6 +240,39 @@ TEST_P(SoftmaxCrossEntropy, FusedMultipliesTheDlossInBeforeTheRounding) {
       },
       "shares memory with input f32[1]");
   EXPECT_EQ(values(wide), wide_before);
+}
+
+// A negative or -0 dloss: the gradient's zeros (logits far below the maximum, whose e^(x - m)
+// underflows, or everything times -0) are -0, as on the CPU, on the wide rows too.
+TEST_P(SoftmaxCrossEntropy, FusedZerosKeepTheDlossSign) {
+  Stream s = stream();
+  const int64_t rows = 2, cols = 1032;
+  std::vector<float> x(static_cast<size_t>(rows * cols), -200.0f);
+  for (int64_t i = 0; i < rows * cols; i += 97) x[static_cast<size_t>(i)] = 0.25f * (i % 5);
+  const std::vector<int64_t> labels = {3, 10};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (const double dloss : {-0.0, -0.3}) {
+      SCOPED_TRACE(::testing::Message() << ember::dtype_name(dtype) << " dloss " << dloss);
+      const Tensor logits = Tensor::from_vector(x, Shape{rows, cols}).to(dtype);
+      const auto run = [&](Device device) {
+        Stream st = device.is_cpu() ? Stream() : ember::current_stream(device);
+        Tensor inout = logits.clone().to(device);
+        Tensor loss = Tensor::zeros({1}, DType::f32, device);
+        ops::softmax_cross_entropy_fused(st, loss, inout,
+                                         make_labels(labels, DType::i32).to(device), 0,
+                                         Tensor::full({1}, dloss).to(device));
+        return values(inout);
+      };
+      const std::vector<float> got = run(device()), cpu = run(Device::cpu());
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (cpu[i] == 0.0f) {
+          ASSERT_EQ(bits(got[i]), bits(cpu[i])) << "element " << i;
+        } else {
+          ASSERT_NEAR(got[i], cpu[i], 1e-2 * std::abs(cpu[i])) << "element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST_P(SoftmaxCrossEntropy, FusedRefusesF16AndBadOperands) {
@@ -645,13 +680,15 @@ TEST_P(SoftmaxCrossEntropy, EmptyBatchAndBadShapesThrow) {
 
 TEST_P(SoftmaxCrossEntropy, RunsAreBitwiseIdentical) {
   Stream s = stream();
-  const Shape shape{257, 1000};
-  const Tensor logits = Tensor::from_vector(random_logits(shape.numel(), 11), shape).to(DType::f16);
-  const Tensor labels = make_labels(random_labels(shape[0], shape[1], 12), DType::i32);
-  const Forward first = forward(s, logits, labels);
-  const Forward second = forward(s, logits, labels);
-  EXPECT_EQ(bits(first.loss), bits(second.loss));
-  EXPECT_EQ(first.probs, second.probs);
+  for (const Shape& shape : {Shape{257, 1000}, Shape{9, 50304}}) {  // team and staged on CUDA
+    const Tensor logits =
+        Tensor::from_vector(random_logits(shape.numel(), 11), shape).to(DType::f16);
+    const Tensor labels = make_labels(random_labels(shape[0], shape[1], 12), DType::i32);
+    const Forward first = forward(s, logits, labels);
+    const Forward second = forward(s, logits, labels);
+    EXPECT_EQ(bits(first.loss), bits(second.loss));
+    EXPECT_EQ(first.probs, second.probs);
+  }
 }
 
 // ---- argmax, count_correct -------------------------------------------------------------------

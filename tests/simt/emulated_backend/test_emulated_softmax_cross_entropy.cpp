@@ -12,6 +12,7 @@
 #include "ember/core/stream.hpp"
 #include "ember/core/tensor.hpp"
 #include "ember/ops/softmax_cross_entropy.hpp"
+#include "ember/simt/profile.hpp"
 #include "emulated_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 
@@ -95,6 +96,34 @@ TEST(EmulatedSoftmaxCrossEntropy, BadLabelsThrowTheCpusErrorAtTheNextSynchronize
   }
   // Every check was reported once: nothing is left for a later synchronize.
   EXPECT_NO_THROW(ember::current_stream(kGpu).synchronize());
+}
+
+// GPT-2's padded 50304-wide bf16 logits need 100.6 KB of shared memory on the staged kernel: on a
+// GPU that lets a block have less (99 KiB on sm_86/89) the op takes the team kernels, with the
+// same loss (to its rounding) as on an H100's profile, instead of failing at the launch.
+TEST(EmulatedSoftmaxCrossEntropy, WideRowsFallBackWhereSharedMemoryIsSmaller) {
+  const Shape shape{3, 50304};
+  const Tensor logits =
+      Tensor::from_vector(ember::testing::random_floats(shape.numel(), 21, -6.0f, 6.0f), shape)
+          .to(DType::bf16)
+          .to(kGpu);
+  const Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 50303, 777}, Shape{3}).to(kGpu);
+  const auto fused_loss = [&] {
+    Stream stream = ember::current_stream(kGpu);
+    Tensor grad = logits.clone();
+    Tensor loss = Tensor::zeros(Shape{1}, DType::f32, kGpu);
+    ops::softmax_cross_entropy_fused(stream, loss, grad, labels);
+    return static_cast<float>(loss.item());
+  };
+  const float staged = fused_loss();
+  const ember::simt::DeviceProfile saved = ember::simt::device_profile();
+  ember::simt::DeviceProfile small = saved;
+  small.shared_bytes_per_block_optin = 99 * 1024;
+  ember::simt::set_device_profile(small);
+  float team = 0.0f;
+  EXPECT_NO_THROW(team = fused_loss());
+  ember::simt::set_device_profile(saved);
+  EXPECT_NEAR(team, staged, 1e-6 * std::abs(staged));
 }
 
 }  // namespace
