@@ -1,7 +1,8 @@
 // LayerNorm's CUDA kernels: one row per team (a warp for rows of up to 1024 elements, 8 rows to
 // a block; else a block of 256), statistics in double, the shared formulas of
 // ember/kernels/layer_norm_math.cuh; and the dgamma/dbeta column sums in two phases, a chunk of
-// rows per block row (row order inside a chunk), then the chunks in order, as on the CPU.
+// rows per block row (row order inside a chunk), then the chunks in order, as on the CPU. Aligned
+// rows of up to 1024 columns go to the register kernels below instead: a warp per row, read once.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +97,8 @@ __global__ void __launch_bounds__(kRowThreads)
 // stores then). Block (32, kWarpRowsPerBlock), a row per warp.
 namespace layer_norm_detail {
 // Columns a warp holds: chunks of kN elements, kRegisterChunks<kN> per lane (8 of 4 f32, 4 of 8
-// 16-bit elements: 32 registers per row, so that x and dy fit together without spilling).
+// 16-bit elements: 32 registers per lane for f32, 16 for 16-bit types, so that x and dy fit
+// together without spilling).
 inline constexpr int64_t kRegisterColumns = 1024;
 template <int kN>
 inline constexpr int kRegisterChunks = static_cast<int>(kRegisterColumns / (32 * kN));
@@ -115,16 +117,6 @@ struct LaneRow {
   }
 };
 
-// Stores chunk `at` of a row, whole or element by element.
-template <class T, int kN>
-__device__ __forceinline__ void store_row_chunk(T* row, int64_t at, const Chunk<T, kN>& c,
-                                                bool aligned) {
-  if (aligned) {
-    store_chunk(row + at * kN, c);
-  } else {
-    for (int e = 0; e < kN; ++e) row[at * kN + e] = c.e[e];
-  }
-}
 }  // namespace layer_norm_detail
 
 template <class TIn, class TOut>
@@ -176,7 +168,7 @@ __global__ void __launch_bounds__(kRowThreads)
         const float b = beta != nullptr ? beta[j] : 0.0f;
         out.e[e] = from_f32<TOut>(math::normalized(to_f32(c.e[e]), m, s, g, b));
       }
-      layer_norm_detail::store_row_chunk(yr, at, out, y_aligned);
+      store_row_chunk(yr, at, out, y_aligned);
     }
     if (threadIdx.x == 0 && mean != nullptr) {
       mean[row] = m;
@@ -233,7 +225,7 @@ __global__ void __launch_bounds__(kRowThreads)
         out.e[e] =
             from_f32<TDx>(math::input_grad(g, math::xhat(to_f32(xc.e[e]), m, s), s, mg, mgx));
       }
-      layer_norm_detail::store_row_chunk(dxr, at, out, dx_aligned);
+      store_row_chunk(dxr, at, out, dx_aligned);
     }
   }
 }

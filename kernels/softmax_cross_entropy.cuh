@@ -13,7 +13,8 @@
 // then makes at most 32 steps per pass over the row, and 8 rows share a block), else a block of 256
 // threads (wide rows, of which there are usually few, still spread over a whole SM). The forward
 // reads a row three times (max, sum, write) and recomputes e^(x - m) instead of storing it: the row
-// is in L1/L2 by then, and the same expression gives the same bits both times.
+// is in L1/L2 by then, and the same expression gives the same bits both times. Wide aligned rows
+// go to the staged kernel instead (below): read once, p made in f32 (ScaledF32).
 #pragma once
 
 #include <cstdint>
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // and keeps them in dynamic shared memory for the later passes, where only it reads them back (no
 // barrier needed for them). The row is read from memory once and written once. GPT-2's padded
 // 50304 bf16 logits take 100.6 KB, so two blocks share an SM and one's memory traffic overlaps
-// the other's arithmetic (a first version held the row in registers: one block per SM, 26 % of an
+// the other's arithmetic (a first version held the row in registers: one block per SM, 27 % of an
 // H200's memory rate). The outputs may be misaligned (element stores then).
 //
 // The formulas are the ones above, the sums in double; only the order in which a thread visits its
@@ -137,9 +138,9 @@ __global__ void __launch_bounds__(kRowThreads)
 inline constexpr int kStagedThreads = 512;
 inline constexpr int kStagedBatch = 4;
 inline constexpr int64_t kMaxStagedVectors = 12288;  // 192 KiB of shared memory
-// The kernel's static shared memory (its two block_reduce calls: 192 bytes), rounded up: the
-// launcher adds it to the dynamic bytes against the device's limits.
-inline constexpr size_t kStagedStaticBytes = 1024;
+// The kernel's static shared memory (its two block_reduce calls: 192 bytes, ptxas -v), rounded
+// up: the launcher adds it to the dynamic bytes against the device's limits.
+inline constexpr size_t kStagedStaticBytes = 256;
 
 namespace softmax_detail {
 // e * q for a double q, in f32: q = hi + lo (lo: the part of q that hi misses; 0 where hi is not
@@ -161,12 +162,7 @@ struct ScaledF32 {
 template <class T, int kN>
 __device__ __forceinline__ void round_into(Chunk<T, kN>& c, const float (&v)[kN]) {
 #if defined(__CUDACC__) && !defined(EMBER_SIMT)
-  constexpr bool kPairs = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
-#else
-  constexpr bool kPairs = false;
-#endif
-  if constexpr (kPairs) {
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
+  if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>) {
     static_assert(kN % 2 == 0, "pairs");
     EMBER_PRAGMA_UNROLL
     for (int e = 0; e < kN; e += 2) {
@@ -180,11 +176,13 @@ __device__ __forceinline__ void round_into(Chunk<T, kN>& c, const float (&v)[kN]
         c.e[e + 1] = two.y;
       }
     }
-#endif
   } else {
     EMBER_PRAGMA_UNROLL
     for (int e = 0; e < kN; ++e) c.e[e] = from_f32<T>(v[e]);
   }
+#else
+  for (int e = 0; e < kN; ++e) c.e[e] = from_f32<T>(v[e]);
+#endif
 }
 }  // namespace softmax_detail
 
@@ -260,11 +258,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
       }
       Chunk<Out, kPer> c;
       softmax_detail::round_into(c, v);
-      if (out_aligned) {
-        store_chunk(o + at * kPer, c);
-      } else {
-        for (int e = 0; e < kPer; ++e) o[at * kPer + e] = c.e[e];
-      }
+      store_row_chunk(o, at, c, out_aligned);
     }
     if (threadIdx.x == 0) {
       row_loss[row] = (static_cast<double>(m) - static_cast<double>(x_label)) + log(s);

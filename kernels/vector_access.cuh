@@ -1,6 +1,7 @@
 // Rows read and written in 16-byte pieces: Chunk<T, N> is N elements of T loaded or stored as
 // one access of up to 16 bytes (two for 32), for kernels that keep a whole row in registers
-// (softmax_cross_entropy.cuh, layer_norm.cuh). Callers check the alignment (aligned_for).
+// (layer_norm.cuh) or in shared memory (softmax_cross_entropy.cuh). Callers check the alignment
+// (aligned_for).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,17 @@ __device__ __forceinline__ void store_chunk(T* p, const C& c) {
 #else
   std::memcpy(static_cast<void*>(p), &c, sizeof(C));
 #endif
+}
+
+// Stores chunk `at` of a row: whole where the row is aligned for it, else element by element.
+template <class T, int kN>
+__device__ __forceinline__ void store_row_chunk(T* row, int64_t at, const Chunk<T, kN>& c,
+                                                bool aligned) {
+  if (aligned) {
+    store_chunk(row + at * kN, c);
+  } else {
+    for (int e = 0; e < kN; ++e) row[at * kN + e] = c.e[e];
+  }
 }
 
 // c itself, but opaque to nvcc, for a chunk held in registers across several passes: each pass

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -194,9 +193,8 @@ const float* f32_or_null(const TensorView& t) {
 // Whether rows of `cols` go to the register kernels (a warp per row, in chunks of kN): a whole
 // number of chunks, at most kRegisterColumns, the inputs aligned for them.
 template <int kN>
-bool register_rows(int64_t cols, std::initializer_list<bool> inputs_aligned) {
-  if (cols % kN != 0 || cols > kernels::layer_norm_detail::kRegisterColumns) return false;
-  return std::all_of(inputs_aligned.begin(), inputs_aligned.end(), [](bool a) { return a; });
+bool fits_register_kernels(int64_t cols, bool inputs_aligned) {
+  return inputs_aligned && cols % kN == 0 && cols <= kernels::layer_norm_detail::kRegisterColumns;
 }
 
 dim3 register_rows_grid(int64_t rows) {
@@ -214,7 +212,7 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
   with_element_type(element_type(x.dtype), [&](auto element) {
     using T = decltype(element);
     constexpr int kN = kernels::kPerVector<T>;
-    if (register_rows<kN>(cols, {kernels::aligned_for<T, kN>(x.data)})) {
+    if (fits_register_kernels<kN>(cols, kernels::aligned_for<T, kN>(x.data))) {
       launch(kernels::layer_norm_forward_register_kernel<T, T>, register_rows_grid(rows),
              dim3(32, kernels::kWarpRowsPerBlock), 0, handle, static_cast<const T*>(x.data),
              static_cast<T*>(y.data), kernels::aligned_for<T, kN>(y.data), f32_or_null(gamma),
@@ -244,19 +242,22 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
       using TDy = decltype(dy_element);
       constexpr int kN =
           kernels::kPerVector<std::conditional_t<(sizeof(TX) > sizeof(TDy)), TX, TDy>>;
-      if (dx.data != nullptr && rows > 0 &&
-          register_rows<kN>(cols, {kernels::aligned_for<TX, kN>(x.data),
-                                   kernels::aligned_for<TDy, kN>(dy.data)})) {
-        launch(kernels::layer_norm_input_grad_register_kernel<kN, TX, TDy, TX>,
-               register_rows_grid(rows), dim3(32, kernels::kWarpRowsPerBlock), 0, handle,
-               static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data), f32_or_null(gamma),
-               m, s, static_cast<TX*>(dx.data), kernels::aligned_for<TX, kN>(dx.data), rows, cols);
-      } else if (dx.data != nullptr && rows > 0) {
-        launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
-          launch(kernels::layer_norm_input_grad_kernel<kTeam, TX, TDy, TX>, grid, block, 0, handle,
+      if (dx.data != nullptr && rows > 0) {
+        const bool aligned =
+            kernels::aligned_for<TX, kN>(x.data) && kernels::aligned_for<TDy, kN>(dy.data);
+        if (fits_register_kernels<kN>(cols, aligned)) {
+          launch(kernels::layer_norm_input_grad_register_kernel<kN, TX, TDy, TX>,
+                 register_rows_grid(rows), dim3(32, kernels::kWarpRowsPerBlock), 0, handle,
                  static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data),
-                 f32_or_null(gamma), m, s, static_cast<TX*>(dx.data), rows, cols);
-        });
+                 f32_or_null(gamma), m, s, static_cast<TX*>(dx.data),
+                 kernels::aligned_for<TX, kN>(dx.data), rows, cols);
+        } else {
+          launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
+            launch(kernels::layer_norm_input_grad_kernel<kTeam, TX, TDy, TX>, grid, block, 0,
+                   handle, static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data),
+                   f32_or_null(gamma), m, s, static_cast<TX*>(dx.data), rows, cols);
+          });
+        }
       }
       if (dgamma.data == nullptr && dbeta.data == nullptr) return;
       const int64_t chunks =

@@ -248,7 +248,7 @@ void count_correct(const TensorView& correct, const TensorView& logits, const Te
 namespace cuda {
 namespace {
 
-constexpr int kThreads = kernels::kRowThreads;  // every kernel's block size
+constexpr int kThreads = kernels::kRowThreads;  // the team and loss kernels' block size
 
 unsigned elementwise_blocks(int64_t n) {
   return kernels::grid_stride_blocks(n, kThreads);
@@ -266,15 +266,15 @@ void launch_row_teams(int64_t rows, int64_t cols, DType type, Launch&& launch_on
   });
 }
 
-// Wide rows that the staged kernel takes (kernels::softmax_xent_staged_rows_kernel): more than a
-// warp team's columns, a whole number of 16-byte vectors, at most kMaxStagedVectors of them and
-// no more than the device lets a block have in shared memory (227 KiB on an H100, 163 on an A100,
-// 99 on sm_86/89), the logits 16-byte aligned. Calls
-// launch_one.template operator()<T>(grid, block, shared_bytes) and returns true, or returns false
-// for the team kernels.
+// Launches the staged kernel (kernels::softmax_xent_staged_rows_kernel) through
+// launch_one.template operator()<T>(grid, block, shared_bytes) where it takes the rows, and says
+// whether it did (else the team kernels run them): more than a warp team's columns, a whole
+// number of 16-byte vectors, at most kMaxStagedVectors of them and no more than the device lets a
+// block have in shared memory (227 KiB on an H100, 163 on an A100, 99 on sm_86/89), the logits
+// 16-byte aligned.
 template <class Launch>
-bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t cols,
-                        Launch&& launch_one) {
+bool launch_staged_rows_if_they_fit(const void* logits, DType type, int64_t rows, int64_t cols,
+                                    Launch&& launch_one) {
   bool taken = false;
   with_element_type(type, [&](auto element) {
     using T = decltype(element);
@@ -284,11 +284,11 @@ bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t co
       return;
     }
     const size_t shared_bytes = static_cast<size_t>(cols / kPer) * 16;
-    int device = 0, most = 0;
+    int device = 0, optin_bytes = 0;
     EMBER_CUDA_CHECK(cudaGetDevice(&device));
     EMBER_CUDA_CHECK(
-        cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (shared_bytes + kernels::kStagedStaticBytes > static_cast<size_t>(most)) return;
+        cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (shared_bytes + kernels::kStagedStaticBytes > static_cast<size_t>(optin_bytes)) return;
     launch_one.template operator()<T>(
         dim3(static_cast<unsigned>(std::min(rows, kernels::kMaxGridX))),
         dim3(kernels::kStagedThreads), shared_bytes);
@@ -299,7 +299,7 @@ bool launch_staged_rows(const void* logits, DType type, int64_t rows, int64_t co
 
 // A block may have 48 KiB of shared memory, static and dynamic together, unless its kernel opts
 // in to more: cheap, and per device, so set on every launch that needs it.
-void allow_shared_bytes(const void* kernel, size_t bytes) {
+void allow_staged_shared_bytes(const void* kernel, size_t bytes) {
   if (bytes + kernels::kStagedStaticBytes > 48 * 1024) {
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
@@ -316,10 +316,10 @@ void launch_softmax_xent_forward(const void* logits, DType type, const void* lab
                                  bool labels_i64, int64_t rows, int64_t cols, float* probs,
                                  float* loss, void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  const bool staged = launch_staged_rows(
+  const bool staged = launch_staged_rows_if_they_fit(
       logits, type, rows, cols, [&]<class T>(dim3 grid, dim3 block, size_t shared_bytes) {
         const auto kernel = kernels::softmax_xent_staged_rows_kernel<T, false>;
-        allow_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
+        allow_staged_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
         launch(kernel, grid, block, shared_bytes, stream, static_cast<const T*>(logits),
                static_cast<void*>(probs),
                kernels::aligned_for<float, kernels::kPerVector<T>>(probs), labels, labels_i64, rows,
@@ -339,10 +339,10 @@ void launch_softmax_xent_fused(void* logits, DType type, const void* labels, boo
                                int64_t rows, int64_t cols, const float* scale, float* loss,
                                void* scratch, cudaStream_t stream) {
   auto* row_loss = static_cast<double*>(scratch);
-  const bool staged = launch_staged_rows(
+  const bool staged = launch_staged_rows_if_they_fit(
       logits, type, rows, cols, [&]<class T>(dim3 grid, dim3 block, size_t shared_bytes) {
         const auto kernel = kernels::softmax_xent_staged_rows_kernel<T, true>;
-        allow_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
+        allow_staged_shared_bytes(reinterpret_cast<const void*>(kernel), shared_bytes);
         launch(kernel, grid, block, shared_bytes, stream, static_cast<const T*>(logits), logits,
                true, labels, labels_i64, rows, cols, scale, row_loss);
       });

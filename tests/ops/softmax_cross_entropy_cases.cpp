@@ -40,8 +40,8 @@ namespace ops = ember::ops;
 // row counts that are not a multiple of the 8 rows of a block, and the CPU's 16-lane tails. Wide
 // rows that are a whole number of 16-byte vectors go to the staged kernel on CUDA (1032, 5000,
 // 16000; 12288 f32, whose 48 KiB of shared memory with the kernel's static bytes need the opt-in;
-// GPT-2's padded 50304; 70000 16-bit; 98304 16-bit, the limit of 12288 vectors): 70000 f32 and
-// 98312 16-bit are past it (team kernels).
+// GPT-2's padded 50304, 70000 and 98304 16-bit, the last at the limit of 12288 vectors), up to
+// 12288 vectors: 50304, 70000, 98304 and 98312 f32 and 98312 16-bit are past it (team kernels).
 const std::vector<Shape> kShapes = {{1, 1},     {1, 7},      {7, 13},    {3, 4097},  {4097, 3},
                                     {64, 1000}, {257, 1000}, {4, 1024},  {5, 1025},  {3, 5000},
                                     {2, 1032},  {3, 16000},  {2, 12288}, {2, 50304}, {2, 70000},
@@ -243,9 +243,9 @@ TEST_P(SoftmaxCrossEntropy, FusedMultipliesTheDlossInBeforeTheRounding) {
 }
 
 // A negative or -0 dloss: the gradient's zeros (logits far below the maximum, whose e^(x - m)
-// underflows, or everything times -0) are -0, as on the CPU, on the wide rows too.
+// underflows, or everything times -0) have the CPU's sign (-0; the label's, (p - 1) * -0, +0),
+// on rows of 1032 (the staged kernel on CUDA).
 TEST_P(SoftmaxCrossEntropy, FusedZerosKeepTheDlossSign) {
-  Stream s = stream();
   const int64_t rows = 2, cols = 1032;
   std::vector<float> x(static_cast<size_t>(rows * cols), -200.0f);
   for (int64_t i = 0; i < rows * cols; i += 97) x[static_cast<size_t>(i)] = 0.25f * (i % 5);
