@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(kRowThreads)
 // The formulas are the ones above, the sums in double; only the order in which a thread visits its
 // elements differs, and p = e * (1 / s) (times the fused gradient's factor) is made in f32 from
 // the double factor split in two floats (ScaledF32), which is the double product's rounding but
-// in rare near-ties. The loss may differ from the team kernels' in the last bits.
+// in rare near-ties and for results below about 2^-118. The loss may differ from the team
+// kernels' in the last bits.
 inline constexpr int kStagedThreads = 512;
 inline constexpr int kStagedBatch = 4;
 inline constexpr int64_t kMaxStagedVectors = 12288;  // 192 KiB of shared memory
