@@ -11,6 +11,7 @@
 //   cp_async<Bytes>(smem_dst, gmem_src)       cp.async.ca (4, 8 bytes) / .cg (16 bytes)
 //   cp_async_zfill<Bytes>(dst, src, n)        copies n <= Bytes bytes and zero-fills the rest
 //   cp_async_commit(), cp_async_wait<N>(), cp_async_wait_all()
+//   opaque_register(word)                     an empty asm that nvcc must assume changed word
 #pragma once
 
 #include <cstdint>
@@ -144,6 +145,12 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+// word itself, but nvcc must assume it changed: what it computed from word before cannot be
+// reused after (vector_access.cuh's reload).
+__device__ __forceinline__ void opaque_register(uint32_t& word) {
+  asm volatile("" : "+r"(word));
+}
+
 }  // namespace ember
 
 #elif defined(EMBER_SIMT)
@@ -193,6 +200,9 @@ inline void cp_async_wait() {
 inline void cp_async_wait_all() {
   simt::cp_async_wait_all();
 }
+
+// The emulator keeps no registers to reuse: nothing to hide.
+inline void opaque_register(uint32_t&) {}
 
 }  // namespace ember
 

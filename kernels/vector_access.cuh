@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ember/core/macros.hpp"
+#include "ember/kernels/intrinsics.cuh"
 
 namespace ember::kernels {
 
@@ -62,19 +63,15 @@ __device__ __forceinline__ void store_row_chunk(T* row, int64_t at, const Chunk<
 // first pass's f32 values alive (twice the registers for bf16, which then spilled).
 template <class C>
 __device__ __forceinline__ C reload(const C& c) {
-#if defined(__CUDACC__) && !defined(EMBER_SIMT)
   static_assert(sizeof(C) % 4 == 0 && sizeof(C) <= 16, "a chunk of 4 to 16 bytes");
   constexpr int kWords = static_cast<int>(sizeof(C) / 4);
   uint32_t w[kWords];
-  std::memcpy(w, &c, sizeof(C));
+  std::memcpy(w, static_cast<const void*>(&c), sizeof(C));
   EMBER_PRAGMA_UNROLL
-  for (int i = 0; i < kWords; ++i) asm volatile("" : "+r"(w[i]));
+  for (int i = 0; i < kWords; ++i) opaque_register(w[i]);
   C out;
-  std::memcpy(&out, w, sizeof(C));
+  std::memcpy(static_cast<void*>(&out), w, sizeof(C));
   return out;
-#else
-  return c;
-#endif
 }
 
 }  // namespace ember::kernels

@@ -197,11 +197,6 @@ bool fits_register_kernels(int64_t cols, bool inputs_aligned) {
   return inputs_aligned && cols % kN == 0 && cols <= kernels::layer_norm_detail::kRegisterColumns;
 }
 
-dim3 register_rows_grid(int64_t rows) {
-  return dim3(static_cast<unsigned>(
-      std::min(kernels::ceil_div(rows, kernels::kWarpRowsPerBlock), kernels::kMaxGridX)));
-}
-
 }  // namespace
 
 void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& mean,
@@ -213,7 +208,7 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
     using T = decltype(element);
     constexpr int kN = kernels::kPerVector<T>;
     if (fits_register_kernels<kN>(cols, kernels::aligned_for<T, kN>(x.data))) {
-      launch(kernels::layer_norm_forward_register_kernel<T, T>, register_rows_grid(rows),
+      launch(kernels::layer_norm_forward_register_kernel<T, T>, kernels::warp_teams_grid(rows),
              dim3(32, kernels::kWarpRowsPerBlock), 0, handle, static_cast<const T*>(x.data),
              static_cast<T*>(y.data), kernels::aligned_for<T, kN>(y.data), f32_or_null(gamma),
              f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data), eps,
@@ -247,7 +242,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
             kernels::aligned_for<TX, kN>(x.data) && kernels::aligned_for<TDy, kN>(dy.data);
         if (fits_register_kernels<kN>(cols, aligned)) {
           launch(kernels::layer_norm_input_grad_register_kernel<kN, TX, TDy, TX>,
-                 register_rows_grid(rows), dim3(32, kernels::kWarpRowsPerBlock), 0, handle,
+                 kernels::warp_teams_grid(rows), dim3(32, kernels::kWarpRowsPerBlock), 0, handle,
                  static_cast<const TX*>(x.data), static_cast<const TDy*>(dy.data),
                  f32_or_null(gamma), m, s, static_cast<TX*>(dx.data),
                  kernels::aligned_for<TX, kN>(dx.data), rows, cols);
