@@ -6,20 +6,25 @@
 // timing (no atomics). Two layouts, one kernel each, so that reads stay coalesced:
 //   op(A) rows contiguous (trans_a == false): one warp per row; lane l sums k = l, l + 32, ...
 //     in order, then a fixed __shfl_down_sync tree adds the 32 lane sums;
-//   op(A) rows are columns of A (trans_a == true): a block owns 32 rows; lane x reads row x, so a
-//     warp reads 32 adjacent elements; warp y sums k = y, y + kSliceWarps, ... in order, and the
-//     kSliceWarps partial sums are added in order of y through shared memory. Few rows over a
-//     long K also split K into chunks over blocks (row_sums_chunks, from the shape alone), whose
-//     sums a second kernel adds in chunk order.
+//   op(A) rows are columns of A (trans_a == true): warp y sums k = y, y + kSliceWarps, ... of a
+//     K chunk in order, and the kSliceWarps partial sums are added in order of y through shared
+//     memory. Where A is 16-byte aligned with a leading dimension of whole vectors, lane x reads
+//     one 16-byte vector (kPerVector adjacent rows of op(A)), so a warp moves 512 bytes per load;
+//     elsewhere lane x reads one element of row x. K is split into chunks over blocks
+//     (row_sums_chunks, from the shape and dtype alone, the same for both kernels, which
+//     therefore give the same bits), whose sums a second kernel adds in chunk order.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "ember/core/check_cuda.hpp"
 #include "ember/core/launch.hpp"
 #include "ember/core/scratch.hpp"
 #include "ember/kernels/matmul_epilogue.cuh"
 #include "ember/kernels/matmul_problem.cuh"
+#include "ember/kernels/reduce_common.cuh"
+#include "ember/kernels/vector_access.cuh"
 
 namespace ember::kernels {
 
@@ -81,6 +86,57 @@ __global__ void row_sums_strided_kernel(MatmulProblem p, int64_t chunk, float* p
   }
 }
 
+// The strided layout in 16-byte loads (A aligned to 16 bytes, lda a multiple of kVec): block
+// (32, kSlices) owns 32 * kVec rows of op(A), lane x the kVec of them that one vector of a row of
+// A holds, and each lane sums them in the scalar kernel's order (k = y, y + kSlices, ... of the
+// chunk), so the two kernels give the same bits. A lane whose vector would pass row m reads its
+// rows below m one element at a time. The first H100 run of GPT-2 d12 found the scalar kernel's
+// 64-byte warp loads at about a quarter of the memory rate (c_fc's bias gradient, 8192 x 3072
+// bf16: 58 us).
+template <class T, int kSlices>
+__global__ void row_sums_strided_vector_kernel(MatmulProblem p, int64_t chunk, float* partials) {
+  constexpr int kVec = kPerVector<T>;
+  constexpr int kColumns = 32 * kVec;
+  static_assert(kColumns <= 32 * kSlices, "one thread per column finishes the block");
+  __shared__ float partial[kSlices][kColumns + 1];
+  const int x = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kColumns;
+  const int64_t row0 = first + x * kVec;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t k_end = k_begin + chunk < p.k ? k_begin + chunk : p.k;
+  const T* a = static_cast<const T*>(p.a.data);
+  float sum[kVec] = {};
+  if (row0 + kVec <= p.m) {
+    for (int64_t k = k_begin + y; k < k_end; k += kSlices) {
+      Chunk<T, kVec> c;
+      load_chunk(c, a + k * p.a.ld + row0);
+      EMBER_PRAGMA_UNROLL
+      for (int j = 0; j < kVec; ++j) sum[j] += to_f32(c.e[j]);
+    }
+  } else if (row0 < p.m) {
+    for (int64_t k = k_begin + y; k < k_end; k += kSlices) {
+      EMBER_PRAGMA_UNROLL
+      for (int j = 0; j < kVec; ++j) {  // a fixed trip count keeps sum[] in registers
+        if (row0 + j < p.m) sum[j] += to_f32(a[k * p.a.ld + row0 + j]);
+      }
+    }
+  }
+  EMBER_PRAGMA_UNROLL
+  for (int j = 0; j < kVec; ++j) partial[y][x * kVec + j] = sum[j];
+  __syncthreads();
+  const int t = y * 32 + x;  // thread t finishes row first + t
+  const int64_t row = first + t;
+  if (t < kColumns && row < p.m) {
+    float total = partial[0][t];
+    for (int s = 1; s < kSlices; ++s) total += partial[s][t];
+    if (partials == nullptr) {
+      row_sums_detail::finish(p, row, total);
+    } else {
+      partials[static_cast<int64_t>(blockIdx.y) * p.m + row] = total;
+    }
+  }
+}
+
 // bias_grad[row] = the `chunks` partial sums of row, added in chunk order.
 template <int kThreads>
 __global__ void row_sums_partials_kernel(MatmulProblem p, int64_t chunks, const float* partials) {
@@ -91,42 +147,63 @@ __global__ void row_sums_partials_kernel(MatmulProblem p, int64_t chunks, const 
   row_sums_detail::finish(p, row, total);
 }
 
-// K chunks of the strided layout: the threads of a column block walk K with one load in flight
-// each, so a long K (the batch) over few column blocks is latency-bound (GPT-2 d12's qkv bias,
-// 2304 x 8192 bf16 over 144 blocks: 106 us, a tenth of an H100's bandwidth). K is cut into chunks
-// of at least 256 rows of A, at most 64 of them, enough for ~512 blocks (4 per SM of a 132-SM
-// GPU, a full SM's warps each). Chosen from the shape alone: the same order always.
-inline int64_t row_sums_chunks(int64_t m, int64_t k) {
-  const int64_t column_blocks = (m + 31) / 32;
-  int64_t chunks = (512 + column_blocks - 1) / column_blocks;
-  chunks = chunks < 64 ? chunks : 64;
-  const int64_t most = k / 256;
+// K chunks of the strided layout: the threads of a column block walk K with a few loads in
+// flight each, so a long K (the batch) over few column blocks is latency-bound (GPT-2 d12's qkv
+// bias, 2304 x 8192 bf16 over 144 blocks: 106 us, a tenth of an H100's bandwidth). K is cut into
+// chunks of at least 64 rows of A, at most 256 of them, enough for ~1024 blocks of the vector
+// kernel (32 * kPerVector rows of op(A) each for A's dtype: 8 per SM of a 132-SM GPU). Chosen
+// from the shape and dtype alone: the same order always, whichever kernel runs.
+inline int64_t row_sums_chunks(int64_t m, int64_t k, DType a_type) {
+  const int64_t per_block = a_type == DType::f32 ? 128 : 256;
+  const int64_t column_blocks = (m + per_block - 1) / per_block;
+  int64_t chunks = (1024 + column_blocks - 1) / column_blocks;
+  chunks = chunks < 256 ? chunks : 256;
+  const int64_t most = k / 64;
   return chunks < most ? chunks : (most > 1 ? most : 1);
+}
+
+// Whether the strided layout's A can be read in 16-byte vectors.
+inline bool row_sums_vectors_fit(const MatmulProblem& p) {
+  const int64_t per_vector = p.a.type == DType::f32 ? 4 : 8;
+  return reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.ld % per_vector == 0;
 }
 
 // Enqueues the row sums of op(A) into p.bias_grad (m >= 1; any k, including 0).
 inline void launch_row_sums(const MatmulProblem& p, cudaStream_t stream) {
   if (p.trans_a) {
-    const int64_t blocks = (p.m + 31) / 32;
-    const int64_t chunks = row_sums_chunks(p.m, p.k);
+    const int64_t chunks = row_sums_chunks(p.m, p.k, p.a.type);
     const int64_t chunk = chunks == 1 ? (p.k > 0 ? p.k : 1) : (p.k + chunks - 1) / chunks;
-    const dim3 block(32, row_sums_detail::kSliceWarps);
-    if (chunks == 1) {
-      launch(row_sums_strided_kernel<row_sums_detail::kSliceWarps>,
-             dim3(static_cast<unsigned>(blocks)), block, 0, stream, p, chunk,
-             static_cast<float*>(nullptr));
-      return;
+    float* sums = nullptr;
+    std::optional<Scratch> partials;
+    if (chunks > 1) {
+      int device = 0;
+      EMBER_CUDA_CHECK(cudaGetDevice(&device));
+      partials.emplace(Device::cuda(device), reinterpret_cast<StreamId>(stream),
+                       static_cast<size_t>(chunks * p.m) * sizeof(float));
+      sums = static_cast<float*>(partials->data());
     }
-    int device = 0;
-    EMBER_CUDA_CHECK(cudaGetDevice(&device));
-    const Scratch partials(Device::cuda(device), reinterpret_cast<StreamId>(stream),
-                           static_cast<size_t>(chunks * p.m) * sizeof(float));
-    auto* sums = static_cast<float*>(partials.data());
-    launch(row_sums_strided_kernel<row_sums_detail::kSliceWarps>,
-           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks)), block, 0, stream, p,
-           chunk, sums);
-    launch(row_sums_partials_kernel<256>, dim3(static_cast<unsigned>((p.m + 255) / 256)), dim3(256),
-           0, stream, p, chunks, static_cast<const float*>(sums));
+    const dim3 block(32, row_sums_detail::kSliceWarps);
+    auto grid = [&](int64_t columns_per_block) {
+      return dim3(static_cast<unsigned>((p.m + columns_per_block - 1) / columns_per_block),
+                  static_cast<unsigned>(chunks));
+    };
+    constexpr int kSlices = row_sums_detail::kSliceWarps;
+    if (!row_sums_vectors_fit(p)) {
+      launch(row_sums_strided_kernel<kSlices>, grid(32), block, 0, stream, p, chunk, sums);
+    } else if (p.a.type == DType::bf16) {
+      launch(row_sums_strided_vector_kernel<__nv_bfloat16, kSlices>, grid(256), block, 0, stream, p,
+             chunk, sums);
+    } else if (p.a.type == DType::f16) {
+      launch(row_sums_strided_vector_kernel<__half, kSlices>, grid(256), block, 0, stream, p, chunk,
+             sums);
+    } else {
+      launch(row_sums_strided_vector_kernel<float, kSlices>, grid(128), block, 0, stream, p, chunk,
+             sums);
+    }
+    if (chunks > 1) {
+      launch(row_sums_partials_kernel<256>, dim3(static_cast<unsigned>((p.m + 255) / 256)),
+             dim3(256), 0, stream, p, chunks, static_cast<const float*>(sums));
+    }
   } else {
     const int64_t blocks =
         (p.m + row_sums_detail::kRowsPerBlock - 1) / row_sums_detail::kRowsPerBlock;

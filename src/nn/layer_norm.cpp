@@ -44,13 +44,18 @@ Parameter& LayerNorm::bias() {
   return bias_;
 }
 
+DType LayerNorm::output_dtype(const Context& ctx, DType input) const {
+  const bool autocast = ctx.precision != Precision::f32;
+  return options_.compute_dtype_output && autocast ? compute_dtype(ctx.precision) : input;
+}
+
 Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
   EMBER_CHECK(x.defined() && x.rank() >= 1 && x.shape()[-1] == features_,
               "{}: input must be [..., {}], not {}", name(), features_,
               x.defined() ? x.view().describe() : std::string("undefined"));
   if (ctx.training) check_nothing_saved("LayerNorm::forward");
   const int64_t rows = x.numel() / features_;
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), ctx.stream);
+  Tensor y = Tensor::empty(x.shape(), output_dtype(ctx, x.dtype()), ctx.stream);
   Tensor mean, rstd;
   if (ctx.training) {
     mean = Tensor::empty({rows}, DType::f32, ctx.stream);
@@ -71,7 +76,7 @@ Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
 
 Tensor LayerNorm::recompute_output(Context& ctx) {
   EMBER_CHECK(input_.defined(), "{}: no saved input to recompute the output from", name());
-  Tensor y = Tensor::empty(input_.shape(), input_.dtype(), ctx.stream);
+  Tensor y = Tensor::empty(input_.shape(), output_dtype(ctx, input_.dtype()), ctx.stream);
   const TensorView none;
   ops::layer_norm_forward(ctx.stream, y, none, none, input_,
                           options_.affine ? weight_.value.view() : none,

@@ -80,7 +80,11 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
   Tensor y = Tensor::empty({rows, out_}, dtype, ctx.stream);
   ops::MatmulOptions options;
   options.transpose_b = true;
-  if (has_bias_) options.bias = bias_.value;  // f32: added to the f32 accumulator
+  // Under autocast the bias is a working copy in the compute dtype too (PyTorch's autocast rounds
+  // it so as well), added in f32 to the f32 accumulator before the one rounding: cuBLASLt then
+  // adds it in its epilogue and writes the 16-bit output directly (with GELU, ember's one pass
+  // after cuBLASLt's product adds it: ops::matmul's rules, docs/matmul.md).
+  if (has_bias_) options.bias = autocast ? bias_.compute_copy(dtype, ctx.stream) : bias_.value;
   options.activation = activation_;
   Tensor pre;
   if (ctx.training && activation_ != ops::Activation::none) {

@@ -18,14 +18,17 @@ std::shared_ptr<Sequential> make_transformer_block(const TransformerBlockOptions
     return *o.seed * 1000003u + i;
   };
   auto attention = std::make_shared<Sequential>();
-  attention->add("ln_1", std::make_shared<LayerNorm>(o.dim, LayerNormOptions{.device = o.device}));
+  // The LayerNorms feed Linears only: under autocast they write the compute dtype the Linears
+  // read (LayerNormOptions::compute_dtype_output), the same numbers with one pass less each way.
+  const LayerNormOptions norm{.device = o.device, .compute_dtype_output = true};
+  attention->add("ln_1", std::make_shared<LayerNorm>(o.dim, norm));
   attention->add("attn", make_causal_self_attention({.dim = o.dim,
                                                      .heads = o.heads,
                                                      .dropout = o.dropout,
                                                      .seed = seed(0),
                                                      .device = o.device}));
   auto mlp = std::make_shared<Sequential>();
-  mlp->add("ln_2", std::make_shared<LayerNorm>(o.dim, LayerNormOptions{.device = o.device}));
+  mlp->add("ln_2", std::make_shared<LayerNorm>(o.dim, norm));
   mlp->add("c_fc", std::make_shared<Linear>(o.dim, o.expansion * o.dim,
                                             LinearOptions{.seed = seed(1),
                                                           .device = o.device,

@@ -204,22 +204,25 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
                         const TensorView& beta, float eps, int64_t rows, int64_t cols) {
   if (rows == 0) return;
   const cudaStream_t handle = enter(stream);
-  with_element_type(element_type(x.dtype), [&](auto element) {
-    using T = decltype(element);
-    constexpr int kN = kernels::kPerVector<T>;
-    if (fits_register_kernels<kN>(cols, kernels::aligned_for<T, kN>(x.data))) {
-      launch(kernels::layer_norm_forward_register_kernel<T, T>, kernels::warp_teams_grid(rows),
-             dim3(32, kernels::kWarpRowsPerBlock), 0, handle, static_cast<const T*>(x.data),
-             static_cast<T*>(y.data), kernels::aligned_for<T, kN>(y.data), f32_or_null(gamma),
-             f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data), eps,
-             rows, cols);
-      return;
-    }
-    launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
-      launch(kernels::layer_norm_forward_kernel<kTeam, T, T>, grid, block, 0, handle,
-             static_cast<const T*>(x.data), static_cast<T*>(y.data), f32_or_null(gamma),
-             f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data), eps,
-             rows, cols);
+  with_element_type(element_type(x.dtype), [&](auto x_element) {
+    using TX = decltype(x_element);
+    with_element_type(element_type(y.dtype), [&](auto y_element) {
+      using TY = decltype(y_element);
+      constexpr int kN = kernels::kPerVector<TX>;
+      if (fits_register_kernels<kN>(cols, kernels::aligned_for<TX, kN>(x.data))) {
+        launch(kernels::layer_norm_forward_register_kernel<TX, TY>, kernels::warp_teams_grid(rows),
+               dim3(32, kernels::kWarpRowsPerBlock), 0, handle, static_cast<const TX*>(x.data),
+               static_cast<TY*>(y.data), kernels::aligned_for<TY, kN>(y.data), f32_or_null(gamma),
+               f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data),
+               eps, rows, cols);
+        return;
+      }
+      launch_row_teams(rows, cols, [&]<int kTeam>(dim3 grid, dim3 block) {
+        launch(kernels::layer_norm_forward_kernel<kTeam, TX, TY>, grid, block, 0, handle,
+               static_cast<const TX*>(x.data), static_cast<TY*>(y.data), f32_or_null(gamma),
+               f32_or_null(beta), static_cast<float*>(mean.data), static_cast<float*>(rstd.data),
+               eps, rows, cols);
+      });
     });
   });
 }
@@ -290,8 +293,9 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
   for (const TensorView* out : {&y, &mean, &rstd}) mark_written(*out);
   const auto [rows, cols] = check_input(kOp, stream, x);
   detail::check_devices(kOp, stream, {&y});
-  EMBER_CHECK(y.shape == x.shape && y.dtype == x.dtype, "{}: y {} must match x {} (shape, dtype)",
-              kOp, y.describe(), x.describe());
+  EMBER_CHECK(y.shape == x.shape, "{}: y {} must match x {} (shape)", kOp, y.describe(),
+              x.describe());
+  detail::check_floating(kOp, "y", y);
   detail::check_overlap(kOp, y, x);
   EMBER_CHECK(std::isfinite(eps) && eps >= 0.0f, "{}: eps must be finite and >= 0, not {}", kOp,
               eps);

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 #include "block_state.hpp"
 #include "ember/core/error.hpp"
@@ -19,6 +21,8 @@ namespace {
 
 std::mutex g_profile_mutex;
 DeviceProfile g_profile;
+std::mutex g_launches_mutex;
+std::map<std::string, uint64_t, std::less<>> g_launches;  // by kernel name
 
 // "void ns::k<float>(float*, int)" -> "ns::k<float>"
 std::string strip_signature(std::string name) {
@@ -65,7 +69,22 @@ std::string kernel_name(void (*kernel)()) {
   return cache[kernel] = name;
 }
 
+uint64_t kernel_launches(std::string_view name) {
+  std::lock_guard lock(g_launches_mutex);
+  uint64_t count = 0;
+  for (const auto& [kernel, launches] : g_launches) {
+    if (kernel.find(name) != std::string::npos) count += launches;
+  }
+  return count;
+}
+
 void validate_launch(const LaunchConfig& c) {
+  {
+    std::lock_guard lock(g_launches_mutex);
+    auto it = g_launches.find(c.kernel);
+    if (it == g_launches.end()) it = g_launches.emplace(c.kernel, 0).first;
+    ++it->second;
+  }
   const DeviceProfile& p = device_profile();
   const uint64_t threads = uint64_t{c.block.x} * c.block.y * c.block.z;
   EMBER_CHECK(c.grid.x >= 1 && c.grid.y >= 1 && c.grid.z >= 1,

@@ -43,8 +43,10 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
   auto model = std::make_shared<nn::Sequential>();
   model->add("embed", embed);
   model->add("h", layers);
+  // ln_f feeds the tied head only (compute_dtype_output: see make_transformer_block).
   model->add("ln_f",
-             std::make_shared<nn::LayerNorm>(c.dim, nn::LayerNormOptions{.device = c.device}));
+             std::make_shared<nn::LayerNorm>(
+                 c.dim, nn::LayerNormOptions{.device = c.device, .compute_dtype_output = true}));
   model->add("lm_head", std::make_shared<nn::TiedLinear>(embed, embed->token_table(), c.vocab));
   // GPT-2's initialization of the blocks' linear layers.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));

@@ -27,15 +27,16 @@ namespace {
 
 class Autocast : public OnDevice {
  protected:
-  // y = x W^T + b computed as autocast should: x and W rounded to `dtype`, f32 accumulation
-  // and bias, y rounded to `dtype`; returned as f32 on the host.
+  // y = x W^T + b computed as autocast should: x, W and b rounded to `dtype` (b as PyTorch's
+  // autocast rounds it), f32 accumulation with the bias, y rounded once to `dtype`; returned as
+  // f32 on the host.
   std::vector<float> reference(nn::Linear& layer, const Tensor& x, DType dtype) {
     Stream s = stream();
-    Tensor xc = x.to(dtype), w = layer.weight().value.to(dtype);
+    Tensor xc = x.to(dtype), w = layer.weight().value.to(dtype), b = layer.bias().value.to(dtype);
     Tensor y = Tensor::empty({x.shape()[0], layer.out_features()}, dtype, s);
     ops::MatmulOptions o;
     o.transpose_b = true;
-    o.bias = layer.bias().value;
+    o.bias = b;
     ops::matmul(s, y, xc, w, o);
     return y.to(DType::f32).to_vector<float>();
   }
@@ -66,7 +67,7 @@ TEST_P(Autocast, LinearComputesInTheLowPrecisionFromOneWorkingCopy) {
   }
 }
 
-// Every way of writing the master weight makes the next forward use the new value.
+// Every way of writing the master weight (or bias) makes the next forward use the new value.
 TEST_P(Autocast, AStaleWorkingCopyIsNeverUsed) {
   const DType dtype = DType::bf16;
   nn::Linear layer(4, 2, {.seed = 9, .device = device()});
@@ -96,6 +97,11 @@ TEST_P(Autocast, AStaleWorkingCopyIsNeverUsed) {
       {"uniform_", [&] { w.value.uniform_(17, -1.0, 1.0); }},
       {"an op writing a slice",
        [&] { ops::scale(s, w.value.slice(1, 2), w.value.slice(1, 2), -1.0f); }},
+      {"the bias's fill_", [&] { layer.bias().value.fill_(-1.5); }},
+      {"an op writing the bias",
+       [&] { ops::scale(s, layer.bias().value, layer.bias().value, 3.0f); }},
+      {"copy_ into the bias's slice",
+       [&] { layer.bias().value.slice(0, 1).copy_(on(Tensor::full({1}, 0.25, DType::f32))); }},
   };
   for (const auto& [what, write] : writers) {
     forward(layer, x, nn::Precision::bf16);  // makes (or reuses) the copy
@@ -191,9 +197,10 @@ TEST_P(Autocast, F16AndBf16TrainingFollowF32) {
   std::printf("losses f32 %g f16 %g bf16 %g; max weight difference to f32: f16 %g, bf16 %g\n",
               f32.loss, f16.loss, bf16.loss, d16, dbf16);
   // Rounding differences grow over 60 momentum steps: a bound that catches a broken update (the
-  // weights move about 0.5), not the rounding.
+  // weights move about 0.5), not the rounding. bf16 drifts further: its biases are rounded to
+  // 8 bits as well (0.168 on the CPU, 0.173 on emulated cuda:0; 0.07 with f32 biases).
   EXPECT_LT(d16, 0.12);
-  EXPECT_LT(dbf16, 0.12);
+  EXPECT_LT(dbf16, 0.2);
   if (!device().is_cpu()) {
     // The device against the CPU backend: the same precisions agree within their rounding.
     const Trained cpu16 = train(Device::cpu(), nn::Precision::f16, kSteps);
@@ -263,8 +270,7 @@ TEST_P(Autocast, AccumulatedMicroBatchesUnscaleOnceAndMatchOneBatch) {
       model->backward(ctx, loss.backward(ctx, scaler.scale()));
     } else {
       // d(loss * scale / K): the mean over K micro-batches, scaled, made once on the device.
-      const Tensor dloss =
-          scaler.scale(s, on(Tensor::full({1}, 1.0 / kMicro, DType::f32)).to(s));
+      const Tensor dloss = scaler.scale(s, on(Tensor::full({1}, 1.0 / kMicro, DType::f32)).to(s));
       for (int64_t k = 0; k < kMicro; ++k) {
         const Tensor x = x_all.slice(k * kBatch, (k + 1) * kBatch);
         const Tensor y = y_all.slice(k * kBatch, (k + 1) * kBatch);
@@ -280,21 +286,27 @@ TEST_P(Autocast, AccumulatedMicroBatchesUnscaleOnceAndMatchOneBatch) {
     EXPECT_EQ(scaler.skipped_steps(), 0);
     return out;
   };
-  const auto whole = grads_of(nn::Precision::f32, false);
-  // f32: the same sums in another order (1e-5 of the largest gradient); f16: its rounding of
-  // activations and activation gradients (5e-3).
-  for (auto [precision, tol] : {std::pair{nn::Precision::f32, 1e-5}, {nn::Precision::f16, 5e-3}}) {
-    const auto accumulated = grads_of(precision, true);
-    ASSERT_EQ(accumulated.size(), whole.size());
-    for (size_t t = 0; t < whole.size(); ++t) {
+  // Accumulated against one batch in the same precision: the same sums in another order, in
+  // f32 and in f16 (measured: 1.7e-6 and 1.1e-6 of the largest gradient; bound 1e-5). An unscale
+  // missed or made twice is off by a factor of kMicro. And f16 against f32: f16's rounding of
+  // activations, gradients and biases, which moves a ReLU boundary or two of these random labels
+  // (measured 3.9e-2; bound 5e-2).
+  auto expect_near = [](const auto& got, const auto& want, double tol, const char* what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < want.size(); ++t) {
       double largest = 0;
-      for (float v : whole[t]) largest = std::max(largest, std::fabs(double(v)));
-      for (size_t i = 0; i < whole[t].size(); ++i) {
-        ASSERT_NEAR(accumulated[t][i], whole[t][i], tol * largest)
-            << nn::precision_name(precision) << " tensor " << t << " element " << i;
+      for (float v : want[t]) largest = std::max(largest, std::fabs(double(v)));
+      for (size_t i = 0; i < want[t].size(); ++i) {
+        ASSERT_NEAR(got[t][i], want[t][i], tol * largest)
+            << what << " tensor " << t << " element " << i;
       }
     }
-  }
+  };
+  const auto whole32 = grads_of(nn::Precision::f32, false);
+  const auto whole16 = grads_of(nn::Precision::f16, false);
+  expect_near(grads_of(nn::Precision::f32, true), whole32, 1e-5, "f32 accumulated");
+  expect_near(grads_of(nn::Precision::f16, true), whole16, 1e-5, "f16 accumulated");
+  expect_near(whole16, whole32, 5e-2, "f16 against f32");
 }
 
 INSTANTIATE_EMBER_DEVICES(Autocast);

@@ -5,12 +5,14 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "ember/amp/grad_scaler.hpp"
 #include "ember/nn/activation.hpp"
+#include "ember/nn/layer_norm.hpp"
 #include "ember/nn/linear.hpp"
 #include "ember/nn/loss.hpp"
 #include "ember/ops/elementwise.hpp"
@@ -25,15 +27,15 @@ namespace {
 
 class AutocastEdges : public OnDevice {
  protected:
-  // Reference: x, W rounded to dtype, f32 accumulation + bias, rounded to dtype.
+  // Reference: x, W and b rounded to dtype, f32 accumulation + bias, rounded once to dtype.
   std::vector<float> reference(nn::Linear& layer, const Tensor& x, DType dtype,
                                ops::Activation act = ops::Activation::none) {
     Stream s = stream();
-    Tensor xc = x.to(dtype), w = layer.weight().value.to(dtype);
+    Tensor xc = x.to(dtype), w = layer.weight().value.to(dtype), b = layer.bias().value.to(dtype);
     Tensor y = Tensor::empty({x.shape()[0], layer.out_features()}, dtype, s);
     ops::MatmulOptions o;
     o.transpose_b = true;
-    o.bias = layer.bias().value;
+    o.bias = b;
     o.activation = act;
     ops::matmul(s, y, xc, w, o);
     return y.to(DType::f32).to_vector<float>();
@@ -190,6 +192,50 @@ TEST_P(AutocastEdges, ActivationLinearUnderAutocastBackward) {
       const auto gb32 = ref.bias().grad.to_vector<float>();
       for (size_t i = 0; i < gb.size(); ++i) EXPECT_NEAR(gb[i], gb32[i], 0.05) << i;
     }
+  }
+}
+
+// A LayerNorm with compute_dtype_output feeding a Linear (a pre-norm block's pair): under bf16
+// and f16 its output is in the compute dtype, and the Linear's output, every gradient and the
+// input gradient are bitwise those of a LayerNorm writing f32 that the Linear casts; under f32
+// the option changes nothing.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_P(AutocastEdges, LayerNormComputeDtypeOutputGivesTheSameNumbers) {
+  const Tensor x = on(Tensor::empty({13, 40}).uniform_(61, -2.0, 2.0));
+  const Tensor dy = on(Tensor::empty({13, 24}).uniform_(62, -1.0, 1.0));
+  struct Run {
+    DType norm_dtype;
+    std::vector<float> y, dx, grads;
+  };
+  const auto run = [&](nn::Precision p, bool option) {
+    nn::LayerNorm norm(40, {.device = device(), .compute_dtype_output = option});
+    nn::Linear layer(40, 24, {.seed = 7, .device = device()});
+    norm.weight().value.uniform_(63, 0.5, 1.5);
+    norm.bias().value.uniform_(64, -0.5, 0.5);
+    Stream s = stream();
+    nn::Context ctx{s, true, p};
+    const Tensor h = norm.forward(ctx, x);
+    const Tensor y = layer.forward(ctx, h);
+    const Tensor dx = norm.backward(ctx, layer.backward(ctx, dy.to(y.dtype())));
+    Run r{h.dtype(), y.to(DType::f32).to_vector<float>(), dx.to(DType::f32).to_vector<float>(), {}};
+    EXPECT_EQ(dx.dtype(), DType::f32);
+    for (nn::Parameter* q : {&norm.weight(), &norm.bias(), &layer.weight(), &layer.bias()}) {
+      const std::vector<float> g = q->grad.to_vector<float>();
+      r.grads.insert(r.grads.end(), g.begin(), g.end());
+    }
+    return r;
+  };
+  for (nn::Precision p : {nn::Precision::bf16, nn::Precision::f16, nn::Precision::f32}) {
+    SCOPED_TRACE(nn::precision_name(p));
+    const Run with = run(p, true), without = run(p, false);
+    EXPECT_EQ(with.norm_dtype, nn::compute_dtype(p));
+    EXPECT_EQ(without.norm_dtype, DType::f32);
+    EXPECT_TRUE(same_bits(with.y, without.y));
+    EXPECT_TRUE(same_bits(with.dx, without.dx));
+    EXPECT_TRUE(same_bits(with.grads, without.grads));
   }
 }
 

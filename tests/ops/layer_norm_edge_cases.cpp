@@ -294,6 +294,62 @@ TEST_P(LayerNormEdges, MoreBadArguments) {
       "");
 }
 
+// y in another dtype than x (a LayerNorm under autocast writing the compute dtype for the Linears
+// after it): bitwise the f32 result rounded once to y's dtype (f32 to 16-bit, 16-bit to f32,
+// f16 to bf16), on the register kernels (768 and 1024 columns), the team kernels (1032, 45) and
+// outputs one element off their alignment, with the same statistics.
+TEST_P(LayerNormEdges, OutputInAnotherDtypeIsTheResultConverted) {
+  const int64_t rows = 9;
+  Stream st = stream();
+  for (const int64_t cols : {int64_t{768}, int64_t{1024}, int64_t{1032}, int64_t{45}}) {
+    const int64_t n = rows * cols;
+    const auto put = [&](const std::vector<float>& v, DType t) {
+      return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(t).to(st);
+    };
+    const auto x32 = uni(n, 40 + cols, -3, 3), gamma = uni(cols, 41, 0.5, 1.5),
+               beta = uni(cols, 42, -1, 1);
+    const Tensor g = put(gamma, DType::f32), b = put(beta, DType::f32);
+    for (const auto& [in, out] : {std::pair{DType::f32, DType::bf16},
+                                  {DType::f32, DType::f16},
+                                  {DType::bf16, DType::f32},
+                                  {DType::f16, DType::bf16}}) {
+      const Tensor x = put(x32, in).reshape({rows, cols});
+      // The f32 result of the same values (x's elements are exact in f32), rounded to y's dtype.
+      Tensor result = Tensor::empty({rows, cols}, DType::f32, st);
+      Tensor mean = Tensor::empty({rows}, DType::f32, st),
+             rstd = Tensor::empty({rows}, DType::f32, st);
+      ops::layer_norm_forward(st, result, mean, rstd, x.to(DType::f32), g, b);
+      const std::vector<float> want =
+          result.to(out).to(DType::f32).to(Device::cpu()).to_vector<float>();
+      for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+        SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << dtype_name(in) << " to "
+                                          << dtype_name(out) << ", output at +" << offset);
+        Tensor y = Tensor::full({n + 1}, 7.0, out, st);
+        Tensor mean2 = Tensor::empty({rows}, DType::f32, st),
+               rstd2 = Tensor::empty({rows}, DType::f32, st);
+        const TensorView yv{static_cast<char*>(y.data()) + offset * dtype_size(out), out,
+                            Shape{rows, cols}, y.device()};
+        ops::layer_norm_forward(st, yv, mean2, rstd2, x, g, b);
+        const std::vector<float> got = y.to(DType::f32).to(Device::cpu()).to_vector<float>();
+        const std::vector<float> written(got.begin() + offset, got.begin() + offset + n);
+        EXPECT_TRUE(same_bits(written, want)) << first_diff(written, want);
+        EXPECT_EQ(got[offset == 0 ? n : 0], 7.0f) << "a write outside y";
+        EXPECT_TRUE(same_bits(mean2.to(Device::cpu()).to_vector<float>(),
+                              mean.to(Device::cpu()).to_vector<float>()));
+        EXPECT_TRUE(same_bits(rstd2.to(Device::cpu()).to_vector<float>(),
+                              rstd.to(Device::cpu()).to_vector<float>()));
+      }
+    }
+  }
+  expect_error(
+      [&] {
+        ops::layer_norm_forward(st, on(Tensor::empty({2, 3}, DType::i32)), TensorView{},
+                                TensorView{}, on(Tensor::zeros({2, 3})), TensorView{},
+                                TensorView{});
+      },
+      "ops::layer_norm_forward: y must be f32, f16 or bf16");
+}
+
 INSTANTIATE_EMBER_DEVICES(LayerNormEdges);
 
 }  // namespace

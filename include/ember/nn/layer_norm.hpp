@@ -1,5 +1,6 @@
 // LayerNorm over the last dimension (ops::layer_norm_forward): f32 statistics, weight (ones) and
-// bias (zeros) f32 parameters; the output follows the input's dtype (f16/bf16 under autocast).
+// bias (zeros) f32 parameters; the output follows the input's dtype, or under autocast takes the
+// compute dtype with compute_dtype_output.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,12 @@ struct LayerNormOptions {
   float eps = 1e-5f;
   bool affine = true;  // false: no weight and bias (gamma 1, beta 0)
   Device device;
+  // Under autocast (Context::precision f16/bf16), write the output in the compute dtype: the f32
+  // result rounded once, which is what an autocast Linear reading it casts it to, so a LayerNorm
+  // whose consumers are such Linears (a pre-norm transformer block's) saves that cast's pass
+  // and the Linear's backward the cast of its input gradient back (the gradient arrives in the
+  // compute dtype; dx keeps the input's). The same numbers either way.
+  bool compute_dtype_output = false;
 };
 
 class LayerNorm final : public Module {
@@ -42,6 +49,7 @@ class LayerNorm final : public Module {
   LayerNormOptions options_;
   Parameter weight_, bias_;
   Tensor input_, mean_, rstd_;  // saved by forward
+  DType output_dtype(const Context& ctx, DType input) const;
 };
 
 }  // namespace ember::nn

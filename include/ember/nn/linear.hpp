@@ -1,8 +1,9 @@
 // Linear: y = act(x W^T + b), with W [out, in] and b [out], as in PyTorch, and an optional
 // activation fused into the matmul's epilogue (forward saves the pre-activation; backward
 // applies the activation's derivative and sums the bias gradient in one pass). Under autocast
-// (Context::precision f16/bf16) it computes in that dtype from W's working copy, with f32
-// accumulation, the f32 bias and f32 gradients of W and b.
+// (Context::precision f16/bf16) it computes in that dtype from working copies of W and b (b is
+// rounded to the dtype, as PyTorch's autocast does, and added in f32 before the one rounding of
+// the output), with f32 accumulation and f32 gradients of W and b.
 #pragma once
 
 #include <cstdint>

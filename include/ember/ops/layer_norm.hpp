@@ -3,7 +3,8 @@
 //   mean = f32(sum(x) / cols), var = sum((x - mean)^2) / cols (sums and var in double),
 //   rstd = f32(1 / sqrt(var + eps)), y = (x - mean) * rstd * gamma + beta (f32, each operation
 //   rounded once, then rounded to y's dtype). Two passes: rows of values near 1e30 normalize.
-// x and y are f32, f16 or bf16, of one dtype (under autocast a LayerNorm follows its input);
+// x and y are f32, f16 or bf16, y of x's dtype or another (y = the f32 result rounded once to it:
+// a LayerNorm under autocast can write the compute dtype that the Linears after it read);
 // gamma and beta [cols] f32, or absent (data == nullptr: 1 and 0). CPU and CUDA use the same
 // formulas; the row sums run in other orders (sequential on the CPU, a tree on CUDA), so the
 // statistics can differ where a row's sum cancels (values of very different magnitude). Given

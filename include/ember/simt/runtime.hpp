@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "ember/simt/cuda_types.hpp"
 
@@ -61,6 +62,10 @@ struct LaunchConfig {
 
 // Throws the error CUDA would give for a launch it rejects.
 void validate_launch(const LaunchConfig& config);
+// Kernel launches validated since the process started (eager or captured; a graph's replays
+// relaunch nothing), of every kernel or of those whose name contains `name`: the launch counts
+// that stand in for a GPU's timeline in tests.
+uint64_t kernel_launches(std::string_view name = {});
 
 // Runs every block of the grid, each thread calling `thread_body`, and returns
 // when all are done. Rethrows the first failing block's ember::Error.

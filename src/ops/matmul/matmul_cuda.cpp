@@ -114,9 +114,8 @@ bool ran_on_cublaslt(const kernels::MatmulProblem& problem, cudaStream_t stream,
 // epilogue compute bit for bit. cuBLASLt's GELU epilogue computes it with other arithmetic, so the
 // automatic backend runs an f32 GELU product as cuBLASLt's product (with its bias) into the
 // pre-activation (or C), then ember's GELU: a remade output (selective checkpointing recomputes
-// gelu_forward(pre)) is then bitwise the forward's on every backend. 16-bit outputs with a bias
-// of their own type keep cuBLASLt's fused epilogue (rounding before the GELU would lose accuracy;
-// nothing remakes them); with an f32 bias, sixteen_bit_output_after_cublaslt. False when this
+// gelu_forward(pre)) is then bitwise the forward's on every backend. 16-bit outputs take
+// sixteen_bit_output_after_cublaslt (the GELU of the f32 sum, one rounding). False when this
 // does not apply or cuBLASLt cannot run the product (nothing enqueued then).
 bool gelu_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& a,
                          const TensorView& b, const detail::MatmulDims& dims,
@@ -155,19 +154,23 @@ bool bias_grad_after_cublaslt(const kernels::MatmulProblem& problem, cudaStream_
   return true;
 }
 
-// A 16-bit output with an f32 bias (a Linear's forward under autocast: bf16 operands, the f32
-// master bias), which cuBLASLt's epilogue cannot take (its bias has D's type): cuBLASLt's product
-// with the bias into an f32 scratch, then ember's rounding (ops::cast) or GELU (ops::gelu_forward,
-// the pre-activation rounded by ops::cast). The same arithmetic as the tiled kernels' epilogue,
-// which adds the f32 bias and applies the activation in f32 before rounding once; the first H100
-// run of GPT-2 d12 found these products on the tiled kernels at 8.5 of 58 ms per step. False, with
+// A 16-bit output whose epilogue cuBLASLt cannot run as ember does: an f32 bias (cuBLASLt's bias
+// has D's type), or a GELU (cuBLASLt's GELU is not ember's). cuBLASLt's product goes into an f32
+// scratch, then ember's bias_activation_forward adds the bias in f32, saves the rounded
+// pre-activation if asked, and applies the activation in f32 before rounding once: the tiled
+// kernels' epilogue arithmetic, in one pass (without a bias: ops::cast and ops::gelu_forward).
+// A bias in the output's dtype without an activation (a Linear's under autocast) needs none of
+// this: cuBLASLt adds it in f32 and rounds once into the 16-bit output. The first H100 run of
+// GPT-2 d12 found these products on the tiled kernels at 8.5 of 58 ms per step. False, with
 // nothing enqueued, where this does not apply or cuBLASLt cannot run the product.
 bool sixteen_bit_output_after_cublaslt(Stream& stream, const TensorView& c, const TensorView& a,
                                        const TensorView& b, const detail::MatmulDims& dims,
                                        const MatmulOptions& options) {
   if (c.dtype == DType::f32 || a.dtype == DType::f32) return false;
-  if (options.bias.data == nullptr || options.bias.dtype != DType::f32) return false;
-  if (options.activation != Activation::none && options.activation != Activation::gelu) {
+  const bool bias = options.bias.data != nullptr;
+  if (options.activation == Activation::none) {
+    if (!bias || options.bias.dtype == c.dtype) return false;
+  } else if (options.activation != Activation::gelu) {
     return false;
   }
   if (options.beta != 0.0f || options.residual.data != nullptr || options.output_scale != 1.0f ||
@@ -175,6 +178,7 @@ bool sixteen_bit_output_after_cublaslt(Stream& stream, const TensorView& c, cons
     return false;
   }
   MatmulOptions product = options;
+  product.bias = TensorView();
   product.activation = Activation::none;
   product.pre_activation = TensorView();
   // Whether cuBLASLt takes the product, asked before the scratch is allocated (an allocator's
@@ -187,12 +191,12 @@ bool sixteen_bit_output_after_cublaslt(Stream& stream, const TensorView& c, cons
                        static_cast<cudaStream_t>(stream.native()), stream.device().index())) {
     return false;
   }
-  // The pre-activation is the sum whatever the activation (MatmulProblem's contract).
-  if (options.pre_activation.data != nullptr) cast(stream, options.pre_activation, sum);
-  if (options.activation == Activation::gelu) {
-    gelu_forward(stream, c, sum);
+  if (bias) {
+    bias_activation_forward(stream, c, sum, options.bias, options.activation,
+                            options.pre_activation);
   } else {
-    cast(stream, c, sum);
+    if (options.pre_activation.data != nullptr) cast(stream, options.pre_activation, sum);
+    gelu_forward(stream, c, sum);
   }
   return true;
 }
@@ -230,8 +234,8 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
       if (steer == MatmulBackend::tiled) break;
       if (gelu_after_cublaslt(stream, c, a, b, dims, options)) return;
       if (sixteen_bit_output_after_cublaslt(stream, c, a, b, dims, options)) return;
-      // Any other f32 GELU product: ember's tiled kernels, never cuBLASLt's own GELU epilogue.
-      if (options.activation == Activation::gelu && c.dtype == DType::f32) break;
+      // Any other GELU product: ember's tiled kernels, never cuBLASLt's own GELU epilogue.
+      if (options.activation == Activation::gelu) break;
       if (bias_grad_after_cublaslt(problem, handle, device)) return;
       if (ran_on_cublaslt(problem, handle, device)) return;
   }

@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/core/tensor.hpp"
 #include "ember/nn/linear.hpp"
 #include "ember/ops/elementwise.hpp"
 #include "ember/ops/matmul.hpp"
+#include "ember/simt/runtime.hpp"
 #include "ember/simt/shim.hpp"
 #include "ember/simt/shim/cublasLt.h"
 #include "ops/matmul_reference.hpp"
@@ -194,18 +196,26 @@ TEST(EmulatedCublasLt, AutomaticGeluIsEmbersGeluOfThePreActivation) {
   EXPECT_EQ(bits(y2), bits(y));
 }
 
-// A Linear's forward under autocast: bf16 operands and output, the f32 master bias, with and
-// without GELU and its saved pre-activation. cuBLASLt's epilogue takes only a bias of D's type,
-// so automatic runs cuBLASLt's product with the bias in f32, then ember's rounding or GELU: one
-// cuBLASLt call, and the output is ember's GELU of the f32 sum rounded once (not of the rounded
-// pre-activation), within bf16 rounding of the tiled kernels.
+// bf16 operands and output with an f32 bias, or with a GELU whatever the bias (f32, bf16, f16),
+// or an f16 bias for the bf16 output: cuBLASLt's epilogue takes only a bias of D's type and its
+// GELU is not ember's, so automatic runs cuBLASLt's product without the bias into an f32 sum,
+// then ember's bias_activation_forward: one cuBLASLt call, the output ember's GELU of the f32
+// sum plus bias rounded once (not of the rounded pre-activation), the pre-activation rounded
+// once, within bf16 rounding of the tiled kernels.
 TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasRunsOnCublasLt) {
   if (tiled_forced()) GTEST_SKIP() << "EMBER_MATMUL_BACKEND=tiled";
   ember::Stream stream = ember::current_stream(kGpu);
   const Tensor x = random_tensor({37, 24}, DType::bf16, 31),
                w = random_tensor({45, 24}, DType::bf16, 32);
-  const Tensor bias = random_tensor({45}, DType::f32, 33);
-  for (const Activation act : {Activation::none, Activation::gelu}) {
+  const std::pair<DType, Activation> cases[] = {{DType::f32, Activation::none},
+                                                {DType::f32, Activation::gelu},
+                                                {DType::bf16, Activation::gelu},
+                                                {DType::f16, Activation::none},
+                                                {DType::f16, Activation::gelu}};
+  for (const auto& [bias_type, act] : cases) {
+    SCOPED_TRACE(testing::Message() << "bias " << ember::dtype_name(bias_type)
+                                    << (act == Activation::gelu ? ", gelu" : ""));
+    const Tensor bias = random_tensor({45}, bias_type, 33);
     Tensor y = Tensor::zeros({37, 45}, DType::bf16, kGpu),
            pre = Tensor::zeros({37, 45}, DType::bf16, kGpu);
     MatmulOptions o;
@@ -216,20 +226,20 @@ TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasRunsOnCublasLt) {
     const uint64_t before = cublaslt_matmul_calls();
     ember::ops::matmul(stream, y, x, w, o);
     EXPECT_EQ(cublaslt_matmul_calls(), before + 1);
-    // The f32 sum the output was made from, on cuBLASLt too.
+    // The f32 product without the bias, on cuBLASLt too, then ember's pass.
     Tensor sum = Tensor::zeros({37, 45}, DType::f32, kGpu);
     MatmulOptions product;
     product.transpose_b = true;
-    product.bias = bias;
     ember::ops::matmul(stream, sum, x, w, product);
-    Tensor want = Tensor::zeros({37, 45}, DType::bf16, kGpu);
-    if (act == Activation::gelu) {
-      ember::ops::gelu_forward(stream, want, sum);
-      EXPECT_EQ(bits(pre), bits(sum.to(DType::bf16))) << "the pre-activation, rounded once";
-    } else {
-      ember::ops::cast(stream, want, sum);
-    }
+    Tensor want = Tensor::zeros({37, 45}, DType::bf16, kGpu),
+           want_pre = Tensor::zeros({37, 45}, DType::bf16, kGpu);
+    ember::ops::bias_activation_forward(
+        stream, want, sum, bias, act,
+        act == Activation::gelu ? want_pre.view() : ember::TensorView());
     EXPECT_EQ(bits(y), bits(want));
+    if (act == Activation::gelu) {
+      EXPECT_EQ(bits(pre), bits(want_pre)) << "the pre-activation";
+    }
     // The tiled kernels' epilogue computes the same function: within bf16 rounding.
     Tensor tiled = Tensor::zeros({37, 45}, DType::bf16, kGpu);
     o.backend = MatmulBackend::tiled;
@@ -271,6 +281,40 @@ TEST(EmulatedCublasLt, SixteenBitOutputWithAnF32BiasBatchedScaledWithAPreActivat
   const auto reference = matmul_reference(y.view(), x.view(), w.view(), o);
   expect_close(y, reference.c, matmul_tolerance(DType::bf16, 24));
   expect_close(pre, reference.pre, matmul_tolerance(DType::bf16, 24));
+}
+
+// A Linear's forward under autocast passes its bias as a bf16 working copy, which cuBLASLt adds
+// in its epilogue before rounding once into the bf16 output: one cuBLASLt call and no kernel after
+// it (the f32 bias needed an f32 sum and ember's rounding pass), the bits of a product with the
+// bias rounded to bf16. With GELU fused, ember's GELU of the f32 sum (one extra pass, as before).
+TEST(EmulatedCublasLt, LinearUnderAutocastAddsItsBiasInCublasLtsEpilogue) {
+  if (tiled_forced()) GTEST_SKIP() << "EMBER_MATMUL_BACKEND=tiled";
+  ember::Stream stream = ember::current_stream(kGpu);
+  ember::nn::Context ctx{stream, false, ember::nn::Precision::bf16};
+  const Tensor x = random_tensor({37, 24}, DType::bf16, 51);
+  for (const Activation act : {Activation::none, Activation::gelu}) {
+    ember::nn::Linear layer(24, 45, {.seed = 5, .device = kGpu, .activation = act});
+    layer.forward(ctx, x);  // makes the working copies of the weight and the bias
+    const uint64_t calls = cublaslt_matmul_calls(), launches = ember::simt::kernel_launches();
+    const Tensor y = layer.forward(ctx, x);
+    EXPECT_EQ(cublaslt_matmul_calls(), calls + 1);
+    EXPECT_EQ(ember::simt::kernel_launches(), launches + (act == Activation::none ? 0 : 1))
+        << "a pass after cuBLASLt's product";
+    const Tensor w = layer.weight().value.to(DType::bf16), b = layer.bias().value.to(DType::bf16);
+    Tensor want = Tensor::zeros({37, 45}, DType::bf16, kGpu);
+    MatmulOptions o;
+    o.transpose_b = true;
+    if (act == Activation::none) {
+      o.bias = b;
+      o.backend = MatmulBackend::cublaslt;  // cuBLASLt's bias epilogue, named
+      ember::ops::matmul(stream, want, x, w, o);
+    } else {
+      Tensor sum = Tensor::zeros({37, 45}, DType::f32, kGpu);
+      ember::ops::matmul(stream, sum, x, w, o);
+      ember::ops::bias_activation_forward(stream, want, sum, b, act);
+    }
+    EXPECT_EQ(bits(y), bits(want));
+  }
 }
 
 // Linear's backward accumulates dW (beta 1) and db (row sums of dY^T, accumulated): cuBLASLt runs

@@ -7,6 +7,7 @@
 // clang-format off: the kernels need the prelude first
 #include "ember/kernels/matmul_simt.cuh"
 #include "ember/kernels/row_sums.cuh"
+#include "ember/simt/runtime.hpp"
 // clang-format on
 
 #include <cuda_runtime.h>
@@ -395,7 +396,7 @@ float row_sum_in_kernel_order(const Matrix& a, bool trans_a, int64_t i, int64_t 
   // The strided kernel: K in chunks (row_sums_chunks, from the shape), each summed by slices,
   // the chunks' sums then added in order (one chunk: its sum is the result).
   constexpr int kSlices = kn::row_sums_detail::kSliceWarps;
-  const int64_t chunks = kn::row_sums_chunks(a.cols, k);
+  const int64_t chunks = kn::row_sums_chunks(a.cols, k, a.ref().type);
   const int64_t chunk = chunks == 1 ? k : (k + chunks - 1) / chunks;
   float result = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) {
@@ -413,12 +414,14 @@ float row_sum_in_kernel_order(const Matrix& a, bool trans_a, int64_t i, int64_t 
 // Computes bias_grad for op(A) [m, k] of element type a_type and checks it bit for bit against
 // the kernels' order; twice, to see the same bits again.
 void check_row_sums(int64_t m, int64_t k, bool trans_a, DType a_type, DType out_type, float beta,
-                    bool through_matmul) {
+                    bool through_matmul, int64_t pad = 3, bool misaligned = false) {
   SCOPED_TRACE(testing::Message() << "m=" << m << " k=" << k << " trans_a=" << trans_a << " A "
                                   << ember::dtype_name(a_type) << " out "
-                                  << ember::dtype_name(out_type) << " beta=" << beta);
+                                  << ember::dtype_name(out_type) << " beta=" << beta
+                                  << " pad=" << pad << " misaligned=" << misaligned);
   std::mt19937 rng(5);
-  const Matrix a = make_matrix(rng, {trans_a ? k : m, trans_a ? m : k, 1, false, 3, false, a_type});
+  const Matrix a =
+      make_matrix(rng, {trans_a ? k : m, trans_a ? m : k, 1, false, pad, misaligned, a_type});
   const Matrix b = make_matrix(rng, {k, 5, 1, false, 0, false});
   const Matrix c = make_matrix(rng, {m, 5, 1, false, 0, false});
   std::vector<double> first;
@@ -433,12 +436,17 @@ void check_row_sums(int64_t m, int64_t k, bool trans_a, DType a_type, DType out_
     kn::MatmulProblem p;
     p.m = m, p.n = 5, p.k = k, p.a = a.ref(), p.trans_a = trans_a, p.b = b.ref(), p.c = c.ref();
     p.bias_grad = out.ref(), p.bias_grad_beta = beta;
+    constexpr const char* kVectorKernel = "row_sums_strided_vector_kernel";
+    const uint64_t vector_launches = ember::simt::kernel_launches(kVectorKernel);
     if (through_matmul) {
       ember::ops::cuda::matmul_simt_f32(p, ember::testing::tensor_stream());
     } else {
       kn::launch_row_sums(p, ember::testing::tensor_stream());
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // 16-byte loads exactly where A is aligned with whole vectors per row.
+    const bool vectors = trans_a && !misaligned && a.ld % (a_type == DType::f32 ? 4 : 8) == 0;
+    EXPECT_EQ(ember::simt::kernel_launches(kVectorKernel) - vector_launches, vectors ? 1u : 0u);
     const std::vector<double> got = out.read_back();
     const std::vector<double> expected = rounded(want, out_type);
     int64_t bad = 0;
@@ -463,6 +471,16 @@ TEST(EmulatedMatmulSimt, BiasGradRowSumsInAFixedOrder) {
     check_row_sums(40, 77, trans_a, DType::bf16, DType::f32, 1.0f, false);
     // Few rows over a long K (a classifier's bias over the batch): K split over blocks.
     check_row_sums(10, 3001, trans_a, DType::f32, DType::f32, 1.0f, false);
+  }
+  // The strided layout's 16-byte loads (lda a multiple of the vector, A aligned): whole vectors,
+  // a last vector past row m (m = 45 of ld 48), several column blocks and K chunks, and the
+  // element kernel where the vectors do not fit (misaligned, lda not a multiple), in one order.
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    check_row_sums(520, 3001, true, t, DType::f32, 0.0f, false, 0);
+    check_row_sums(45, 700, true, t, DType::f32, 1.0f, false, 3);
+    check_row_sums(45, 700, true, t, DType::f32, 1.0f, false, 3, true);
+    check_row_sums(64, 5, true, t, DType::bf16, 0.0f, false, 0);
+    check_row_sums(100, 130, true, t, DType::f32, 0.0f, false, 1);
   }
   EXPECT_NO_THROW(ember::simt::check_guards());
 }
