@@ -40,6 +40,21 @@ __device__ __forceinline__ void finish(const MatmulProblem& p, int64_t row, floa
   store_element(p.bias_grad.data, p.bias_grad.type, row, sum);
 }
 
+// A strided block's row `row` (column c of its shared partial sums): the kSlices slices added in
+// order of y, then finished (one K chunk) or kept for row_sums_partials_kernel (chunk blockIdx.y).
+template <int kSlices, int kWidth>
+__device__ __forceinline__ void finish_slices(const MatmulProblem& p,
+                                              const float (&partial)[kSlices][kWidth], int c,
+                                              int64_t row, float* partials) {
+  float total = partial[0][c];
+  for (int s = 1; s < kSlices; ++s) total += partial[s][c];
+  if (partials == nullptr) {
+    finish(p, row, total);
+  } else {
+    partials[static_cast<int64_t>(blockIdx.y) * p.m + row] = total;
+  }
+}
+
 }  // namespace row_sums_detail
 
 // op(A)[i, k] = A[i * lda + k]: block (32, kRows), one warp per row. (The kernels are templates
@@ -75,15 +90,7 @@ __global__ void row_sums_strided_kernel(MatmulProblem p, int64_t chunk, float* p
   }
   partial[y][x] = sum;
   __syncthreads();
-  if (y == 0 && row < p.m) {
-    float total = partial[0][x];
-    for (int s = 1; s < kSlices; ++s) total += partial[s][x];
-    if (partials == nullptr) {
-      row_sums_detail::finish(p, row, total);
-    } else {
-      partials[static_cast<int64_t>(blockIdx.y) * p.m + row] = total;
-    }
-  }
+  if (y == 0 && row < p.m) row_sums_detail::finish_slices(p, partial, x, row, partials);
 }
 
 // The strided layout in 16-byte loads (A aligned to 16 bytes, lda a multiple of kVec): block
@@ -126,15 +133,7 @@ __global__ void row_sums_strided_vector_kernel(MatmulProblem p, int64_t chunk, f
   __syncthreads();
   const int t = y * 32 + x;  // thread t finishes row first + t
   const int64_t row = first + t;
-  if (t < kColumns && row < p.m) {
-    float total = partial[0][t];
-    for (int s = 1; s < kSlices; ++s) total += partial[s][t];
-    if (partials == nullptr) {
-      row_sums_detail::finish(p, row, total);
-    } else {
-      partials[static_cast<int64_t>(blockIdx.y) * p.m + row] = total;
-    }
-  }
+  if (t < kColumns && row < p.m) row_sums_detail::finish_slices(p, partial, t, row, partials);
 }
 
 // bias_grad[row] = the `chunks` partial sums of row, added in chunk order.
