@@ -69,11 +69,16 @@ inline OutputTiles whole_row_tiles(int64_t m, int64_t n, int64_t b_bytes) {
 // GPT small's 12 products (forward and input gradients 2048 rows, weight gradients 256-1024
 // rows at k 2048) 106 vs 126 in all; the MLP step's with B up to 2 MiB +0.4 to +29 %; with B
 // larger than 2 MiB whole rows lost up to 8 % (512x1024x1024 with B transposed, 1024x768x3072),
-// so those keep square tiles; 256^3 128 vs 125. Like every tiling here it depends on the shape
-// alone.
+// so those keep square tiles; 256^3 128 vs 125. Tiles have 64 rows rather than 32 where that
+// still gives 8 (m from 449 to 1023 in one entry: each tile packs all of B, so 32-row tiles
+// pack it twice as often; 512^3: 16 tiles of 32 rows 109-119 GFLOP/s, 8 of 64 rows 120-129, three
+// rounds, passive waiting, 2026-11-28). Like every tiling here it depends on the shape alone.
 inline constexpr int64_t kWholeRowsMaxB = int64_t{2} << 20;  // bytes of op(B) in f32
 inline OutputTiles openblas_tiles(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  const OutputTiles rows = row_block_tiles(m, n, 32);
+  OutputTiles rows = row_block_tiles(m, n, 32);
+  if (const OutputTiles wider = row_block_tiles(m, n, 64); batch * wider.row_tiles >= 8) {
+    rows = wider;
+  }
   if (n > kWholeRowsMax || k * n * int64_t{4} > kWholeRowsMaxB || batch * rows.row_tiles < 8) {
     return output_tiles(m, n);
   }
