@@ -40,6 +40,11 @@ __device__ __forceinline__ void finish(const MatmulProblem& p, int64_t row, floa
   store_element(p.bias_grad.data, p.bias_grad.type, row, sum);
 }
 
+// Elements of A's type in one 16-byte vector (kPerVector, for a dtype known at run time).
+inline int64_t vector_elements(DType t) {
+  return t == DType::f32 ? 4 : 8;
+}
+
 // A strided block's row `row` (column c of its shared partial sums): the kSlices slices added in
 // order of y, then finished (one K chunk) or kept for row_sums_partials_kernel (chunk blockIdx.y).
 template <int kSlices, int kWidth>
@@ -153,7 +158,7 @@ __global__ void row_sums_partials_kernel(MatmulProblem p, int64_t chunks, const 
 // kernel (32 * kPerVector rows of op(A) each for A's dtype: 8 per SM of a 132-SM GPU). Chosen
 // from the shape and dtype alone: the same order always, whichever kernel runs.
 inline int64_t row_sums_chunks(int64_t m, int64_t k, DType a_type) {
-  const int64_t per_block = a_type == DType::f32 ? 128 : 256;
+  const int64_t per_block = 32 * row_sums_detail::vector_elements(a_type);
   const int64_t column_blocks = (m + per_block - 1) / per_block;
   int64_t chunks = (1024 + column_blocks - 1) / column_blocks;
   chunks = chunks < 256 ? chunks : 256;
@@ -163,8 +168,8 @@ inline int64_t row_sums_chunks(int64_t m, int64_t k, DType a_type) {
 
 // Whether the strided layout's A can be read in 16-byte vectors.
 inline bool row_sums_vectors_fit(const MatmulProblem& p) {
-  const int64_t per_vector = p.a.type == DType::f32 ? 4 : 8;
-  return reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 && p.a.ld % per_vector == 0;
+  return reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0 &&
+         p.a.ld % row_sums_detail::vector_elements(p.a.type) == 0;
 }
 
 // Enqueues the row sums of op(A) into p.bias_grad (m >= 1; any k, including 0).
@@ -187,17 +192,19 @@ inline void launch_row_sums(const MatmulProblem& p, cudaStream_t stream) {
                   static_cast<unsigned>(chunks));
     };
     constexpr int kSlices = row_sums_detail::kSliceWarps;
+    const auto vectors = [&](auto element) {
+      using T = decltype(element);
+      launch(row_sums_strided_vector_kernel<T, kSlices>, grid(32 * kPerVector<T>), block, 0, stream,
+             p, chunk, sums);
+    };
     if (!row_sums_vectors_fit(p)) {
       launch(row_sums_strided_kernel<kSlices>, grid(32), block, 0, stream, p, chunk, sums);
     } else if (p.a.type == DType::bf16) {
-      launch(row_sums_strided_vector_kernel<__nv_bfloat16, kSlices>, grid(256), block, 0, stream, p,
-             chunk, sums);
+      vectors(__nv_bfloat16{});
     } else if (p.a.type == DType::f16) {
-      launch(row_sums_strided_vector_kernel<__half, kSlices>, grid(256), block, 0, stream, p, chunk,
-             sums);
+      vectors(__half{});
     } else {
-      launch(row_sums_strided_vector_kernel<float, kSlices>, grid(128), block, 0, stream, p, chunk,
-             sums);
+      vectors(float{});
     }
     if (chunks > 1) {
       launch(row_sums_partials_kernel<256>, dim3(static_cast<unsigned>((p.m + 255) / 256)),

@@ -4,12 +4,19 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstring>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "ember/core/error.hpp"
 
 namespace ember::testing {
+
+// Same bits, element by element (NaN == NaN where the bits match).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // Runs f, which must throw ember::Error whose message contains every one of `parts`.
 template <class F>

@@ -5,7 +5,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -199,10 +198,6 @@ TEST_P(AutocastEdges, ActivationLinearUnderAutocastBackward) {
 // and f16 its output is in the compute dtype, and the Linear's output, every gradient and the
 // input gradient are bitwise those of a LayerNorm writing f32 that the Linear casts; under f32
 // the option changes nothing.
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 TEST_P(AutocastEdges, LayerNormComputeDtypeOutputGivesTheSameNumbers) {
   const Tensor x = on(Tensor::empty({13, 40}).uniform_(61, -2.0, 2.0));
   const Tensor dy = on(Tensor::empty({13, 24}).uniform_(62, -1.0, 1.0));

@@ -42,10 +42,6 @@ Out run_ln(Device device, const std::vector<float>& x, const std::vector<float>&
   return {host(y), host(mean), host(rstd), host(dx), host(dgamma), host(dbeta)};
 }
 
-// Same bits, NaN == NaN.
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 // a == b element by element, a nan for a nan (its bits are not kept: docs/ops.md), and within
 // max_ulps of each other (0 where the device runs the host's math).
 bool same_values(const std::vector<float>& a, const std::vector<float>& b, int max_ulps) {

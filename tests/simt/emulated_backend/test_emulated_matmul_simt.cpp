@@ -445,7 +445,8 @@ void check_row_sums(int64_t m, int64_t k, bool trans_a, DType a_type, DType out_
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // 16-byte loads exactly where A is aligned with whole vectors per row.
-    const bool vectors = trans_a && !misaligned && a.ld % (a_type == DType::f32 ? 4 : 8) == 0;
+    const bool vectors =
+        trans_a && !misaligned && a.ld % kn::row_sums_detail::vector_elements(a.ref().type) == 0;
     EXPECT_EQ(ember::simt::kernel_launches(kVectorKernel) - vector_launches, vectors ? 1u : 0u);
     const std::vector<double> got = out.read_back();
     const std::vector<double> expected = rounded(want, out_type);
