@@ -127,6 +127,55 @@ TEST_P(Matmul, FusedEpilogueEqualsSeparateOpsBitwise) {
   }
 }
 
+// The whole epilogue (bias, GELU with its pre-activation saved, output scale, residual, a bf16
+// C; and GELU's gradient) against the separate ops, bitwise. On the CPU the product is large
+// enough to run in tiles of rows and of columns (op(B) over 2 MiB: 3 x 4 tiles), each tile's
+// epilogue run right after its product, so a column offset or a tile edge that went wrong shows.
+TEST_P(Matmul, WholeEpilogueInTilesEqualsSeparateOpsBitwise) {
+  Stream s = stream();
+  const bool cpu = device().is_cpu();
+  const int64_t m = cpu ? 260 : 37, n = cpu ? 600 : 45, k = cpu ? 1000 : 20;
+  const Tensor a = on(uniform({m, k}, DType::f32, 21)), b = on(uniform({k, n}, DType::f32, 22));
+  const Tensor bias = on(uniform({n}, DType::f32, 23));
+  const Tensor residual = on(uniform({m, n}, DType::f32, 24));
+  const Tensor x = on(uniform({m, n}, DType::f32, 25, 3.0));
+  MatmulOptions plain;
+  plain.backend = cpu ? ops::MatmulBackend::automatic : ops::MatmulBackend::tiled;
+  Tensor product = on(Tensor::zeros({m, n}));
+  ops::matmul(s, product, a, b, plain);
+
+  Tensor fused = on(Tensor::zeros({m, n}, DType::bf16)), pre = on(Tensor::zeros({m, n}));
+  MatmulOptions o = plain;
+  o.bias = bias;
+  o.activation = Activation::gelu;
+  o.pre_activation = pre;
+  o.output_scale = -0.75f;
+  o.residual = residual;
+  ops::matmul(s, fused, a, b, o);
+  Tensor want_pre = on(Tensor::zeros({m, n})), y = on(Tensor::zeros({m, n}));
+  ops::bias_add(s, want_pre, product, bias);
+  ops::gelu_forward(s, y, want_pre);
+  ops::scale(s, y, y, -0.75f);
+  ops::add(s, y, y, residual);
+  Tensor want = on(Tensor::zeros({m, n}, DType::bf16));
+  ops::cast(s, want, y);
+  EXPECT_TRUE(same_bits(pre.to_vector<float>(), want_pre.to_vector<float>()));
+  const std::vector<bfloat16> got16 = fused.to_vector<bfloat16>(),
+                              want16 = want.to_vector<bfloat16>();
+  ASSERT_EQ(got16.size(), want16.size());
+  for (size_t i = 0; i < got16.size(); ++i) {
+    ASSERT_EQ(got16[i].bits, want16[i].bits) << "element " << i;
+  }
+
+  Tensor dx = on(Tensor::zeros({m, n})), want_dx = on(Tensor::zeros({m, n}));
+  MatmulOptions g = plain;
+  g.activation_grad = Activation::gelu;
+  g.activation_input = x;
+  ops::matmul(s, dx, a, b, g);
+  ops::gelu_backward(s, want_dx, product, x);
+  EXPECT_TRUE(same_bits(dx.to_vector<float>(), want_dx.to_vector<float>()));
+}
+
 // Whichever backend runs the product, an f32 GELU output is bitwise ops::gelu_forward of the
 // saved pre-activation: what selective checkpointing remakes (the automatic backend runs GELU
 // after cuBLASLt's product, never in cuBLASLt's epilogue).

@@ -17,12 +17,20 @@
 #include "ember/ops/map_functors.hpp"
 #include "ember/ops/reduce.hpp"
 
+#include "ops/common/activation_functors.hpp"
+
 #if EMBER_WITH_CUDA
 #include "ops/elementwise/cast_cuda.hpp"
 #endif
 
 namespace ember::ops {
 namespace {
+
+using detail::Gelu;
+using detail::GeluGrad;
+using detail::Silu;
+using detail::SiluGrad;
+
 // out = f(x): same shape, float dtypes (they may differ), out exactly x or separate.
 void check_unary(std::string_view op, const Stream& stream, const TensorView& out,
                  std::string_view out_name, const TensorView& x, std::string_view x_name) {
@@ -53,24 +61,6 @@ void check_bias(std::string_view op, const Stream& stream, const TensorView& bia
               "{}: bias {} does not match the last dimension of x {}", op, bias.describe(),
               x.describe());
 }
-
-struct Gelu {
-  EMBER_HOST_DEVICE float operator()(float x) const { return kernels::math::gelu(x); }
-};
-struct GeluGrad {
-  EMBER_HOST_DEVICE float operator()(float g, float x) const {
-    return g * kernels::math::gelu_derivative(x);
-  }
-};
-
-struct Silu {
-  EMBER_HOST_DEVICE float operator()(float x) const { return kernels::math::silu(x); }
-};
-struct SiluGrad {
-  EMBER_HOST_DEVICE float operator()(float g, float x) const {
-    return g * kernels::math::silu_derivative(x);
-  }
-};
 
 // act(x + b): the bias add rounds to f32 exactly as bias_add into an f32 tensor does.
 template <class Act>

@@ -2,14 +2,16 @@
 // 16-bit dot products (matmul_onednn.hpp), else through the f32 GEMM engine (oneDNN's or
 // OpenBLAS's sgemm, cpu_gemm.hpp) with the inputs widened to f32 (f32 accumulation either way);
 // then the epilogue adds the bias, saves the pre-activation and applies the activation with the
-// same code as the standalone ops, so fused and unfused results are bitwise equal.
+// standalone ops' functors, tile by tile, so fused and unfused results are bitwise equal.
 #include <algorithm>
 #include <optional>
 #include <vector>
 
 #include "ember/core/denormals.hpp"
 #include "ember/core/scratch.hpp"
-#include "ember/ops/elementwise.hpp"
+#include "ember/ops/map_cpu.hpp"
+#include "ember/ops/map_functors.hpp"
+#include "ops/common/activation_functors.hpp"
 #include "ops/common/cpu_ops.hpp"
 #include "ops/common/cpu_tasks.hpp"
 #include "ops/matmul/cpu_gemm.hpp"
@@ -97,20 +99,82 @@ void row_sums_of_op_a(const TensorView& out, float beta, const TensorView& a, in
   store_from_f32(out, sums.data());
 }
 
-void add_rows(float* values, int64_t rows, int64_t n, const float* row) {
-  parallel_for(rows, rows * n > 16384, [&](int64_t i) {
-    float* r = values + i * n;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) r[j] += row[j];
-  });
+// f(x[j]) or f(x[j], y[j]) in place over one row segment, compiled for AVX-512, AVX2 and
+// baseline x86-64 as ops::map's blocks are (the same functors, so the same bits).
+template <class F>
+EMBER_MAP_CLONES void apply_in_place(const F f, float* x, int64_t count) {
+  EMBER_MAP_OMP_SIMD
+  for (int64_t j = 0; j < count; ++j) x[j] = f(x[j]);
 }
+template <class F>
+EMBER_MAP_CLONES void apply_in_place(const F f, float* x, const float* y, int64_t count) {
+  EMBER_MAP_OMP_SIMD
+  for (int64_t j = 0; j < count; ++j) x[j] = f(x[j], y[j]);
+}
+
+// The epilogue over a block of the f32 product c32 ([rows, n], row-major): what the standalone
+// ops would do, in their order and with their functors (bias_add, relu/gelu_backward, the saved
+// pre-activation, relu/gelu_forward, the output scale, the residual add, the rounding into a
+// 16-bit C). Every step is elementwise, so a tile's epilogue can run right after the tile's
+// product, while the tile is still in cache, and the bits do not depend on the tiling. The
+// operands are f32 views made once, before the tiles run (a 16-bit one converted).
+class Epilogue {
+ public:
+  Epilogue(const TensorView& c, const MatmulOptions& options, const float* residual32,
+           F32Scratch& bias_scratch, F32Scratch& input_scratch)
+      : c_(c), options_(options), residual_(residual32) {
+    if (options.bias.data != nullptr) bias_ = as_f32(options.bias, bias_scratch);
+    if (options.activation_grad != Activation::none) {
+      activation_input_ = as_f32(options.activation_input, input_scratch);
+    }
+  }
+
+  // Rows [row0, row0 + rows) and columns [j0, j0 + cols) of the product; c32 is its first row.
+  void run(float* c32, int64_t n, int64_t row0, int64_t rows, int64_t j0, int64_t cols) const {
+    for (int64_t i = row0; i < row0 + rows; ++i) {
+      const int64_t at = i * n + j0;
+      float* seg = c32 + at;
+      if (bias_ != nullptr) apply_in_place(fn::Add{}, seg, bias_ + j0, cols);
+      if (options_.activation_grad == Activation::relu) {
+        apply_in_place(fn::ReluGrad{}, seg, activation_input_ + at, cols);
+      }
+      if (options_.activation_grad == Activation::gelu) {
+        apply_in_place(detail::GeluGrad{}, seg, activation_input_ + at, cols);
+      }
+      if (options_.pre_activation.data != nullptr) {
+        write_f32(options_.pre_activation.data, options_.pre_activation.dtype, at, cols, seg);
+      }
+      if (options_.activation == Activation::relu) apply_in_place(fn::Relu{}, seg, cols);
+      if (options_.activation == Activation::gelu) apply_in_place(detail::Gelu{}, seg, cols);
+      if (options_.output_scale != 1.0f) {
+        apply_in_place(fn::Scale{options_.output_scale}, seg, cols);
+      }
+      if (residual_ != nullptr) apply_in_place(fn::Add{}, seg, residual_ + at, cols);
+      if (c_.dtype != DType::f32) store_f32(c_.data, c_.dtype, at, cols, seg);
+    }
+  }
+
+  // Whether run() changes or writes anything.
+  bool empty() const {
+    return bias_ == nullptr && options_.activation_grad == Activation::none &&
+           options_.pre_activation.data == nullptr && options_.activation == Activation::none &&
+           options_.output_scale == 1.0f && residual_ == nullptr && c_.dtype == DType::f32;
+  }
+
+ private:
+  const TensorView& c_;
+  const MatmulOptions& options_;
+  const float* residual_ = nullptr;
+  const float* bias_ = nullptr;
+  const float* activation_input_ = nullptr;
+};
 
 }  // namespace
 
 void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
             const detail::MatmulDims& dims, const MatmulOptions& options) {
   const int64_t m = dims.m, n = dims.n, k = dims.k, batch = dims.batch;
-  F32Scratch a_scratch, b_scratch, c_scratch, scratch;
+  F32Scratch a_scratch, b_scratch, c_scratch;
   if (options.bias_grad.data != nullptr && m > 0) {
     row_sums_of_op_a(options.bias_grad, options.bias_grad_beta, a, m, k, options.transpose_a);
   }
@@ -140,6 +204,9 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
     }
   }
 
+  F32Scratch bias_scratch, input_scratch;
+  const Epilogue epilogue(c, options, residual32, bias_scratch, input_scratch);
+  bool epilogue_done = false;
   if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C
     parallel_for(total, total > 65536,
                  [&](int64_t i) { c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i]; });
@@ -160,46 +227,18 @@ void matmul(const TensorView& c, const TensorView& a, const TensorView& b,
           const float* b_tile = b32 + (dims.b_batched ? e * k * n : 0) + (tb ? j0 * ldb : j0);
           sgemm_tile(engine, ta, tb, rows, cols, k, options.alpha, a_tile, lda, b_tile, ldb,
                      options.beta, c32 + e * m * n + i0 * n + j0, n);
+          epilogue.run(c32, n, e * m + i0, rows, j0, cols);
         });
+    epilogue_done = true;
   }
-
-  // The epilogue, over all batch * m rows at once, with the standalone ops' kernels so that
-  // fused and unfused results are bitwise equal.
-  const TensorView result{c32, DType::f32, Shape{batch * m, n}, Device::cpu()};
-  Stream host;  // the CPU's: the pointwise ops run their loops at once
-  if (options.bias.data != nullptr) add_rows(c32, batch * m, n, as_f32(options.bias, scratch));
-  if (options.activation_grad != Activation::none) {
-    const TensorView x{const_cast<float*>(as_f32(options.activation_input, scratch)), DType::f32,
-                       result.shape, Device::cpu()};
-    if (options.activation_grad == Activation::relu) ops::relu_backward(host, result, result, x);
-    if (options.activation_grad == Activation::gelu) ops::gelu_backward(host, result, result, x);
+  if (!epilogue_done && !epilogue.empty()) {  // over blocks of whole rows
+    const int64_t rows_per_block = std::max<int64_t>(1, kBlock / n);
+    const int64_t all_rows = batch * m;
+    parallel_for(ceil_div(all_rows, rows_per_block), total > 65536, [&](int64_t block) {
+      const int64_t row0 = block * rows_per_block;
+      epilogue.run(c32, n, row0, std::min(rows_per_block, all_rows - row0), 0, n);
+    });
   }
-  if (options.pre_activation.data != nullptr) {
-    store_from_f32(options.pre_activation, c32);
-  }
-  if (options.activation == Activation::relu) ops::relu_forward(host, result, result);
-  if (options.activation == Activation::gelu) ops::gelu_forward(host, result, result);
-  if (options.output_scale != 1.0f) {
-    const float s = options.output_scale;
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (total > 65536)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for simd schedule(static) nowait
-      for (int64_t i = 0; i < total; ++i) c32[i] *= s;
-    }
-  }
-  if (residual32 != nullptr) {
-    const float* r = residual32;
-    const bool flush_mode = ember::detail::flush_denormals_now();
-#pragma omp parallel if (total > 65536)
-    {
-      const ember::detail::CpuFloatScope float_scope(flush_mode);
-#pragma omp for simd schedule(static) nowait
-      for (int64_t i = 0; i < total; ++i) c32[i] += r[i];
-    }
-  }
-  if (c.dtype != DType::f32) store_from_f32(c, c32);
 }
 
 }  // namespace ember::ops::cpu
