@@ -34,7 +34,9 @@ constexpr Activation kActivations[] = {Activation::none, Activation::relu, Activ
 // [0, 5] empty, [1, 1], rows of 13 (the scalar path) and of 40 (a multiple of 8: the 128-bit
 // path), a wide row past the 2048-element block, several chunks and grid-stride steps (and 135k
 // elements past the CPU's parallel threshold), and rank 3 (bias over the last dimension).
-const std::vector<Shape> kShapes = {{0, 5}, {1, 1}, {7, 13}, {33, 4097}, {3, 5, 17}, {2, 3, 40}};
+// {300, 70}: two chunks of rows in the CPU's column sums.
+const std::vector<Shape> kShapes = {{0, 5},     {1, 1},     {7, 13},  {33, 4097},
+                                    {3, 5, 17}, {2, 3, 40}, {300, 70}};
 
 struct Mix {
   DType x, bias, y, pre;
