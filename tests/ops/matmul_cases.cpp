@@ -442,6 +442,29 @@ TEST_P(Matmul, RejectsBadArguments) {
         ops::matmul(s, a.slice(0, 4), a, on(Tensor::zeros({3, 3})));
       },
       "shares memory");
+  // The epilogue's inputs (bias, activation_input, residual) share no memory with what it
+  // writes (C, pre_activation): it reads them while it writes, tile by tile on the CPU. (A
+  // residual may be C itself: it is read first.)
+  Tensor pre = on(Tensor::zeros({4, 2})), x = on(Tensor::zeros({4, 2}));
+  o = {};
+  o.bias = c.reshape({8}).slice(0, 2);
+  expect_error([&] { ops::matmul(s, c, a, b2, o); }, "shares memory");
+  o.bias = pre.reshape({8}).slice(2, 4);
+  o.pre_activation = pre;
+  o.activation = Activation::relu;
+  expect_error([&] { ops::matmul(s, c, a, b2, o); }, "shares memory");
+  o = {};
+  o.activation_grad = Activation::gelu;
+  o.activation_input = c;
+  expect_error([&] { ops::matmul(s, c, a, b2, o); }, "shares memory");
+  o.activation_input = x;
+  o.pre_activation = x;
+  expect_error([&] { ops::matmul(s, c, a, b2, o); }, "shares memory");
+  o = {};
+  o.residual = pre;
+  o.pre_activation = pre;
+  o.activation = Activation::gelu;
+  expect_error([&] { ops::matmul(s, c, a, b2, o); }, "shares memory");
 }
 
 INSTANTIATE_EMBER_DEVICES(Matmul);

@@ -99,12 +99,19 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
     EMBER_CHECK(options.bias.rank() == 1 && options.bias.shape[0] == dims.n,
                 "{}: bias must be [{}] to match C {}, not {}", kOp, dims.n, c.describe(),
                 options.bias.describe());
+    // The epilogue's inputs are read while its outputs are written (tile by tile on the CPU).
+    detail::check_disjoint(kOp, c, options.bias);
+    detail::check_disjoint(kOp, options.pre_activation, options.bias);
   }
   if (check_optional(stream, "pre_activation", options.pre_activation, c.shape, a, b)) {
     detail::check_disjoint(kOp, options.pre_activation, c);
   }
   const bool has_input =
       check_optional(stream, "activation_input", options.activation_input, c.shape, a, b);
+  if (has_input) {
+    detail::check_disjoint(kOp, c, options.activation_input);
+    detail::check_disjoint(kOp, options.pre_activation, options.activation_input);
+  }
   EMBER_CHECK(has_input == (options.activation_grad != Activation::none),
               "{}: activation_grad and activation_input go together (activation_grad is {}, "
               "activation_input is {})",
@@ -112,6 +119,7 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
               has_input ? options.activation_input.describe() : std::string("absent"));
   if (check_optional(stream, "residual", options.residual, c.shape, a, b)) {
     detail::check_overlap(kOp, c, options.residual);  // residual may be C itself
+    detail::check_disjoint(kOp, options.pre_activation, options.residual);
   }
   if (detail::present(options.bias_grad)) {
     EMBER_CHECK(c.rank() == 2, "{}: bias_grad needs an unbatched product, but C is {}", kOp,

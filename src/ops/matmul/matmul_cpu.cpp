@@ -2,7 +2,8 @@
 // 16-bit dot products (matmul_onednn.hpp), else through the f32 GEMM engine (oneDNN's or
 // OpenBLAS's sgemm, cpu_gemm.hpp) with the inputs widened to f32 (f32 accumulation either way);
 // then the epilogue adds the bias, saves the pre-activation and applies the activation with the
-// standalone ops' functors, tile by tile, so fused and unfused results are bitwise equal.
+// standalone ops' functors, tile by tile, so fused and unfused results are bitwise equal (but for
+// the sign of a NaN from GELU, which the vector and scalar loops may give differently).
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -116,8 +117,9 @@ EMBER_MAP_CLONES void apply_in_place(const F f, float* x, const float* y, int64_
 // ops would do, in their order and with their functors (bias_add, relu/gelu_backward, the saved
 // pre-activation, relu/gelu_forward, the output scale, the residual add, the rounding into a
 // 16-bit C). Every step is elementwise, so a tile's epilogue can run right after the tile's
-// product, while the tile is still in cache, and the bits do not depend on the tiling. The
-// operands are f32 views made once, before the tiles run (a 16-bit one converted).
+// product, while the tile is still in cache, and the bits do not depend on the tiling (a NaN's
+// sign aside). The operands are f32 views made once, before the tiles run (a 16-bit one
+// converted); matmul's checks keep them apart from the outputs written tile by tile.
 class Epilogue {
  public:
   Epilogue(const TensorView& c, const MatmulOptions& options, const float* residual32,
