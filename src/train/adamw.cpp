@@ -79,13 +79,15 @@ void AdamW::check_counters(const rules::StepCounters& c) const {
 
 void AdamW::update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) {
   if (options_.amsgrad) {
-    apply_rule(
-        rule<true>(group.param_group), inputs,
-        gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_}),
-        stream);
+    apply_rule(rule<true>(group.param_group), inputs,
+               gather_operands(parameters_, group.parameters, step_copies_,
+                               {&exp_avg_, &exp_avg_sq_, &max_exp_avg_sq_}),
+               stream);
   } else {
-    apply_rule(rule<false>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {&exp_avg_, &exp_avg_sq_}), stream);
+    apply_rule(
+        rule<false>(group.param_group), inputs,
+        gather_operands(parameters_, group.parameters, step_copies_, {&exp_avg_, &exp_avg_sq_}),
+        stream);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "ember/core/tensor.hpp"
 #include "ember/nn/parameter.hpp"
 #include "ember/train/step_op.hpp"
+#include "ops/common/cpu_ops.hpp"
 #include "tensor_operands.hpp"
 
 #if EMBER_WITH_CUDA
@@ -22,10 +23,11 @@
 
 namespace ember::train {
 
-// Operands of the given parameters: value, grad, then state[k][i] for each state list k.
+// Operands of the given parameters: value, grad, then state[k][i] for each state list k; and
+// copies[i], the working copy the step rewrites (undefined: none; Optimizer::run_step).
 inline std::vector<TensorOperands> gather_operands(
     const std::vector<nn::Parameter*>& parameters, const std::vector<size_t>& indices,
-    std::initializer_list<const std::vector<Tensor>*> state) {
+    const std::vector<Tensor>& copies, std::initializer_list<const std::vector<Tensor>*> state) {
   std::vector<TensorOperands> out;
   out.reserve(indices.size());
   for (size_t i : indices) {
@@ -35,6 +37,10 @@ inline std::vector<TensorOperands> gather_operands(
     size_t slot = 2;
     for (const std::vector<Tensor>* list : state) op.data[slot++] = (*list)[i].data<float>();
     op.numel = parameters[i]->value.numel();
+    if (i < copies.size() && copies[i].defined()) {
+      op.copy = copies[i].view().data;
+      op.copy_dtype = copies[i].dtype();
+    }
   }
   return out;
 }
@@ -82,6 +88,10 @@ void apply_rule_cpu(const Rule& rule, const StepInputs& inputs,
         apply_rule_cpu_chunk<true>(op, block, data, begin, end);
       } else {
         apply_rule_cpu_chunk<false>(op, block, data, begin, end);
+      }
+      // The working copy of the chunk's new values, while they are in cache.
+      if (t.copy != nullptr) {
+        ops::cpu::store_f32(t.copy, t.copy_dtype, begin, end - begin, data[0] + begin);
       }
     });
   }

@@ -18,6 +18,19 @@
 
 namespace ember::train {
 namespace {
+
+// The working copy (Parameter::compute_copy) that a step on `stream` rewrites from the new values:
+// a 16-bit copy of the value's shape on its device, made outside any CUDA graph, for an update
+// that is not captured either (a graph's copies are its own casts' to remake); else none.
+Tensor copy_rewritten_by_step(const nn::Parameter& p, const Stream& stream) {
+  const nn::Parameter::WorkingCopy& w = p.working_copy;
+  const Tensor& copy = w.tensor;
+  if (!copy.defined() || (copy.dtype() != DType::bf16 && copy.dtype() != DType::f16)) return {};
+  if (copy.shape() != p.value.shape() || copy.device() != p.value.device()) return {};
+  if (w.capture != 0 || stream.capturing()) return {};
+  return copy;
+}
+
 constexpr int64_t kCounterBytes = sizeof(rules::StepCounters);
 }  // namespace
 
@@ -348,8 +361,16 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   check_parameters_unchanged();
   prepare_step();
   // The step writes every parameter (unless found_inf skips it on the device): low-precision
-  // copies made before it are stale from here on.
+  // copies made before it are stale from here on, except those the update rewrites itself.
   for (nn::Parameter* p : parameters_) mark_written(p->value);
+  step_copies_.assign(parameters_.size(), Tensor());
+  for (const DeviceGroup& group : groups_) {
+    const Stream s = group.device.is_cpu() ? current_stream(Device::cpu())
+                     : stream != nullptr && stream->device() == group.device
+                         ? *stream
+                         : current_stream(group.device);
+    for (size_t i : group.parameters) step_copies_[i] = copy_rewritten_by_step(*parameters_[i], s);
+  }
   // A gradient zero_grad left pending and no backward wrote is zero: fill it (on its stream).
   for (nn::Parameter* p : parameters_) p->materialized_grad();
   // The update reads the counters from one slot and writes the next ones to the other (its
@@ -383,6 +404,7 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     for (size_t i : group.parameters) {
       wait_for(parameters_[i]->value);
       wait_for(parameters_[i]->grad);
+      if (step_copies_[i].defined()) wait_for(step_copies_[i]);  // its readers finish first
     }
     wait_for(group.counters);
     if (group.lr.defined()) wait_for(group.lr);
@@ -406,6 +428,13 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     EMBER_THROW("Optimizer: parameters on {} need a build with CUDA", group.device.to_string());
 #endif
   }
+  // The rewritten copies hold the new values: current for the next compute_copy.
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!step_copies_[i].defined()) continue;
+    mark_written(step_copies_[i]);
+    parameters_[i]->working_copy.version = parameters_[i]->value.version();
+  }
+  step_copies_.clear();
   ++steps_;
 }
 

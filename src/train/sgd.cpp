@@ -68,10 +68,10 @@ void SGD::prepare_step() {
 void SGD::update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) {
   if (options_.momentum != 0) {
     apply_rule(rule<true>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {&momentum_}), stream);
+               gather_operands(parameters_, group.parameters, step_copies_, {&momentum_}), stream);
   } else {
     apply_rule(rule<false>(group.param_group), inputs,
-               gather_operands(parameters_, group.parameters, {}), stream);
+               gather_operands(parameters_, group.parameters, step_copies_, {}), stream);
   }
 }
 

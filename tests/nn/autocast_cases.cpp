@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "ember/train/adamw.hpp"
 #include "ember/train/sgd.hpp"
 #include "ops/device_cases.hpp"
+#include "test_support.hpp"
 
 namespace ember::testing {
 namespace {
@@ -108,6 +110,56 @@ TEST_P(Autocast, AStaleWorkingCopyIsNeverUsed) {
     write();
     EXPECT_EQ(forward(layer, x, nn::Precision::bf16), reference(layer, x, dtype))
         << "stale working copy after " << what;
+  }
+}
+
+// The optimizer's step rewrites a weight's working copy from the new values in the same pass
+// (bitwise the cast of the new value), so the next forward reuses it; a skipped step (found_inf)
+// leaves both as they were. SGD with and without momentum and AdamW, bf16 and f16; 37 x 19
+// weights (the device's 4-element vectors and a tail).
+TEST_P(Autocast, TheOptimizerStepRewritesTheWorkingCopies) {
+  const Tensor x = on(Tensor::full({3, 37}, 0.25, DType::f32));
+  for (nn::Precision p : {nn::Precision::bf16, nn::Precision::f16}) {
+    const DType dtype = nn::compute_dtype(p);
+    for (int kind = 0; kind < 3; ++kind) {
+      nn::Linear layer(37, 19, {.seed = 5, .device = device()});
+      std::unique_ptr<train::Optimizer> opt;
+      if (kind == 0)
+        opt = std::make_unique<train::SGD>(layer.parameters(), train::SGDOptions{.lr = 0.5f});
+      if (kind == 1) {
+        opt = std::make_unique<train::SGD>(layer.parameters(),
+                                           train::SGDOptions{.lr = 0.5f, .momentum = 0.9f});
+      }
+      if (kind == 2)
+        opt = std::make_unique<train::AdamW>(layer.parameters(), train::AdamWOptions{.lr = 0.1f});
+      const std::string what =
+          std::string(dtype_name(dtype)) + " optimizer " + std::to_string(kind);
+      Stream s = stream();
+      for (int step = 0; step < 3; ++step) {
+        forward(layer, x, p);  // makes the copies, or reuses the rewritten ones
+        const uint64_t copy_version = layer.weight().working_copy.tensor.version();
+        for (nn::Parameter* q : layer.parameters()) q->grad.uniform_(40 + step, -1.0, 1.0);
+        if (step < 2) {
+          opt->step(s);
+        } else {  // skipped: found_inf
+          opt->step(s, on(Tensor::full({1}, 1.0, DType::f32)),
+                    on(Tensor::full({1}, 1.0, DType::f32)));
+        }
+        for (nn::Parameter* q : layer.parameters()) {
+          const nn::Parameter::WorkingCopy& w = q->working_copy;
+          ASSERT_TRUE(w.tensor.defined()) << what;
+          EXPECT_EQ(w.version, q->value.version()) << what << ": not current after the step";
+          EXPECT_TRUE(same_bits(w.tensor.to(DType::f32).to_vector<float>(),
+                                q->value.to(dtype).to(DType::f32).to_vector<float>()))
+              << what << " step " << step << ": " << q->name;
+        }
+        EXPECT_NE(layer.weight().working_copy.tensor.version(), copy_version) << what;
+        const uint64_t rewritten = layer.weight().working_copy.tensor.version();
+        EXPECT_EQ(forward(layer, x, p), reference(layer, x, dtype)) << what;
+        EXPECT_EQ(layer.weight().working_copy.tensor.version(), rewritten)
+            << what << ": the forward cast the weight again";
+      }
+    }
   }
 }
 

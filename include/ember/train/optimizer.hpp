@@ -134,6 +134,10 @@ class Optimizer {
   std::vector<DeviceGroup> groups_;  // per parameter group and device, in order of appearance
   int64_t steps_ = 0;
   bool lr_on_device_ = false;
+  // Per parameter, during a step: its 16-bit working copy (Parameter::compute_copy) that the
+  // update rewrites from the new values (undefined: none), so that autocast's next forward
+  // reuses it instead of casting the weight again.
+  std::vector<Tensor> step_copies_;
 
  private:
   void write_lr_memory();

@@ -10,10 +10,14 @@ template <class Rule>
 int apply_rule_cuda(const Rule& rule, const StepInputs& inputs,
                     const std::vector<TensorOperands>& tensors, cudaStream_t stream) {
   using Op = StepOp<Rule>;
-  return kernels::launch_multi_tensor<Op::kDepth>(
+  return kernels::launch_multi_tensor_with<Op::kDepth, true>(
       static_cast<int64_t>(tensors.size()),
       [&](int64_t t) -> const std::array<float*, 5>& { return tensors[t].data; },
-      [&](int64_t t) { return tensors[t].numel; }, Op{rule, inputs}, stream);
+      [&](int64_t t) { return tensors[t].numel; },
+      [&](int64_t t) {
+        return std::pair<void*, DType>{tensors[t].copy, tensors[t].copy_dtype};
+      },
+      Op{rule, inputs}, stream);
 }
 
 template int apply_rule_cuda(const rules::AdamWRule<false>&, const StepInputs&,
