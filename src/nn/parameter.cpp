@@ -40,13 +40,15 @@ Tensor Parameter::compute_copy(DType dtype, Stream& stream) {
       working_copy.capture == capture && capture != ~uint64_t{0}) {
     if (!(copy.stream() == stream)) {
       stream.wait(copy.stream());
-      copy.record_stream(stream);  // its memory waits for this stream's use too
+      copy.record_stream(stream);                 // its memory waits for this stream's use too
+      working_copy.read_on_other_streams = true;  // the optimizer leaves it to be remade
     }
     return copy;
   }
-  // A new tensor, not a rewrite of the old one: a backward may still hold the old copy. The
+  // A new tensor, not a rewrite of the old one: other streams may still read the old copy. The
   // cache lets go of the old one first, so that the allocator can reuse its memory at once.
   copy = Tensor();
+  working_copy.read_on_other_streams = false;
   if (!(value.stream() == stream) && value.device() == stream.device()) {
     stream.wait(value.stream());
   }

@@ -20,15 +20,25 @@ namespace ember::train {
 namespace {
 
 // The working copy (Parameter::compute_copy) that a step on `stream` rewrites from the new values:
-// a 16-bit copy of the value's shape on its device, made outside any CUDA graph, for an update
-// that is not captured either (a graph's copies are its own casts' to remake); else none.
+// a current 16-bit copy (made from the value as it is) of the value's shape on its device, read
+// on its own stream only (the step waits for that stream, not for others that may still read
+// it), made outside any CUDA graph, for an update that is not captured either (a graph's copies
+// are its own casts' to remake); else none, and the next compute_copy makes a new one.
 Tensor copy_rewritten_by_step(const nn::Parameter& p, const Stream& stream) {
   const nn::Parameter::WorkingCopy& w = p.working_copy;
   const Tensor& copy = w.tensor;
   if (!copy.defined() || (copy.dtype() != DType::bf16 && copy.dtype() != DType::f16)) return {};
   if (copy.shape() != p.value.shape() || copy.device() != p.value.device()) return {};
+  if (w.version != p.value.version() || w.read_on_other_streams) return {};
   if (w.capture != 0 || stream.capturing()) return {};
   return copy;
+}
+
+// The stream a group's update runs on: the step's own where it is on the group's device, else
+// the device's current stream (the CPU's for a CPU group).
+Stream update_stream(const Device& device, const Stream* stream) {
+  if (!device.is_cpu() && stream != nullptr && stream->device() == device) return *stream;
+  return current_stream(device);
 }
 
 constexpr int64_t kCounterBytes = sizeof(rules::StepCounters);
@@ -361,16 +371,14 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   check_parameters_unchanged();
   prepare_step();
   // The step writes every parameter (unless found_inf skips it on the device): low-precision
-  // copies made before it are stale from here on, except those the update rewrites itself.
-  for (nn::Parameter* p : parameters_) mark_written(p->value);
+  // copies made before it are stale from here on, except the current ones the update rewrites
+  // itself (picked before the versions move: a skipped step then leaves a current copy).
   step_copies_.assign(parameters_.size(), Tensor());
   for (const DeviceGroup& group : groups_) {
-    const Stream s = group.device.is_cpu() ? current_stream(Device::cpu())
-                     : stream != nullptr && stream->device() == group.device
-                         ? *stream
-                         : current_stream(group.device);
+    const Stream s = update_stream(group.device, stream);
     for (size_t i : group.parameters) step_copies_[i] = copy_rewritten_by_step(*parameters_[i], s);
   }
+  for (nn::Parameter* p : parameters_) mark_written(p->value);
   // A gradient zero_grad left pending and no backward wrote is zero: fill it (on its stream).
   for (nn::Parameter* p : parameters_) p->materialized_grad();
   // The update reads the counters from one slot and writes the next ones to the other (its
@@ -393,8 +401,7 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
     // Queued after the backward pass on the same stream: no host wait. Parameters, gradients
     // and state living on other streams (the state is created on its parameter's) are waited
     // for on the device.
-    Stream s = stream != nullptr && stream->device() == group.device ? *stream
-                                                                     : current_stream(group.device);
+    Stream s = update_stream(group.device, stream);
     std::vector<Stream> waited{s};
     auto wait_for = [&](const Tensor& t) {
       if (std::find(waited.begin(), waited.end(), t.stream()) != waited.end()) return;

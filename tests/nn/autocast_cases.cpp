@@ -159,8 +159,39 @@ TEST_P(Autocast, TheOptimizerStepRewritesTheWorkingCopies) {
         EXPECT_EQ(layer.weight().working_copy.tensor.version(), rewritten)
             << what << ": the forward cast the weight again";
       }
+      // A weight written after its copy was made, then a skipped step: the copy is not current
+      // and stays so (the next forward remakes it).
+      layer.weight().value.fill_(2.0);
+      opt->step(s, on(Tensor::full({1}, 1.0, DType::f32)), on(Tensor::full({1}, 1.0, DType::f32)));
+      EXPECT_EQ(forward(layer, x, p), reference(layer, x, dtype)) << what << ": stale after a skip";
     }
   }
+}
+
+// Copies of tensors that span several chunks of the multi-tensor step and several batches of it
+// (62 tensors: more than one launch's 48 on a GPU), all bitwise the cast of the new values.
+TEST_P(Autocast, TheOptimizerRewritesCopiesAcrossChunksAndBatches) {
+  auto mlp = nn::make_mlp(
+      {.inputs = 40, .hidden = 40, .depth = 30, .outputs = 3, .seed = 3, .device = device()});
+  train::AdamW adamw(mlp->parameters(), {.lr = 0.05f});
+  Stream s = stream();
+  nn::Context ctx{s, /*training=*/false, nn::Precision::bf16};
+  const Tensor x = on(Tensor::full({2, 40}, 0.5, DType::f32));
+  for (int step = 0; step < 2; ++step) {
+    mlp->forward(ctx, x);
+    for (nn::Parameter* q : mlp->parameters()) q->grad.uniform_(70 + step, -1.0, 1.0);
+    adamw.step(s);
+  }
+  int checked = 0;
+  for (nn::Parameter* q : mlp->parameters()) {
+    ASSERT_TRUE(q->working_copy.tensor.defined()) << q->name;
+    EXPECT_EQ(q->working_copy.version, q->value.version()) << q->name;
+    EXPECT_TRUE(same_bits(q->working_copy.tensor.to(DType::f32).to_vector<float>(),
+                          q->value.to(DType::bf16).to(DType::f32).to_vector<float>()))
+        << q->name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 62);
 }
 
 TEST_P(Autocast, GradientsAreF32AndFollowTheF32Ones) {

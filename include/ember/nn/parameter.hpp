@@ -30,7 +30,10 @@ struct Parameter {
   // returned again until value is written or replaced. Every ember write to a tensor (an
   // optimizer step, load_state_dict, copy_, fill_, any op's output) gives its storage a new
   // version (Tensor::version), and the copy is remade when the version differs from the one it
-  // was made from: so it is made once per optimizer step, and a stale copy is never returned.
+  // was made from: a stale copy is never returned. SGD's and AdamW's step rewrites a current
+  // copy in place from the new value (rounded as ops::cast) and marks it current, so it is made
+  // once; like the f32 value, a copy held across a step then holds the new weights (outside CUDA
+  // graphs, for a copy read on its own stream only; other copies are remade at their next use).
   Tensor compute_copy(DType dtype, Stream& stream);
 
   // compute_copy's cache: the copy and the version of value it was made from.
@@ -38,6 +41,7 @@ struct Parameter {
     Tensor tensor;
     uint64_t version = 0;
     uint64_t capture = 0;  // Graph::capture_serial when it was made (0: outside any capture)
+    bool read_on_other_streams = false;  // handed to a stream other than its own
   };
   WorkingCopy working_copy;
 };
