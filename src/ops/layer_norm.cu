@@ -84,27 +84,24 @@ const float* f32_or_null(const TensorView& t) {
   return t.data == nullptr ? nullptr : static_cast<const float*>(t.data);
 }
 
-// The row loops' sums in double over explicit lanes (element j in lane j % kLanes, the lanes
-// added in lane order), so that GCC vectorizes them and every CPU version (EMBER_CPU_CLONES)
-// gives the same bits. 16 lanes: four AVX2 vectors of doubles, enough to hide the adds' latency.
-inline constexpr int kLanes = 16;
+// The row loops' sums in double over SumLanes' explicit lanes (element j in lane j % kLanes,
+// the lanes added in lane order), so that GCC vectorizes them and every CPU version
+// (EMBER_CPU_CLONES) gives the same bits. 16 lanes: four AVX2 vectors of doubles, enough to hide
+// the adds' latency.
+inline constexpr int kLanes = SumLanes::kLanes;
 
+// The lanes added in order from +0, as SumLanes::total (a row of -0 sums to +0, as before).
 double lanes_total(const double* lane) {
-  double total = lane[0];
-  for (int l = 1; l < kLanes; ++l) total += lane[l];
+  double total = 0.0;
+  for (int l = 0; l < kLanes; ++l) total += lane[l];
   return total;
 }
 
 // The sum of v[0, n), and the sum of the squared deviations from m.
 EMBER_CPU_CLONES double row_sum(const float* v, int64_t n) {
-  double lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int l = 0; l < kLanes; ++l) lane[l] += v[j + l];
-  }
-  for (int l = 0; j + l < n; ++l) lane[l] += v[j + l];
-  return lanes_total(lane);
+  SumLanes sum;
+  sum.add(v, n);
+  return sum.total();
 }
 EMBER_CPU_CLONES double row_squares(const float* v, int64_t n, float m) {
   double lane[kLanes] = {};
@@ -170,7 +167,7 @@ void layer_norm_forward(const TensorView& y, const TensorView& mean, const Tenso
   const float* b = f32_or_null(beta);
   auto* mean_out = static_cast<float*>(mean.data);
   auto* rstd_out = static_cast<float*>(rstd.data);
-  RowScratch in(cols, x.dtype != DType::f32), out(cols);
+  RowScratch in(cols, x.dtype != DType::f32), out(cols, y.dtype != DType::f32);
   parallel_for(rows, rows * cols >= kParallelMin, [&](int64_t r) {
     const float* v = load_f32(x.data, x.dtype, r * cols, cols, in.get());
     const float m = math::mean_of(row_sum(v, cols), cols);
@@ -194,7 +191,7 @@ void layer_norm_backward(const TensorView& dx, const TensorView& dgamma, const T
   const auto* rstd_in = static_cast<const float*>(rstd.data);
   RowScratch xs(cols, x.dtype != DType::f32), dys(cols, dy.dtype != DType::f32);
   if (dx.data != nullptr) {
-    RowScratch out(cols);
+    RowScratch out(cols, dx.dtype != DType::f32);
     parallel_for(rows, rows * cols >= kParallelMin, [&](int64_t r) {
       const float* xv = load_f32(x.data, x.dtype, r * cols, cols, xs.get());
       const float* dv = load_f32(dy.data, dy.dtype, r * cols, cols, dys.get());

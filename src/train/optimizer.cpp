@@ -374,9 +374,13 @@ void Optimizer::run_step(Stream* stream, const Tensor* found_inf, const Tensor* 
   // copies made before it are stale from here on, except the current ones the update rewrites
   // itself (picked before the versions move: a skipped step then leaves a current copy).
   step_copies_.assign(parameters_.size(), Tensor());
-  for (const DeviceGroup& group : groups_) {
-    const Stream s = update_stream(group.device, stream);
-    for (size_t i : group.parameters) step_copies_[i] = copy_rewritten_by_step(*parameters_[i], s);
+  if (rewrites_working_copies()) {
+    for (const DeviceGroup& group : groups_) {
+      const Stream s = update_stream(group.device, stream);
+      for (size_t i : group.parameters) {
+        step_copies_[i] = copy_rewritten_by_step(*parameters_[i], s);
+      }
+    }
   }
   for (nn::Parameter* p : parameters_) mark_written(p->value);
   // A gradient zero_grad left pending and no backward wrote is zero: fill it (on its stream).

@@ -121,19 +121,24 @@ TEST_P(Autocast, TheOptimizerStepRewritesTheWorkingCopies) {
   const Tensor x = on(Tensor::full({3, 37}, 0.25, DType::f32));
   for (nn::Precision p : {nn::Precision::bf16, nn::Precision::f16}) {
     const DType dtype = nn::compute_dtype(p);
-    for (int kind = 0; kind < 3; ++kind) {
+    using Make = std::function<std::unique_ptr<train::Optimizer>(nn::Linear&)>;
+    const std::vector<std::pair<std::string, Make>> optimizers{
+        {"SGD",
+         [](nn::Linear& l) {
+           return std::make_unique<train::SGD>(l.parameters(), train::SGDOptions{.lr = 0.5f});
+         }},
+        {"SGD with momentum",
+         [](nn::Linear& l) {
+           return std::make_unique<train::SGD>(l.parameters(),
+                                               train::SGDOptions{.lr = 0.5f, .momentum = 0.9f});
+         }},
+        {"AdamW", [](nn::Linear& l) {
+           return std::make_unique<train::AdamW>(l.parameters(), train::AdamWOptions{.lr = 0.1f});
+         }}};
+    for (const auto& [name, make] : optimizers) {
       nn::Linear layer(37, 19, {.seed = 5, .device = device()});
-      std::unique_ptr<train::Optimizer> opt;
-      if (kind == 0)
-        opt = std::make_unique<train::SGD>(layer.parameters(), train::SGDOptions{.lr = 0.5f});
-      if (kind == 1) {
-        opt = std::make_unique<train::SGD>(layer.parameters(),
-                                           train::SGDOptions{.lr = 0.5f, .momentum = 0.9f});
-      }
-      if (kind == 2)
-        opt = std::make_unique<train::AdamW>(layer.parameters(), train::AdamWOptions{.lr = 0.1f});
-      const std::string what =
-          std::string(dtype_name(dtype)) + " optimizer " + std::to_string(kind);
+      const std::unique_ptr<train::Optimizer> opt = make(layer);
+      const std::string what = std::string(dtype_name(dtype)) + " " + name;
       Stream s = stream();
       for (int step = 0; step < 3; ++step) {
         forward(layer, x, p);  // makes the copies, or reuses the rewritten ones
@@ -168,11 +173,32 @@ TEST_P(Autocast, TheOptimizerStepRewritesTheWorkingCopies) {
   }
 }
 
-// Copies of tensors that span several chunks of the multi-tensor step and several batches of it
-// (62 tensors: more than one launch's 48 on a GPU), all bitwise the cast of the new values.
+// A copy handed to another stream is not rewritten (the step waits for the copy's own stream
+// only): it stays stale after the step and the next forward remakes it.
+TEST_P(Autocast, ACopyReadOnAnotherStreamIsRemadeNotRewritten) {
+  if (device().is_cpu()) GTEST_SKIP() << "CPU streams run in order: nothing to wait for";
+  nn::Linear layer(8, 4, {.seed = 6, .device = device()});
+  train::SGD sgd(layer.parameters(), {.lr = 0.5f});
+  Stream s = stream();
+  const Tensor x = on(Tensor::full({2, 8}, 0.5, DType::f32));
+  forward(layer, x, nn::Precision::bf16);
+  Stream other(device());
+  layer.weight().compute_copy(DType::bf16, other);
+  EXPECT_TRUE(layer.weight().working_copy.read_on_other_streams);
+  for (nn::Parameter* q : layer.parameters()) q->grad.fill_(1.0);
+  sgd.step(s);
+  EXPECT_NE(layer.weight().working_copy.version, layer.weight().value.version());
+  EXPECT_EQ(layer.bias().working_copy.version, layer.bias().value.version());  // rewritten
+  EXPECT_EQ(forward(layer, x, nn::Precision::bf16), reference(layer, x, DType::bf16));
+  EXPECT_FALSE(layer.weight().working_copy.read_on_other_streams);  // the remade copy
+}
+
+// Copies of tensors that span several chunks of the step (70 x 70 weights: two of the CPU's
+// 4096-element chunks, five of a GPU block's 1024) and several batches of it on a GPU (62
+// tensors: more than one launch's 48), all bitwise the cast of the new values.
 TEST_P(Autocast, TheOptimizerRewritesCopiesAcrossChunksAndBatches) {
   auto mlp = nn::make_mlp(
-      {.inputs = 40, .hidden = 40, .depth = 30, .outputs = 3, .seed = 3, .device = device()});
+      {.inputs = 40, .hidden = 70, .depth = 30, .outputs = 3, .seed = 3, .device = device()});
   train::AdamW adamw(mlp->parameters(), {.lr = 0.05f});
   Stream s = stream();
   nn::Context ctx{s, /*training=*/false, nn::Precision::bf16};

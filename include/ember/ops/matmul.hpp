@@ -26,6 +26,8 @@ struct MatmulOptions {
   // act'(activation_input), activation_input having C's shape (the forward pre-activation).
   Activation activation_grad = Activation::none;
   TensorView activation_input;
+  // The epilogue's inputs (bias, activation_input, residual) share no memory with what it writes
+  // (C, pre_activation), but a residual may be C itself: an Error otherwise.
   TensorView residual;        // optional, C's shape: added last, after output_scale
   float output_scale = 1.0f;  // scales act(...) before the residual is added
   // Optional [M] (unbatched only): bias_grad = rowsums(op(A)) + bias_grad_beta * bias_grad.

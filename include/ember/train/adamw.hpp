@@ -45,6 +45,7 @@ class AdamW final : public Optimizer {
   void update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) override;
   StateDict state_tensors(int64_t steps) override;
   const char* kind() const override { return "AdamW"; }
+  bool rewrites_working_copies() const override { return true; }
   void check_counters(const rules::StepCounters& counters) const override;
   template <bool kAmsgrad>
   rules::AdamWRule<kAmsgrad> rule(size_t group) const {

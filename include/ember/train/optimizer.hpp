@@ -113,7 +113,12 @@ class Optimizer {
   // Applies the rule to a group: apply_rule (src/train/apply_rule.hpp) with this optimizer's
   // rule and state, on `stream`: the group's device's (made current for a CUDA group), a CPU
   // stream for a CPU group.
+  // An optimizer whose rewrites_working_copies() is true passes step_copies_ to
+  // gather_operands (src/train/apply_rule.hpp), so that its update rewrites them.
   virtual void update(const DeviceGroup& group, const StepInputs& inputs, Stream& stream) = 0;
+  // Whether update() rewrites the working copies in step_copies_ (then marked current after the
+  // step); an optimizer that does not leaves them to be remade at their next use.
+  virtual bool rewrites_working_copies() const { return false; }
   // The state tensors ("state.<i>.<name>") the optimizer holds after `steps` applied steps: the
   // live ones, or, where it has none yet (state created at the first step), new tensors that
   // adopt_state() then keeps.
@@ -134,9 +139,9 @@ class Optimizer {
   std::vector<DeviceGroup> groups_;  // per parameter group and device, in order of appearance
   int64_t steps_ = 0;
   bool lr_on_device_ = false;
-  // Per parameter, during a step: its 16-bit working copy (Parameter::compute_copy) that the
-  // update rewrites from the new values (undefined: none), so that autocast's next forward
-  // reuses it instead of casting the weight again.
+  // Per parameter, during a step of an optimizer that rewrites_working_copies(): its 16-bit
+  // working copy (Parameter::compute_copy) that the update rewrites from the new values
+  // (undefined: none), so that autocast's next forward reuses it instead of casting again.
   std::vector<Tensor> step_copies_;
 
  private:

@@ -42,6 +42,7 @@ class SGD final : public Optimizer {
   StateDict state_tensors(int64_t steps) override;
   void adopt_state(const StateDict& state, int64_t steps) override;
   const char* kind() const override { return "SGD"; }
+  bool rewrites_working_copies() const override { return true; }
   template <bool kMomentum>
   rules::SGDRule<kMomentum> rule(size_t group) const {
     return {lr(group), options_.momentum, options_.dampening, weight_decay(group),

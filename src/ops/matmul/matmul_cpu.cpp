@@ -2,8 +2,9 @@
 // 16-bit dot products (matmul_onednn.hpp), else through the f32 GEMM engine (oneDNN's or
 // OpenBLAS's sgemm, cpu_gemm.hpp) with the inputs widened to f32 (f32 accumulation either way);
 // then the epilogue adds the bias, saves the pre-activation and applies the activation with the
-// standalone ops' functors, tile by tile, so fused and unfused results are bitwise equal (but for
-// the sign of a NaN from GELU, which the vector and scalar loops may give differently).
+// standalone ops' functors (tile by tile after the sgemm tiles, over blocks of rows after oneDNN's
+// whole product), so fused and unfused results are bitwise equal (but for the sign of a NaN from
+// GELU, which the vector and scalar loops may give differently).
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -131,7 +132,8 @@ class Epilogue {
     }
   }
 
-  // Rows [row0, row0 + rows) and columns [j0, j0 + cols) of the product; c32 is its first row.
+  // Rows [row0, row0 + rows) and columns [j0, j0 + cols) of the product; c32 is the whole
+  // [batch * m, n] f32 product.
   void run(float* c32, int64_t n, int64_t row0, int64_t rows, int64_t j0, int64_t cols) const {
     for (int64_t i = row0; i < row0 + rows; ++i) {
       const int64_t at = i * n + j0;

@@ -1,5 +1,7 @@
 // The optimizers' fused multi-tensor steps: StepOp<Rule> in ember/kernels/multi_tensor.cuh, one
 // instantiation per rule.
+#include <algorithm>
+
 #include "../tensor_operands.hpp"
 #include "ember/kernels/multi_tensor.cuh"
 #include "optimizer_cuda.hpp"
@@ -10,10 +12,18 @@ template <class Rule>
 int apply_rule_cuda(const Rule& rule, const StepInputs& inputs,
                     const std::vector<TensorOperands>& tensors, cudaStream_t stream) {
   using Op = StepOp<Rule>;
+  const auto count = static_cast<int64_t>(tensors.size());
+  const auto pointers = [&](int64_t t) -> const std::array<float*, 5>& { return tensors[t].data; };
+  const auto numel = [&](int64_t t) { return tensors[t].numel; };
+  // Batches with copies hold fewer tensors: only where there are copies to write.
+  const bool copies = std::any_of(tensors.begin(), tensors.end(),
+                                  [](const TensorOperands& t) { return t.copy != nullptr; });
+  if (!copies) {
+    return kernels::launch_multi_tensor<Op::kDepth>(count, pointers, numel, Op{rule, inputs},
+                                                    stream);
+  }
   return kernels::launch_multi_tensor_with<Op::kDepth, true>(
-      static_cast<int64_t>(tensors.size()),
-      [&](int64_t t) -> const std::array<float*, 5>& { return tensors[t].data; },
-      [&](int64_t t) { return tensors[t].numel; },
+      count, pointers, numel,
       [&](int64_t t) {
         return std::pair<void*, DType>{tensors[t].copy, tensors[t].copy_dtype};
       },
