@@ -14,6 +14,7 @@
 
 #include "ember/data/dataset.hpp"
 #include "ember/data/distributed_sampler.hpp"
+#include "train/durable_files.hpp"
 
 namespace ember::data {
 namespace {
@@ -31,19 +32,11 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
   header[0] = kTokenShardMagic;
   header[1] = kTokenShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
-  const std::string temporary = path + ".tmp";
-  std::FILE* f = std::fopen(temporary.c_str(), "wb");
-  EMBER_CHECK(f != nullptr, "write_token_shard: cannot create {}: {}", temporary,
-              std::strerror(errno));
-  const bool written =
-      std::fwrite(header.data(), sizeof(int32_t), kHeaderWords, f) == kHeaderWords &&
-      std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f) == tokens.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temporary.c_str());
-    EMBER_THROW("write_token_shard: cannot write {}: {}", path, std::strerror(error));
-  }
+  // Written whole or not at all (an existing shard is replaced only when this one is on disk).
+  train::durable::FileWriter file(path, "write_token_shard");
+  file.write(header.data(), sizeof(header));
+  file.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  file.finish();
 }
 
 std::vector<uint16_t> byte_tokens(std::string_view text) {

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "ember/core/error.hpp"
 
 namespace ember::train::durable {
@@ -47,10 +49,17 @@ void sync_and_close(int fd, const fs::path& path, std::string_view who) {
 }  // namespace
 
 FileWriter::FileWriter(const fs::path& path, std::string_view who)
-    : path_(path), who_(who), fd_(create_for_writing(path, who)) {}
+    : path_(path), temporary_(temporary_file_path(path)), who_(who) {
+  EMBER_CHECK(!path.empty() && path.has_filename(), "{}: '{}' does not name a file", who,
+              path.string());
+  std::error_code error;
+  EMBER_CHECK(!fs::is_directory(path, error), "{}: '{}' is a directory", who, path.string());
+  fd_ = create_for_writing(temporary_, who);
+}
 
 FileWriter::~FileWriter() {
   if (fd_ >= 0) ::close(fd_);
+  if (!finished_) ::unlink(temporary_.c_str());
 }
 
 void FileWriter::write(const void* data, size_t n) {
@@ -66,6 +75,10 @@ void FileWriter::write(const void* data, size_t n) {
 void FileWriter::finish() {
   EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
   sync_and_close(std::exchange(fd_, -1), path_, who_);
+  EMBER_CHECK(::rename(temporary_.c_str(), path_.c_str()) == 0, "{}: cannot replace '{}': {}", who_,
+              path_.string(), std::strerror(errno));
+  finished_ = true;
+  fsync_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."), who_);
 }
 
 void write_file(const fs::path& path, std::string_view bytes, std::string_view who) {
@@ -86,6 +99,11 @@ void fsync_directory(const fs::path& dir, std::string_view who) {
 fs::path temporary_path(const fs::path& final_path) {
   return final_path.parent_path() /
          (std::string(kTemporaryPrefix) + final_path.filename().string());
+}
+
+fs::path temporary_file_path(const fs::path& final_path) {
+  return final_path.parent_path() /
+         fmt::format("{}{}.{}", kTemporaryPrefix, final_path.filename().string(), ::getpid());
 }
 
 void create_temporary_directory(const fs::path& tmp) {

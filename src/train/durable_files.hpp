@@ -16,8 +16,10 @@
 
 namespace ember::train::durable {
 
-// A file written in pieces: created (or truncated) by the constructor, fsynced and closed by
-// finish(). Destroyed without finish() (a failure meanwhile), it is closed unsynced.
+// A file written in pieces, which appears at `path` only whole: the constructor creates a
+// temporary beside it (temporary_file_path), finish() fsyncs it, renames it over `path` and fsyncs
+// the directory. Destroyed without finish() (a failure meanwhile), the temporary is removed and
+// `path` is as it was: a failed or interrupted write never destroys the file it would replace.
 class FileWriter {
  public:
   FileWriter(const std::filesystem::path& path, std::string_view who);
@@ -27,19 +29,20 @@ class FileWriter {
 
   // Appends `n` bytes (short writes and EINTR retried).
   void write(const void* data, size_t n);
-  // fsyncs and closes the file: when this returns, the file is on the disk.
+  // fsyncs the file and renames it into place: when this returns, it is on the disk at `path`.
   void finish();
   int64_t bytes_written() const { return written_; }
 
  private:
-  std::filesystem::path path_;
+  std::filesystem::path path_, temporary_;
   std::string who_;
   int fd_ = -1;
   int64_t written_ = 0;
+  bool finished_ = false;
 };
 
-// Writes `bytes` to `path` (created or truncated) and fsyncs it: when this returns, the file is
-// on the disk.
+// Writes `bytes` to `path` (created or replaced whole, as FileWriter) and fsyncs it: when this
+// returns, the file is on the disk.
 void write_file(const std::filesystem::path& path, std::string_view bytes, std::string_view who);
 
 // fsyncs a directory: the entries created, renamed or removed in it are on the disk.
@@ -48,8 +51,11 @@ void fsync_directory(const std::filesystem::path& dir, std::string_view who);
 // What the names of temporaries begin with: a directory `<parent>/<name>` is written as
 // `<parent>/.tmp-<name>` first.
 inline constexpr std::string_view kTemporaryPrefix = ".tmp-";
-// The temporary that `final_path` is written as before it is renamed into place.
+// The temporary that the directory `final_path` is written as before it is renamed into place.
 std::filesystem::path temporary_path(const std::filesystem::path& final_path);
+// The temporary a FileWriter writes `final_path` as: `.tmp-<name>.<process id>` beside it, so
+// that processes writing the same file do not share one.
+std::filesystem::path temporary_file_path(const std::filesystem::path& final_path);
 // Creates the temporary directory `tmp` (and any missing parents); an existing one is kept.
 void create_temporary_directory(const std::filesystem::path& tmp);
 

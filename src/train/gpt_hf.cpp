@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <regex>
 #include <set>
@@ -18,6 +17,7 @@
 #include "ember/nn/embedding.hpp"
 #include "ember/nn/sequential.hpp"
 #include "ember/train/safetensors.hpp"
+#include "train/durable_files.hpp"
 
 namespace ember::train {
 namespace {
@@ -181,10 +181,7 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
                             {"embd_pdrop", 0.0},          {"attn_pdrop", 0.0},
                             {"tie_word_embeddings", true}};
   const std::filesystem::path file = std::filesystem::path(path).parent_path() / "config.json";
-  std::ofstream out_file(file);
-  out_file << j.dump(2) << "\n";
-  out_file.close();
-  EMBER_CHECK(out_file.good(), "save_gpt_hf: cannot write '{}'", file.string());
+  durable::write_file(file, j.dump(2) + "\n", "save_gpt_hf");
 }
 
 void load_gpt_hf(const std::string& path, nn::Module& gpt) {

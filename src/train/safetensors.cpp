@@ -12,6 +12,8 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "ember/core/error.hpp"
@@ -154,12 +156,24 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
               "safetensors '{}': the header size {} exceeds the file ({} bytes) or 100 MB", name, n,
               bytes.size());
   json header;
+  // JSON keeps the last of two equal keys: a name given twice is found while parsing.
+  std::set<std::string> names;
+  std::string twice;
+  const auto note_names = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && twice.empty() &&
+        !names.insert(parsed.get<std::string>()).second) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n),
+                         note_names);
   } catch (const json::exception& e) {
     EMBER_THROW("safetensors '{}': the header is not valid JSON: {}", name, e.what());
   }
   EMBER_CHECK(header.is_object(), "safetensors '{}': the header is not a JSON object", name);
+  EMBER_CHECK(twice.empty(), "safetensors '{}': '{}' appears twice in the header", name, twice);
   const uint64_t data_size = bytes.size() - 8 - n;
   const uint8_t* data = bytes.data() + 8 + n;
   Safetensors out;
@@ -179,6 +193,7 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
       }
       continue;
     }
+    EMBER_CHECK(!key.empty(), "safetensors '{}': a tensor has an empty name", name);
     auto bad = [&](const char* what) {
       EMBER_THROW("safetensors '{}': tensor '{}': {}", name, key, what);
     };

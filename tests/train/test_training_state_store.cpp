@@ -246,9 +246,11 @@ TEST(TrainingStateStore, OutsideTestingRegressions) {
   {
     Counter c;
     TrainingStateStore store({.dir = dir, .async = true});
-    // Step 2's progress file cannot be written (a full disk).
+    // Step 2's progress file cannot be written (a full disk): the temporary it is written as
+    // before its rename (.tmp-<name>.<pid>) is /dev/full.
     fs::create_directories(fs::path(dir) / ".tmp-step-000000000002");
-    fs::create_symlink("/dev/full", fs::path(dir) / ".tmp-step-000000000002" / "rank-00000.json");
+    fs::create_symlink("/dev/full", fs::path(dir) / ".tmp-step-000000000002" /
+                                        fmt::format(".tmp-rank-00000.json.{}", ::getpid()));
     c.set(2);
     store.save(c.state);
     c.set(3);
@@ -722,6 +724,56 @@ TEST(Safetensors, MalformedFilesAreErrors) {
       "not a size");
   testing::expect_error([&] { decode(file(R"({"__metadata__":{"k":1}})", 0)); },
                         "metadata 'k' is not a string");
+  // JSON keeps the last of two equal keys; a name given twice is an Error, even with one range.
+  testing::expect_error(
+      [&] {
+        decode(file(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+            16));
+      },
+      "'a' appears twice in the header");
+  testing::expect_error(
+      [&] { decode(file(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)); },
+      "a tensor has an empty name");
+}
+
+// A file that cannot be written whole (here: a file-size limit, writes failing with EFBIG) leaves
+// the file it would replace as it was, and no temporary beside it.
+TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
+  const fs::path dir(fresh_dir("replace"));
+  fs::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
+  StateDict small, large;
+  small.insert("w", Tensor::from_vector<float>({1, 2, 3}, {3}));
+  large.insert("w", Tensor::zeros({4000}));
+  write_safetensors(path, small);
+  const std::string before = read_whole_file(path);
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limit = saved;
+  limit.rlim_cur = 1000;  // bytes: the 16000-byte tensor cannot be written
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::string error;
+  try {
+    write_safetensors(path, large);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  EXPECT_EQ(read_whole_file(path), before);
+  EXPECT_EQ(read_safetensors(path).tensors.at("w").to_vector<float>(),
+            (std::vector<float>{1, 2, 3}));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});
+  // Written whole, it replaces the file.
+  write_safetensors(path, large);
+  EXPECT_EQ(read_safetensors(path).tensors.at("w").numel(), 4000);
+  testing::expect_error([&] { write_safetensors(dir.string(), small); }, "is a directory");
+  fs::remove_all(dir);
 }
 
 // Every truncation and thousands of random byte changes of a valid file: a clean Error or a
