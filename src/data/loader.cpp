@@ -409,24 +409,32 @@ void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_e
       batches_per_epoch >= 0,
       "data::track_in: batches_per_epoch must be positive (or 0: one endless epoch), not {}",
       batches_per_epoch);
+  // A position at an epoch's end (batch == batches_per_epoch, as TokenShards saves it after an
+  // epoch's last batch) is the next epoch's start.
+  const auto problems = [batches_per_epoch](const train::Progress& p) {
+    std::vector<std::string> out;
+    if (!(p.epoch >= 0 && p.data_position >= 0 &&
+          (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position <= batches_per_epoch))) {
+      out.push_back(fmt::format(
+          "data::track_in: the saved state's data position (epoch {}, batch {}) does not fit {} "
+          "batches per epoch",
+          p.epoch, p.data_position, batches_per_epoch));
+    }
+    return out;
+  };
   state.add_progress(
       [&loader, batches_per_epoch](train::Progress& p) {
         const int64_t at = loader.position();
         p.epoch = batches_per_epoch > 0 ? at / batches_per_epoch : 0;
         p.data_position = batches_per_epoch > 0 ? at % batches_per_epoch : at;
       },
-      [&loader, batches_per_epoch](const train::Progress& p) {
-        // A position at an epoch's end (batch == batches_per_epoch, as TokenShards saves it
-        // after an epoch's last batch) is the next epoch's start.
-        EMBER_CHECK(
-            p.epoch >= 0 && p.data_position >= 0 &&
-                (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position <= batches_per_epoch),
-            "data::track_in: the saved state's data position (epoch {}, batch {}) does not "
-            "fit {} batches per epoch",
-            p.epoch, p.data_position, batches_per_epoch);
+      [&loader, batches_per_epoch, problems](const train::Progress& p) {
+        const std::vector<std::string> found = problems(p);
+        EMBER_CHECK(found.empty(), "{}", found.empty() ? "" : found.front());
         loader.seek(batches_per_epoch > 0 ? p.epoch * batches_per_epoch + p.data_position
                                           : p.data_position);
-      });
+      },
+      problems);
 }
 
 std::unique_ptr<Loader> token_shards_loader(const TokenShards& shards, Device device,

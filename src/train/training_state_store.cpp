@@ -286,9 +286,10 @@ void TrainingState::add_optimizer(std::string name, Optimizer& optimizer) {
 }
 
 void TrainingState::add_progress(std::function<void(Progress&)> save,
-                                 std::function<void(const Progress&)> load) {
+                                 std::function<void(const Progress&)> load,
+                                 std::function<std::vector<std::string>(const Progress&)> fit) {
   EMBER_CHECK(save && load, "TrainingState::add_progress: save and load are both needed");
-  progress_hooks_.push_back({std::move(save), std::move(load)});
+  progress_hooks_.push_back({std::move(save), std::move(load), std::move(fit)});
 }
 
 void TrainingState::add_state(std::string name, std::function<StateDict()> save,
@@ -979,6 +980,10 @@ std::optional<int64_t> TrainingStateStore::resume(TrainingState& state) {
     }
     for (const auto& [key, t] : loaded->replicated.tensors) {
       if (!used.contains(key)) problems += fmt::format("\n  unexpected entry '{}'", key);
+    }
+    for (const auto& hook : state.progress_hooks()) {
+      if (!hook.fit) continue;
+      for (const std::string& p : hook.fit(loaded->progress)) problems += "\n  " + p;
     }
     EMBER_CHECK(problems.empty(),
                 "saved state '{}' does not fit this training state (nothing was loaded):{}",

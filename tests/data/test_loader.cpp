@@ -376,6 +376,26 @@ TEST(Loader, ItsPositionIsPartOfTheTrainingState) {
   EXPECT_EQ(resumed.position(), 14);
   EXPECT_EQ(take(resumed, 6), std::vector<std::vector<float>>(want.begin() + 14, want.end()));
 
+  // A saved position that does not fit the loader is found before anything loads: the other
+  // components keep their values.
+  {
+    Loader small(kSpecs, produce, Device::cpu(), {.workers = 0});
+    ember::train::TrainingState state;
+    bool loaded = false;
+    state.add_state(
+        "model", [] { return ember::StateDict(); },
+        [&](const ember::StateDict&) { loaded = true; });
+    ember::data::track_in(state, small, /*batches_per_epoch=*/1);
+    expect_error(
+        [&] { ember::train::TrainingStateStore({.dir = dir.string()}).resume(state); },
+        {"does not fit this training state (nothing was loaded)",
+         "data::track_in: the saved state's data position (epoch 2, batch 2) does not fit 1 "
+         "batches per epoch"});
+    EXPECT_FALSE(loaded);
+    EXPECT_EQ(state.progress.step, 0);
+    EXPECT_EQ(small.position(), 0);
+  }
+
   // One endless epoch: the position is the data position.
   Loader endless(kSpecs, produce, Device::cpu(), {.workers = 1});
   ember::train::TrainingState other;

@@ -83,8 +83,10 @@ class TrainingState {
                  std::function<std::vector<std::string>(const StateDict&)> fit = nullptr);
 
   // Progress kept by another object (data::track_in: a data::Loader's position): `save` writes
-  // it into `progress` before each save, `load` takes it from a resumed saved state's.
-  void add_progress(std::function<void(Progress&)> save, std::function<void(const Progress&)> load);
+  // it into `progress` before each save, `load` takes it from a resumed saved state's. `fit`, when
+  // given, lists why a saved progress cannot be loaded; resume checks it before anything loads.
+  void add_progress(std::function<void(Progress&)> save, std::function<void(const Progress&)> load,
+                    std::function<std::vector<std::string>(const Progress&)> fit = nullptr);
 
   Progress progress;                            // this rank's
   std::map<std::string, std::string> metadata;  // the user's (replicated)
@@ -103,6 +105,7 @@ class TrainingState {
   struct ProgressHook {
     std::function<void(Progress&)> save;
     std::function<void(const Progress&)> load;
+    std::function<std::vector<std::string>(const Progress&)> fit;  // may be empty
   };
   const std::vector<ProgressHook>& progress_hooks() const { return progress_hooks_; }
 
