@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -243,6 +244,9 @@ int run_main(const char* name, int argc, char** argv, Parse&& parse, Run&& run) 
   try {
     return run(config);
   } catch (const ember::Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 1;
+  } catch (const std::exception& e) {  // std::filesystem's errors, std::bad_alloc: not a crash
     std::fprintf(stderr, "%s: error: %s\n", name, e.what());
     return 1;
   }

@@ -5,7 +5,8 @@
 //
 // The files are concatenated in the order given; the last F of the bytes (default 0.1) become
 // OUT_DIR/val_000000.bin, the rest OUT_DIR/train_000000.bin, train_000001.bin, ... of at most N
-// tokens each (default 100 M). One token per byte: vocab 256.
+// tokens each (default 100 M). One token per byte: vocab 256. Training shards of an earlier run
+// beyond this run's last are removed, so that a glob over OUT_DIR finds this run's shards only.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,6 +61,19 @@ Config parse_args(int argc, char** argv) {
   return c;
 }
 
+// Removes OUT_DIR/train_NNNNNN.bin from index `shards` on (an earlier run's, which a glob over
+// the directory would otherwise mix with this run's); returns how many.
+int64_t remove_stale_shards(const std::string& out, int64_t shards) {
+  int64_t removed = 0;
+  for (int64_t i = shards;; ++i) {
+    const std::string path = fmt::format("{}/train_{:06d}.bin", out, i);
+    if (!std::filesystem::exists(path)) break;
+    EMBER_CHECK(std::filesystem::remove(path), "cannot remove {}", path);
+    ++removed;
+  }
+  return removed;
+}
+
 int run(const Config& c) {
   std::string text;
   for (const std::string& f : c.files) {
@@ -69,10 +83,14 @@ int run(const Config& c) {
     s << in.rdbuf();
     text += s.str();
   }
+  EMBER_CHECK(!text.empty(), "the files hold no text: nothing to tokenize");
   const std::vector<uint16_t> tokens = ember::data::byte_tokens(text);
   const auto val = static_cast<size_t>(static_cast<double>(tokens.size()) * c.val_fraction);
   const size_t train = tokens.size() - val;
-  std::filesystem::create_directories(c.out);
+  std::error_code error;
+  std::filesystem::create_directories(c.out, error);
+  EMBER_CHECK(std::filesystem::is_directory(c.out), "cannot create the output directory {}: {}",
+              c.out, error ? error.message() : "it exists and is not a directory");
   const std::span<const uint16_t> all(tokens);
   int64_t shards = 0;
   for (size_t begin = 0; begin < train || shards == 0;
@@ -82,10 +100,12 @@ int run(const Config& c) {
                                    all.subspan(begin, n));
   }
   ember::data::write_token_shard(fmt::format("{}/val_000000.bin", c.out), all.subspan(train));
+  const int64_t stale = remove_stale_shards(c.out, shards);
   fmt::print(
       "{} bytes of {} file(s): {} training tokens in {} shard(s), {} validation tokens, in "
-      "{}\n",
-      text.size(), c.files.size(), train, shards, val, c.out);
+      "{}{}\n",
+      text.size(), c.files.size(), train, shards, val, c.out,
+      stale > 0 ? fmt::format(" ({} training shard(s) of an earlier run removed)", stale) : "");
   return 0;
 }
 
