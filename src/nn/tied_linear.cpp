@@ -1,5 +1,6 @@
 #include "ember/nn/tied_linear.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,10 @@ TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t
   EMBER_CHECK(weight.value.defined() && weight.value.rank() == 2,
               "TiedLinear: the weight must be [out, in], not {}",
               weight.value.defined() ? weight.value.view().describe() : std::string("undefined"));
+  const std::vector<Parameter*> owned = owner_->parameters();
+  EMBER_CHECK(std::find(owned.begin(), owned.end(), &weight) != owned.end(),
+              "TiedLinear: the weight '{}' is not a parameter of its owner {}", weight.name,
+              owner_->name());
   const int64_t out = weight.value.shape()[0];
   EMBER_CHECK(classes >= 0 && classes <= out,
               "TiedLinear: classes must be 0 (the owner's vocabulary, else all of the weight's "

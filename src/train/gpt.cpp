@@ -1,6 +1,7 @@
 #include "ember/train/gpt.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "ember/nn/embedding.hpp"
 #include "ember/nn/layer_norm.hpp"
@@ -23,7 +24,11 @@ std::shared_ptr<nn::Sequential> make_gpt(const GptConfig& c) {
   EMBER_CHECK(c.vocab_multiple > 0 && c.vocab_multiple <= (int64_t{1} << 32),
               "make_gpt: vocab_multiple must be in 1..2^32 (1: no padding), not {}",
               c.vocab_multiple);
-  EMBER_CHECK(c.heads > 0 && c.dim > 0 && c.dim % c.heads == 0,
+  EMBER_CHECK(c.vocab <= std::numeric_limits<int32_t>::max(),
+              "make_gpt: a vocab of {} is beyond int32 token ids (at most {})", c.vocab,
+              std::numeric_limits<int32_t>::max());
+  EMBER_CHECK(c.dim > 0, "make_gpt: the width must be positive, not {}", c.dim);
+  EMBER_CHECK(c.heads > 0 && c.dim % c.heads == 0,
               "make_gpt: heads ({}) must divide the width ({})", c.heads, c.dim);
   EMBER_CHECK(c.dim / c.heads <= 256, "make_gpt: a head of {} is wider than 256", c.dim / c.heads);
   EMBER_CHECK(std::isfinite(c.dropout) && c.dropout >= 0.0f && c.dropout < 1.0f,

@@ -124,6 +124,21 @@ TEST(Gpt, BadConfigurationsAndInputs) {
   expect_error([&] { nn::TiedLinear(table, table->weight(), 5); },
                "TiedLinear: classes must be 0 (the owner's vocabulary, else all of the weight's "
                "rows) or 1 to the weight's 4 rows, not 5");
+  // The weight must be the owner's: another module's would be freed with that module.
+  auto other = std::make_shared<nn::Embedding>(4, 3);
+  expect_error([&] { nn::TiedLinear(table, other->weight()); }, "is not a parameter of its owner");
+  expect_error(
+      [] { train::make_gpt({.vocab = 10, .context = 8, .layers = 1, .heads = 2, .dim = 0}); },
+      "make_gpt: the width must be positive, not 0");
+  expect_error(
+      [] {
+        train::make_gpt({.vocab = std::numeric_limits<int64_t>::max(),
+                         .context = 8,
+                         .layers = 1,
+                         .heads = 2,
+                         .dim = 8});
+      },
+      "make_gpt: a vocab of 9223372036854775807 is beyond int32 token ids (at most 2147483647)");
   // classes 0 on a padded table: its vocabulary.
   auto padded = std::make_shared<nn::Embedding>(5, 3, nn::EmbeddingOptions{.table_rows = 8});
   EXPECT_EQ(nn::TiedLinear(padded, padded->weight()).classes(), 5);

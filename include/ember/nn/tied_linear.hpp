@@ -8,7 +8,9 @@
 // With `classes` below W's rows (a padded vocabulary: W's rows past `classes` are padding), the
 // output's columns from `classes` on are -inf: softmax gives them probability 0, so the loss is
 // the unpadded one, their gradient through softmax_cross_entropy is 0, and sampling never picks
-// them. The -inf comes from a bias of 0 / -inf in the product's epilogue.
+// them. The -inf comes from a bias of 0 / -inf in the product's epilogue. The backward multiplies
+// dy's columns past `classes` like any other: they must be 0, as softmax_cross_entropy's are (a
+// value there moves the padding rows; a nan there reaches every gradient).
 #pragma once
 
 #include <memory>
@@ -20,7 +22,8 @@ namespace ember::nn {
 
 class TiedLinear final : public Module {
  public:
-  // `weight` belongs to `owner`, which this module keeps alive. classes: the real outputs, at
+  // `weight` belongs to `owner` (one of its parameters(), else an Error), which this module keeps
+  // alive. classes: the real outputs, at
   // most W's rows; 0: the owner's vocabulary where the owner is an Embedding or a
   // TokenPositionEmbedding whose table W is (so a padded table's padding is -inf), else all rows.
   TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t classes = 0);
