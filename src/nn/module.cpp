@@ -35,7 +35,12 @@ StateDict Module::state_dict() {
 }
 
 void Module::load_state_dict(const StateDict& state) {
-  load_state_into(state_dict(), state, fmt::format("{}.load_state_dict", name()));
+  // The class name only: name() describes every child, thousands of characters for a GPT, which
+  // would bury the problem.
+  const std::string full = name();
+  load_state_into(state_dict(), state,
+                  fmt::format("{}.load_state_dict{}", full.substr(0, full.find('(')),
+                              path_.empty() ? "" : " at " + path_));
 }
 
 void Module::check_nothing_saved(const char* what) const {
