@@ -142,8 +142,11 @@ Tensor TokenPositionEmbedding::forward(Context& ctx, const Tensor& ids) {
   const int64_t b = ids.shape()[0], t = ids.shape()[1];
   // With a key/value cache the new tokens follow the cached positions.
   const int64_t first = ctx.kv_cache != nullptr ? ctx.kv_cache->position() : 0;
-  EMBER_CHECK(first + t <= context_, "{}: a sequence of {} tokens is longer than the context of {}",
-              name(), first + t, context_);
+  EMBER_CHECK(first + t <= context_,
+              "{}: a sequence of {} tokens is longer than the context of {}{}", name(), first + t,
+              context_,
+              first > 0 ? fmt::format(" ({} new after the {} in the key/value cache)", t, first)
+                        : std::string());
   if (ctx.training) check_nothing_saved("TokenPositionEmbedding::forward");
   Tensor tokens = Tensor::empty({b, t, dim_}, DType::f32, ctx.stream);
   ops::embedding_forward(ctx.stream, tokens, wte_.value.slice(0, vocab_), ids);

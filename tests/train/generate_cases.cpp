@@ -121,8 +121,10 @@ TEST_P(GenerateTest, BadOptionsAndACacheInTrainingAreErrors) {
   expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 24, .top_k = -2}, s); },
                "top_k must be >= 0, not -2");
   // The model's context bounds the cache's positions.
-  expect_error([&] { (void)train::generate(*gpt, {1}, {.max_new_tokens = 40, .context = 30}, s); },
-               "a sequence of 25 tokens is longer than the context of 24");
+  expect_error(
+      [&] { (void)train::generate(*gpt, {1}, {.max_new_tokens = 40, .context = 30}, s); },
+      "a sequence of 25 tokens is longer than the context of 24 (1 new after the 24 in the "
+      "key/value cache)");
   EXPECT_TRUE(gpt->is_training());  // restored after the Error too
   nn::KvCache cache(24);
   nn::Context training{s, /*training=*/true};
