@@ -18,9 +18,10 @@ TiedLinear::TiedLinear(std::shared_ptr<Module> owner, Parameter& weight, int64_t
               "TiedLinear: the weight must be [out, in], not {}",
               weight.value.defined() ? weight.value.view().describe() : std::string("undefined"));
   const std::vector<Parameter*> owned = owner_->parameters();
+  const std::string owner_name = owner_->name();  // its class: name() describes every child
   EMBER_CHECK(std::find(owned.begin(), owned.end(), &weight) != owned.end(),
-              "TiedLinear: the weight '{}' is not a parameter of its owner {}", weight.name,
-              owner_->name());
+              "TiedLinear: the weight '{}' is not one of its owner's parameters() ({})",
+              weight.name, owner_name.substr(0, owner_name.find('(')));
   const int64_t out = weight.value.shape()[0];
   EMBER_CHECK(classes >= 0 && classes <= out,
               "TiedLinear: classes must be 0 (the owner's vocabulary, else all of the weight's "

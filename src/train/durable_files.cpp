@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include <fmt/format.h>
@@ -19,8 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int create_for_writing(const fs::path& path, std::string_view who) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+int create_for_writing(const fs::path& path, std::string_view who, int flags) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
   EMBER_CHECK(fd >= 0, "{}: cannot create '{}': {}", who, path.string(), std::strerror(errno));
   return fd;
 }
@@ -40,7 +41,8 @@ int write_all(int fd, const char* p, size_t n, int64_t& done) {
 
 // fsyncs and closes `fd`.
 void sync_and_close(int fd, const fs::path& path, std::string_view who) {
-  const bool synced = ::fsync(fd) == 0;
+  // EINVAL: a file that cannot be synced (a pipe, /dev/null), nothing to wait for.
+  const bool synced = ::fsync(fd) == 0 || errno == EINVAL;
   const int e = errno;
   ::close(fd);
   EMBER_CHECK(synced, "{}: fsync of '{}' failed: {}", who, path.string(), std::strerror(e));
@@ -48,18 +50,35 @@ void sync_and_close(int fd, const fs::path& path, std::string_view who) {
 
 }  // namespace
 
-FileWriter::FileWriter(const fs::path& path, std::string_view who)
-    : path_(path), temporary_(temporary_file_path(path)), who_(who) {
+FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mode)
+    : path_(path), target_(path), who_(who) {
   EMBER_CHECK(!path.empty() && path.has_filename(), "{}: '{}' does not name a file", who,
               path.string());
   std::error_code error;
-  EMBER_CHECK(!fs::is_directory(path, error), "{}: '{}' is a directory", who, path.string());
-  fd_ = create_for_writing(temporary_, who);
+  const fs::file_status status = fs::status(path, error);  // follows symlinks
+  EMBER_CHECK(!fs::is_directory(status), "{}: '{}' is a directory", who, path.string());
+  if (fs::is_symlink(fs::symlink_status(path, error))) {
+    const fs::path resolved = fs::canonical(path, error);
+    if (!error) target_ = resolved;
+  }
+  const bool special = fs::exists(status) && !fs::is_regular_file(status);
+  if (mode == WriteMode::in_place || special) {
+    fd_ = create_for_writing(target_, who, O_TRUNC);
+    return;
+  }
+  // A fresh name each try: O_EXCL never opens another writer's temporary or a planted link.
+  for (int tries = 0; fd_ < 0; ++tries) {
+    temporary_ = temporary_file_path(target_);
+    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    EMBER_CHECK(fd_ >= 0 || (errno == EEXIST && tries < 8),
+                "{}: cannot write '{}' (as its temporary '{}'): {}", who, path.string(),
+                temporary_.string(), std::strerror(errno));
+  }
 }
 
 FileWriter::~FileWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!finished_) ::unlink(temporary_.c_str());
+  if (!temporary_.empty()) ::unlink(temporary_.c_str());
 }
 
 void FileWriter::write(const void* data, size_t n) {
@@ -75,14 +94,25 @@ void FileWriter::write(const void* data, size_t n) {
 void FileWriter::finish() {
   EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
   sync_and_close(std::exchange(fd_, -1), path_, who_);
-  EMBER_CHECK(::rename(temporary_.c_str(), path_.c_str()) == 0, "{}: cannot replace '{}': {}", who_,
-              path_.string(), std::strerror(errno));
-  finished_ = true;
-  fsync_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."), who_);
+  if (temporary_.empty()) return;
+  EMBER_CHECK(::rename(temporary_.c_str(), target_.c_str()) == 0, "{}: cannot replace '{}': {}",
+              who_, path_.string(), std::strerror(errno));
+  temporary_.clear();
+  // The rename on the disk. File systems without directory fsync (some FUSE, 9p) say EINVAL:
+  // the file is in place all the same.
+  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const bool synced = ::fsync(fd) == 0 || errno == EINVAL || errno == ENOTSUP;
+  const int e = errno;
+  ::close(fd);
+  EMBER_CHECK(synced, "{}: '{}' was written, but the fsync of its directory '{}' failed: {}", who_,
+              path_.string(), dir.string(), std::strerror(e));
 }
 
-void write_file(const fs::path& path, std::string_view bytes, std::string_view who) {
-  FileWriter file(path, who);
+void write_file(const fs::path& path, std::string_view bytes, std::string_view who,
+                WriteMode mode) {
+  FileWriter file(path, who, mode);
   file.write(bytes.data(), bytes.size());
   file.finish();
 }
@@ -92,8 +122,10 @@ void fsync_directory(const fs::path& dir, std::string_view who) {
   EMBER_CHECK(fd >= 0, "{}: cannot open directory '{}': {}", who, dir.string(),
               std::strerror(errno));
   const bool synced = ::fsync(fd) == 0;
+  const int e = errno;
   ::close(fd);
-  EMBER_CHECK(synced, "{}: fsync of directory '{}' failed", who, dir.string());
+  EMBER_CHECK(synced, "{}: fsync of directory '{}' failed: {}", who, dir.string(),
+              std::strerror(e));
 }
 
 fs::path temporary_path(const fs::path& final_path) {
@@ -102,8 +134,9 @@ fs::path temporary_path(const fs::path& final_path) {
 }
 
 fs::path temporary_file_path(const fs::path& final_path) {
+  thread_local std::mt19937_64 random(std::random_device{}());
   return final_path.parent_path() /
-         fmt::format("{}{}.{}", kTemporaryPrefix, final_path.filename().string(), ::getpid());
+         fmt::format("{}{}.{:016x}", kPartialPrefix, final_path.filename().string(), random());
 }
 
 void create_temporary_directory(const fs::path& tmp) {

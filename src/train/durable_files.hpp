@@ -16,34 +16,48 @@
 
 namespace ember::train::durable {
 
-// A file written in pieces, which appears at `path` only whole: the constructor creates a
-// temporary beside it (temporary_file_path), finish() fsyncs it, renames it over `path` and fsyncs
-// the directory. Destroyed without finish() (a failure meanwhile), the temporary is removed and
-// `path` is as it was: a failed or interrupted write never destroys the file it would replace.
+// How a FileWriter puts its bytes at `path`.
+enum class WriteMode {
+  // The file appears at `path` only whole: written as a temporary beside it
+  // (temporary_file_path), fsynced, renamed over `path`, and the directory fsynced. A failed or
+  // interrupted write never destroys the file it would replace (a kill may leave the temporary).
+  // A symlink is followed: its target is replaced. An existing `path` that is not a regular file
+  // (a device such as /dev/stdout, a FIFO) is written in place, as in_place.
+  replace,
+  // Created or truncated at `path` itself and fsynced: for files in a directory that is itself
+  // renamed into place when complete (a saved state's), where a rename per file adds nothing.
+  in_place,
+};
+
+// A file written in pieces (see WriteMode), finished by finish(). Destroyed without finish() (a
+// failure meanwhile), it is closed unsynced and a temporary is removed.
 class FileWriter {
  public:
-  FileWriter(const std::filesystem::path& path, std::string_view who);
+  FileWriter(const std::filesystem::path& path, std::string_view who,
+             WriteMode mode = WriteMode::replace);
   ~FileWriter();
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
 
   // Appends `n` bytes (short writes and EINTR retried).
   void write(const void* data, size_t n);
-  // fsyncs the file and renames it into place: when this returns, it is on the disk at `path`.
+  // fsyncs the file (and renames it into place): when this returns, it is on the disk at `path`.
   void finish();
   int64_t bytes_written() const { return written_; }
 
  private:
-  std::filesystem::path path_, temporary_;
+  std::filesystem::path path_;       // as given, for messages
+  std::filesystem::path target_;     // where the bytes go: path_, a symlink resolved
+  std::filesystem::path temporary_;  // empty when written in place
   std::string who_;
   int fd_ = -1;
   int64_t written_ = 0;
-  bool finished_ = false;
 };
 
-// Writes `bytes` to `path` (created or replaced whole, as FileWriter) and fsyncs it: when this
-// returns, the file is on the disk.
-void write_file(const std::filesystem::path& path, std::string_view bytes, std::string_view who);
+// Writes `bytes` to `path` (as FileWriter in `mode`) and fsyncs it: when this returns, the file
+// is on the disk.
+void write_file(const std::filesystem::path& path, std::string_view bytes, std::string_view who,
+                WriteMode mode = WriteMode::replace);
 
 // fsyncs a directory: the entries created, renamed or removed in it are on the disk.
 void fsync_directory(const std::filesystem::path& dir, std::string_view who);
@@ -53,8 +67,10 @@ void fsync_directory(const std::filesystem::path& dir, std::string_view who);
 inline constexpr std::string_view kTemporaryPrefix = ".tmp-";
 // The temporary that the directory `final_path` is written as before it is renamed into place.
 std::filesystem::path temporary_path(const std::filesystem::path& final_path);
-// The temporary a FileWriter writes `final_path` as: `.tmp-<name>.<process id>` beside it, so
-// that processes writing the same file do not share one.
+// The temporary a FileWriter writes `final_path` as: `.partial-<name>.<random>` beside it (its
+// own prefix: a store's cleanup of `.tmp-` entries never removes it; random: writers of one path,
+// on any host, never share one).
+inline constexpr std::string_view kPartialPrefix = ".partial-";
 std::filesystem::path temporary_file_path(const std::filesystem::path& final_path);
 // Creates the temporary directory `tmp` (and any missing parents); an existing one is kept.
 void create_temporary_directory(const std::filesystem::path& tmp);

@@ -18,6 +18,7 @@
 
 #include "ember/core/error.hpp"
 #include "train/durable_files.hpp"
+#include "train/safetensors_internal.hpp"
 
 namespace ember::train {
 namespace {
@@ -122,12 +123,18 @@ WrittenFile write_safetensors(const std::string& path, const StateDict& tensors,
 
 WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
                               const std::map<std::string, std::string>& metadata) {
+  return write_safetensors(path, tensors, metadata, durable::WriteMode::replace);
+}
+
+WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              durable::WriteMode mode) {
   for (const auto& [name, v] : tensors) {
     EMBER_CHECK(v.device.is_cpu(), "write_safetensors: '{}' is on {}, not in host memory", name,
                 v.device.to_string());
   }
   const std::string header = header_bytes(tensors, metadata);  // may throw: before the file
-  durable::FileWriter file(path, "safetensors");
+  durable::FileWriter file(path, "safetensors", mode);
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                        &XXH3_freeState);
   XXH3_state_t* hash = state.get();

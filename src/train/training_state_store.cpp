@@ -31,6 +31,7 @@
 #include "ember/nn/dropout.hpp"
 #include "ember/train/safetensors.hpp"
 #include "train/durable_files.hpp"
+#include "train/safetensors_internal.hpp"
 
 namespace ember::train {
 namespace {
@@ -435,12 +436,13 @@ struct TrainingStateStore::Impl {
     const fs::path tmp = tmp_of(s.step);
     durable::create_temporary_directory(tmp);
     const std::string progress = progress_json(s.progress, group.rank).dump(2);
-    durable::write_file(tmp / rank_file(group.rank), progress, kWho);
+    durable::write_file(tmp / rank_file(group.rank), progress, kWho, durable::WriteMode::in_place);
     std::vector<int64_t> records{static_cast<int64_t>(progress.size()),
                                  static_cast<int64_t>(checksum(progress)), 0, 0};
     if (group.rank == 0) {
       for (const auto& done : s.copies_done) done->synchronize();  // the pinned copies landed
-      const WrittenFile f = write_safetensors((tmp / kReplicated).string(), s.views, s.metadata);
+      const WrittenFile f = write_safetensors((tmp / kReplicated).string(), s.views, s.metadata,
+                                              durable::WriteMode::in_place);
       records[2] = f.bytes;
       records[3] = static_cast<int64_t>(f.xxh3);
     }
@@ -546,7 +548,7 @@ struct TrainingStateStore::Impl {
     } catch (const json::exception& e) {
       EMBER_THROW("{}: the metadata must be valid UTF-8 text: {}", kWho, e.what());
     }
-    durable::write_file(tmp / "manifest.json", text, kWho);
+    durable::write_file(tmp / "manifest.json", text, kWho, durable::WriteMode::in_place);
     // The same step saved again replaces the old saved state in one atomic step: a crash leaves
     // one complete saved state of that step.
     durable::rename_into_place(tmp, dir / name_of(s.step), kWho);
@@ -984,6 +986,14 @@ std::optional<int64_t> TrainingStateStore::resume(TrainingState& state) {
     for (const auto& hook : state.progress_hooks()) {
       if (!hook.fit) continue;
       for (const std::string& p : hook.fit(loaded->progress)) problems += "\n  " + p;
+    }
+    // The progress is each rank's own: the ranks decide together, so that one rank's misfit
+    // stops all of them (the others would load and then wait for it at the next collective).
+    const std::vector<int64_t> fits = impl_->gather({problems.empty() ? 1 : 0});
+    const auto misfit = std::find(fits.begin(), fits.end(), 0);
+    if (problems.empty() && misfit != fits.end()) {
+      problems = fmt::format("\n  rank {}'s progress does not fit (its Error says why)",
+                             misfit - fits.begin());
     }
     EMBER_CHECK(problems.empty(),
                 "saved state '{}' does not fit this training state (nothing was loaded):{}",

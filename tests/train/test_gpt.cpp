@@ -126,7 +126,8 @@ TEST(Gpt, BadConfigurationsAndInputs) {
                "rows) or 1 to the weight's 4 rows, not 5");
   // The weight must be the owner's: another module's would be freed with that module.
   auto other = std::make_shared<nn::Embedding>(4, 3);
-  expect_error([&] { nn::TiedLinear(table, other->weight()); }, "is not a parameter of its owner");
+  expect_error([&] { nn::TiedLinear(table, other->weight()); },
+               "is not one of its owner's parameters() (Embedding)");
   expect_error(
       [] { train::make_gpt({.vocab = 10, .context = 8, .layers = 1, .heads = 2, .dim = 0}); },
       "make_gpt: the width must be positive, not 0");

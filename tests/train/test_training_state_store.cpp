@@ -246,11 +246,10 @@ TEST(TrainingStateStore, OutsideTestingRegressions) {
   {
     Counter c;
     TrainingStateStore store({.dir = dir, .async = true});
-    // Step 2's progress file cannot be written (a full disk): the temporary it is written as
-    // before its rename (.tmp-<name>.<pid>) is /dev/full.
+    // Step 2's progress file cannot be written (a full disk). The store writes the files of its
+    // temporary directory in place (WriteMode::in_place).
     fs::create_directories(fs::path(dir) / ".tmp-step-000000000002");
-    fs::create_symlink("/dev/full", fs::path(dir) / ".tmp-step-000000000002" /
-                                        fmt::format(".tmp-rank-00000.json.{}", ::getpid()));
+    fs::create_symlink("/dev/full", fs::path(dir) / ".tmp-step-000000000002" / "rank-00000.json");
     c.set(2);
     store.save(c.state);
     c.set(3);
@@ -769,9 +768,20 @@ TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});
-  // Written whole, it replaces the file.
-  write_safetensors(path, large);
+  // Written whole, it replaces the file. Through a symlink, the link's target is replaced and
+  // the link stays.
+  const fs::path link = dir / "link.safetensors";
+  fs::create_symlink("model.safetensors", link);
+  write_safetensors(link.string(), large);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
   EXPECT_EQ(read_safetensors(path).tensors.at("w").numel(), 4000);
+  names.clear();
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "model.safetensors"}));
+  // A file that is not a regular one is written in place, not replaced.
+  write_safetensors("/dev/null", small);
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
   testing::expect_error([&] { write_safetensors(dir.string(), small); }, "is a directory");
   fs::remove_all(dir);
 }

@@ -28,7 +28,9 @@ struct Safetensors {
 std::string encode_safetensors(const StateDict& tensors,
                                const std::map<std::string, std::string>& metadata = {});
 // Writes the same bytes to `path` straight from the tensors' host memory (device tensors are
-// copied to the host first), then fsyncs it: {bytes written, their XXH3-64 checksum}.
+// copied to the host first), then fsyncs it: {bytes written, their XXH3-64 checksum}. An existing
+// file is replaced only whole (written beside it, then renamed over it; a symlink's target is
+// replaced; docs/training_state.md).
 struct WrittenFile {
   int64_t bytes = 0;
   uint64_t xxh3 = 0;

@@ -1,0 +1,17 @@
+// write_safetensors with a durable::WriteMode: the training-state store writes its files in place
+// inside a temporary directory that is renamed into place whole (a rename per file adds nothing).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "ember/train/safetensors.hpp"
+#include "train/durable_files.hpp"
+
+namespace ember::train {
+
+WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              durable::WriteMode mode);
+
+}  // namespace ember::train
