@@ -67,7 +67,7 @@ int64_t remove_stale_shards(const std::string& out, int64_t shards) {
   int64_t removed = 0;
   for (int64_t i = shards;; ++i) {
     const std::string path = fmt::format("{}/train_{:06d}.bin", out, i);
-    if (!std::filesystem::exists(path)) break;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(path))) break;
     EMBER_CHECK(std::filesystem::remove(path), "cannot remove {}", path);
     ++removed;
   }

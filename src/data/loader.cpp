@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -413,8 +414,13 @@ void track_in(train::TrainingState& state, Loader& loader, int64_t batches_per_e
   // epoch's last batch) is the next epoch's start.
   const auto problems = [batches_per_epoch](const train::Progress& p) {
     std::vector<std::string> out;
+    // (The last term keeps epoch * batches_per_epoch + data_position within int64.)
     if (!(p.epoch >= 0 && p.data_position >= 0 &&
-          (batches_per_epoch == 0 ? p.epoch == 0 : p.data_position <= batches_per_epoch))) {
+          (batches_per_epoch == 0
+               ? p.epoch == 0
+               : p.data_position <= batches_per_epoch &&
+                     p.epoch <= (std::numeric_limits<int64_t>::max() - p.data_position) /
+                                    batches_per_epoch))) {
       out.push_back(fmt::format(
           "data::track_in: the saved state's data position (epoch {}, batch {}) does not fit {} "
           "batches per epoch",

@@ -1,6 +1,7 @@
 #include "train/durable_files.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -22,7 +23,8 @@ namespace fs = std::filesystem;
 
 int create_for_writing(const fs::path& path, std::string_view who, int flags) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
-  EMBER_CHECK(fd >= 0, "{}: cannot create '{}': {}", who, path.string(), std::strerror(errno));
+  const int e = errno;
+  EMBER_CHECK(fd >= 0, "{}: cannot create '{}': {}", who, path.string(), std::strerror(e));
   return fd;
 }
 
@@ -41,9 +43,13 @@ int write_all(int fd, const char* p, size_t n, int64_t& done) {
 
 // fsyncs and closes `fd`.
 void sync_and_close(int fd, const fs::path& path, std::string_view who) {
-  // EINVAL: a file that cannot be synced (a pipe, /dev/null), nothing to wait for.
-  const bool synced = ::fsync(fd) == 0 || errno == EINVAL;
+  // EINVAL or EROFS on a file that is not a regular one (a pipe, /dev/null): nothing to wait for.
+  bool synced = ::fsync(fd) == 0;
   const int e = errno;
+  struct stat st {};
+  if (!synced && (e == EINVAL || e == EROFS) && ::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    synced = true;
+  }
   ::close(fd);
   EMBER_CHECK(synced, "{}: fsync of '{}' failed: {}", who, path.string(), std::strerror(e));
 }
@@ -57,12 +63,23 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
   std::error_code error;
   const fs::file_status status = fs::status(path, error);  // follows symlinks
   EMBER_CHECK(!fs::is_directory(status), "{}: '{}' is a directory", who, path.string());
-  if (fs::is_symlink(fs::symlink_status(path, error))) {
+  // Written in place: an existing file that is not a regular one (a device, a FIFO), anything
+  // under /dev or /proc (/dev/stdout is a link to whatever stdout is, a file too), and a
+  // symlink that does not resolve (no old file to keep; the open creates its target). Else a
+  // symlink is resolved: its target is replaced and the link stays.
+  const std::string given = path.string();
+  bool in_place = mode == WriteMode::in_place || given.starts_with("/dev/") ||
+                  given.starts_with("/proc/") ||
+                  (fs::exists(status) && !fs::is_regular_file(status));
+  if (!in_place && fs::is_symlink(fs::symlink_status(path, error))) {
     const fs::path resolved = fs::canonical(path, error);
-    if (!error) target_ = resolved;
+    if (error) {
+      in_place = true;
+    } else {
+      target_ = resolved;
+    }
   }
-  const bool special = fs::exists(status) && !fs::is_regular_file(status);
-  if (mode == WriteMode::in_place || special) {
+  if (in_place) {
     fd_ = create_for_writing(target_, who, O_TRUNC);
     return;
   }
@@ -70,9 +87,10 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
   for (int tries = 0; fd_ < 0; ++tries) {
     temporary_ = temporary_file_path(target_);
     fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    EMBER_CHECK(fd_ >= 0 || (errno == EEXIST && tries < 8),
+    const int e = errno;
+    EMBER_CHECK(fd_ >= 0 || (e == EEXIST && tries < 8),
                 "{}: cannot write '{}' (as its temporary '{}'): {}", who, path.string(),
-                temporary_.string(), std::strerror(errno));
+                temporary_.string(), std::strerror(e));
   }
 }
 
@@ -95,19 +113,21 @@ void FileWriter::finish() {
   EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
   sync_and_close(std::exchange(fd_, -1), path_, who_);
   if (temporary_.empty()) return;
-  EMBER_CHECK(::rename(temporary_.c_str(), target_.c_str()) == 0, "{}: cannot replace '{}': {}",
-              who_, path_.string(), std::strerror(errno));
+  const bool renamed = ::rename(temporary_.c_str(), target_.c_str()) == 0;
+  const int e = errno;
+  EMBER_CHECK(renamed, "{}: cannot replace '{}': {}", who_, path_.string(), std::strerror(e));
   temporary_.clear();
   // The rename on the disk. File systems without directory fsync (some FUSE, 9p) say EINVAL:
   // the file is in place all the same.
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
-  const bool synced = ::fsync(fd) == 0 || errno == EINVAL || errno == ENOTSUP;
-  const int e = errno;
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_error = errno;
   ::close(fd);
-  EMBER_CHECK(synced, "{}: '{}' was written, but the fsync of its directory '{}' failed: {}", who_,
-              path_.string(), dir.string(), std::strerror(e));
+  EMBER_CHECK(synced || sync_error == EINVAL || sync_error == ENOTSUP,
+              "{}: '{}' was written, but the fsync of its directory '{}' failed: {}", who_,
+              path_.string(), dir.string(), std::strerror(sync_error));
 }
 
 void write_file(const fs::path& path, std::string_view bytes, std::string_view who,

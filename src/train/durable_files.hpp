@@ -22,7 +22,8 @@ enum class WriteMode {
   // (temporary_file_path), fsynced, renamed over `path`, and the directory fsynced. A failed or
   // interrupted write never destroys the file it would replace (a kill may leave the temporary).
   // A symlink is followed: its target is replaced. An existing `path` that is not a regular file
-  // (a device such as /dev/stdout, a FIFO) is written in place, as in_place.
+  // (a device, a FIFO), anything under /dev or /proc (/dev/stdout) and a symlink that does not
+  // resolve are written in place, as in_place.
   replace,
   // Created or truncated at `path` itself and fsynced: for files in a directory that is itself
   // renamed into place when complete (a saved state's), where a rename per file adds nothing.

@@ -956,43 +956,50 @@ std::optional<int64_t> TrainingStateStore::resume(TrainingState& state) {
     }
 
     // The saved state must fit everything registered before anything is loaded.
+    // Every rank reaches the gather below, whatever it finds (a check that throws included): one
+    // that left here alone would leave the others waiting in it.
     std::vector<std::pair<const TrainingState::Component*, StateDict>> parts;
     std::string problems;
-    std::set<std::string> used;
-    for (const auto& c : state.components()) {
-      StateDict given;
-      for (const auto& [key, t] : loaded->replicated.tensors) {
-        if (key.starts_with(c.name + "/")) {
-          given.insert(key.substr(c.name.size() + 1), t);
-          used.insert(key);
+    try {
+      std::set<std::string> used;
+      for (const auto& c : state.components()) {
+        StateDict given;
+        for (const auto& [key, t] : loaded->replicated.tensors) {
+          if (key.starts_with(c.name + "/")) {
+            given.insert(key.substr(c.name.size() + 1), t);
+            used.insert(key);
+          }
         }
-      }
-      if (c.fit) {
-        for (const std::string& p : c.fit(given)) problems += fmt::format("\n  {}: {}", c.name, p);
+        if (c.fit) {
+          for (const std::string& p : c.fit(given))
+            problems += fmt::format("\n  {}: {}", c.name, p);
+          parts.emplace_back(&c, std::move(given));
+          continue;
+        }
+        const StateDictMismatch m = compare_state_dicts(c.save(), given);
+        if (!m.empty()) problems += fmt::format("\n  {}: {}", c.name, m.describe());
+        if (m.empty() && c.check) {
+          for (const std::string& p : c.check(given))
+            problems += fmt::format("\n  {}: {}", c.name, p);
+        }
         parts.emplace_back(&c, std::move(given));
-        continue;
       }
-      const StateDictMismatch m = compare_state_dicts(c.save(), given);
-      if (!m.empty()) problems += fmt::format("\n  {}: {}", c.name, m.describe());
-      if (m.empty() && c.check) {
-        for (const std::string& p : c.check(given))
-          problems += fmt::format("\n  {}: {}", c.name, p);
+      for (const auto& [key, t] : loaded->replicated.tensors) {
+        if (!used.contains(key)) problems += fmt::format("\n  unexpected entry '{}'", key);
       }
-      parts.emplace_back(&c, std::move(given));
-    }
-    for (const auto& [key, t] : loaded->replicated.tensors) {
-      if (!used.contains(key)) problems += fmt::format("\n  unexpected entry '{}'", key);
-    }
-    for (const auto& hook : state.progress_hooks()) {
-      if (!hook.fit) continue;
-      for (const std::string& p : hook.fit(loaded->progress)) problems += "\n  " + p;
+      for (const auto& hook : state.progress_hooks()) {
+        if (!hook.fit) continue;
+        for (const std::string& p : hook.fit(loaded->progress)) problems += "\n  " + p;
+      }
+    } catch (const std::exception& e) {
+      problems += fmt::format("\n  {}", e.what());
     }
     // The progress is each rank's own: the ranks decide together, so that one rank's misfit
     // stops all of them (the others would load and then wait for it at the next collective).
     const std::vector<int64_t> fits = impl_->gather({problems.empty() ? 1 : 0});
     const auto misfit = std::find(fits.begin(), fits.end(), 0);
     if (problems.empty() && misfit != fits.end()) {
-      problems = fmt::format("\n  rank {}'s progress does not fit (its Error says why)",
+      problems = fmt::format("\n  rank {}'s part does not fit (its Error says why)",
                              misfit - fits.begin());
     }
     EMBER_CHECK(problems.empty(),

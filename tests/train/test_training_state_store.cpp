@@ -779,6 +779,12 @@ TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "model.safetensors"}));
+  // A dangling symlink: written in place, which creates its target; the link stays.
+  const fs::path dangling = dir / "dangling.safetensors";
+  fs::create_symlink("created.safetensors", dangling);
+  write_safetensors(dangling.string(), small);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dangling)));
+  EXPECT_EQ(read_safetensors((dir / "created.safetensors").string()).tensors.at("w").numel(), 3);
   // A file that is not a regular one is written in place, not replaced.
   write_safetensors("/dev/null", small);
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
