@@ -8,7 +8,9 @@
 #include <limits>
 #include <vector>
 
+#include "ember/nn/embedding.hpp"
 #include "ember/nn/kv_cache.hpp"
+#include "ember/nn/sequential.hpp"
 #include "ember/train/generate.hpp"
 #include "ember/train/gpt.hpp"
 #include "ops/device_cases.hpp"
@@ -92,6 +94,9 @@ TEST_P(GenerateTest, SamplingFollowsItsSeedAndTheWindowSlides) {
   const std::vector<int32_t> b = train::generate(*gpt, {5}, o, s);
   EXPECT_EQ(a, b);  // 61 tokens: past the context of 24, twice over
   ASSERT_EQ(a.size(), 61u);
+  train::GenerateOptions models = o;
+  models.context = 0;  // the model's: 24
+  EXPECT_EQ(train::generate(*gpt, {5}, models, s), a);
   for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 50) << t;
   o.seed = 4;
   EXPECT_NE(train::generate(*gpt, {5}, o, s), a);
@@ -114,17 +119,29 @@ TEST_P(GenerateTest, BadOptionsAndACacheInTrainingAreErrors) {
   Stream s = stream();
   expect_error([&] { (void)train::generate(*gpt, {}, {.context = 24}, s); },
                "generate: the prompt is empty");
-  expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 0}, s); },
-               "generate: options.context must be at least 1, not 0");
+  expect_error([&] { (void)train::generate(*gpt, {1}, {.context = -1}, s); },
+               "generate: options.context must be >= 0, not -1");
   expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 24, .temperature = -1.0f}, s); },
                "the temperature must be finite and >= 0, not -1");
   expect_error([&] { (void)train::generate(*gpt, {1}, {.context = 24, .top_k = -2}, s); },
                "top_k must be >= 0, not -2");
-  // The model's context bounds the cache's positions.
-  expect_error(
-      [&] { (void)train::generate(*gpt, {1}, {.max_new_tokens = 40, .context = 30}, s); },
-      "a sequence of 25 tokens is longer than the context of 24 (1 new after the 24 in the "
-      "key/value cache)");
+  // The model's context bounds the window: refused before the first token, with or without the
+  // cache (before, the model refused position 25, after 24 tokens, and they were lost).
+  for (const bool cached : {true, false}) {
+    expect_error(
+        [&] {
+          (void)train::generate(*gpt, {1},
+                                {.max_new_tokens = 40, .context = 30, .kv_cache = cached}, s);
+        },
+        "generate: options.context 30 is beyond the model's context of 24 positions (its "
+        "position table's rows): give at most 24, or 0 for the model's");
+  }
+  // Context 0 means the model's; a model without a position table has none to give.
+  nn::Sequential plain;
+  plain.add(std::make_shared<nn::Embedding>(50, 8, nn::EmbeddingOptions{.device = device()}));
+  expect_error([&] { (void)train::generate(plain, {1}, {}, s); },
+               "generate: options.context is 0 (the model's context), but the model has no "
+               "TokenPositionEmbedding to read it from");
   EXPECT_TRUE(gpt->is_training());  // restored after the Error too
   nn::KvCache cache(24);
   nn::Context training{s, /*training=*/true};
