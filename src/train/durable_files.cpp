@@ -54,6 +54,16 @@ void sync_and_close(int fd, const fs::path& path, std::string_view who) {
   EMBER_CHECK(synced, "{}: fsync of '{}' failed: {}", who, path.string(), std::strerror(e));
 }
 
+// fsyncs the directory `dir`: 0, or the errno of its open (`opened` false) or of its fsync.
+int sync_directory(const fs::path& dir, bool& opened) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  opened = fd >= 0;
+  if (!opened) return errno;
+  const int e = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return e;
+}
+
 }  // namespace
 
 FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mode)
@@ -100,7 +110,8 @@ FileWriter::~FileWriter() {
 }
 
 void FileWriter::write(const void* data, size_t n) {
-  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
+  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already {}", who_, path_.string(),
+              synced_ ? "synced" : "finished");
   const int e = write_all(fd_, static_cast<const char*>(data), n, written_);
   if (e != 0) {
     ::close(std::exchange(fd_, -1));
@@ -110,22 +121,32 @@ void FileWriter::write(const void* data, size_t n) {
 }
 
 void FileWriter::finish() {
-  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already finished", who_, path_.string());
+  sync();
+  commit();
+}
+
+void FileWriter::sync() {
+  EMBER_CHECK(fd_ >= 0, "{}: '{}' is already {}", who_, path_.string(),
+              synced_ ? "synced" : "finished");
   sync_and_close(std::exchange(fd_, -1), path_, who_);
+  synced_ = true;
+}
+
+void FileWriter::commit() {
+  EMBER_CHECK(synced_, "{}: '{}' is {}", who_, path_.string(),
+              fd_ >= 0 ? "not synced yet: sync() before commit()" : "already finished");
+  synced_ = false;
   if (temporary_.empty()) return;
   const bool renamed = ::rename(temporary_.c_str(), target_.c_str()) == 0;
   const int e = errno;
   EMBER_CHECK(renamed, "{}: cannot replace '{}': {}", who_, path_.string(), std::strerror(e));
   temporary_.clear();
-  // The rename on the disk. File systems without directory fsync (some FUSE, 9p) say EINVAL:
-  // the file is in place all the same.
+  // The rename on the disk. File systems without directory fsync (some FUSE, 9p) say EINVAL or
+  // ENOTSUP, and a directory we cannot open is not ours to sync: the file is in place all the same.
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  const bool synced = ::fsync(fd) == 0;
-  const int sync_error = errno;
-  ::close(fd);
-  EMBER_CHECK(synced || sync_error == EINVAL || sync_error == ENOTSUP,
+  bool opened = false;
+  const int sync_error = sync_directory(dir, opened);
+  EMBER_CHECK(!opened || sync_error == 0 || sync_error == EINVAL || sync_error == ENOTSUP,
               "{}: '{}' was written, but the fsync of its directory '{}' failed: {}", who_,
               path_.string(), dir.string(), std::strerror(sync_error));
 }
@@ -138,13 +159,10 @@ void write_file(const fs::path& path, std::string_view bytes, std::string_view w
 }
 
 void fsync_directory(const fs::path& dir, std::string_view who) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  EMBER_CHECK(fd >= 0, "{}: cannot open directory '{}': {}", who, dir.string(),
-              std::strerror(errno));
-  const bool synced = ::fsync(fd) == 0;
-  const int e = errno;
-  ::close(fd);
-  EMBER_CHECK(synced, "{}: fsync of directory '{}' failed: {}", who, dir.string(),
+  bool opened = false;
+  const int e = sync_directory(dir, opened);
+  EMBER_CHECK(opened, "{}: cannot open directory '{}': {}", who, dir.string(), std::strerror(e));
+  EMBER_CHECK(e == 0, "{}: fsync of directory '{}' failed: {}", who, dir.string(),
               std::strerror(e));
 }
 

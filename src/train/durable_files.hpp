@@ -43,7 +43,14 @@ class FileWriter {
   // Appends `n` bytes (short writes and EINTR retried).
   void write(const void* data, size_t n);
   // fsyncs the file (and renames it into place): when this returns, it is on the disk at `path`.
+  // The same as sync() then commit().
   void finish();
+  // The two halves of finish(), for files that replace their old versions together (a model's
+  // weights and its config.json): sync() each, then commit() each, so that a failed write (a full
+  // disk) replaces none of them. sync() fsyncs and closes the file, in replace mode still at its
+  // temporary; commit() renames it into place and fsyncs the directory.
+  void sync();
+  void commit();
   int64_t bytes_written() const { return written_; }
 
  private:
@@ -53,6 +60,7 @@ class FileWriter {
   std::string who_;
   int fd_ = -1;
   int64_t written_ = 0;
+  bool synced_ = false;
 };
 
 // Writes `bytes` to `path` (as FileWriter in `mode`) and fsyncs it: when this returns, the file

@@ -18,6 +18,7 @@
 #include "ember/nn/sequential.hpp"
 #include "ember/train/safetensors.hpp"
 #include "train/durable_files.hpp"
+#include "train/safetensors_internal.hpp"
 
 namespace ember::train {
 namespace {
@@ -172,7 +173,6 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
     if (key == "embed.wte") host = host.slice(0, vocab);  // without the padding
     out.insert(kPrefix + hf.name, hf.transposed ? transposed(host) : host);
   }
-  write_safetensors(path, out, {{"format", "pt"}});
   const nlohmann::json j = {{"model_type", "gpt2"},       {"architectures", {"GPT2LMHeadModel"}},
                             {"vocab_size", config.vocab}, {"n_positions", config.context},
                             {"n_embd", config.dim},       {"n_layer", config.layers},
@@ -181,7 +181,25 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
                             {"embd_pdrop", 0.0},          {"attn_pdrop", 0.0},
                             {"tie_word_embeddings", true}};
   const std::filesystem::path file = std::filesystem::path(path).parent_path() / "config.json";
-  durable::write_file(file, j.dump(2) + "\n", "save_gpt_hf");
+  std::error_code error_a, error_b;
+  EMBER_CHECK(std::filesystem::weakly_canonical(path, error_a) !=
+                      std::filesystem::weakly_canonical(file, error_b) ||
+                  error_a || error_b,
+              "save_gpt_hf: '{}' is the config.json beside it: name the weights otherwise "
+              "(model.safetensors)",
+              path);
+  // Both written and on the disk before either replaces its old file: a failure (a full disk, a
+  // config.json that cannot be written) leaves the old pair as it was, not new weights beside an
+  // old config.
+  durable::FileWriter weights(path, "save_gpt_hf");
+  durable::FileWriter settings(file, "save_gpt_hf");
+  write_safetensors(weights, out, {{"format", "pt"}});
+  const std::string text = j.dump(2) + "\n";
+  settings.write(text.data(), text.size());
+  weights.sync();
+  settings.sync();
+  weights.commit();
+  settings.commit();
 }
 
 void load_gpt_hf(const std::string& path, nn::Module& gpt) {

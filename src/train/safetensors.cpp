@@ -126,15 +126,18 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
   return write_safetensors(path, tensors, metadata, durable::WriteMode::replace);
 }
 
-WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
-                              const std::map<std::string, std::string>& metadata,
-                              durable::WriteMode mode) {
+namespace {
+
+void check_in_host_memory(const NamedViews& tensors) {
   for (const auto& [name, v] : tensors) {
     EMBER_CHECK(v.device.is_cpu(), "write_safetensors: '{}' is on {}, not in host memory", name,
                 v.device.to_string());
   }
-  const std::string header = header_bytes(tensors, metadata);  // may throw: before the file
-  durable::FileWriter file(path, "safetensors", mode);
+}
+
+// Writes `header` and the tensors' bytes into `file` (not finished), hashing them as they go.
+WrittenFile write_into(durable::FileWriter& file, const std::string& header,
+                       const NamedViews& tensors) {
   const std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                        &XXH3_freeState);
   XXH3_state_t* hash = state.get();
@@ -147,11 +150,28 @@ WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors
   for (const auto& [name, v] : tensors) {
     if (v.nbytes() > 0) put(v.data, v.nbytes());
   }
-  WrittenFile out;
-  out.xxh3 = XXH3_64bits_digest(hash);
+  return {.bytes = file.bytes_written(), .xxh3 = XXH3_64bits_digest(hash)};
+}
+
+}  // namespace
+
+WrittenFile write_safetensors(const std::string& path, const NamedViews& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              durable::WriteMode mode) {
+  check_in_host_memory(tensors);
+  const std::string header = header_bytes(tensors, metadata);  // may throw: before the file
+  durable::FileWriter file(path, "safetensors", mode);
+  const WrittenFile out = write_into(file, header, tensors);
   file.finish();
-  out.bytes = file.bytes_written();
   return out;
+}
+
+WrittenFile write_safetensors(durable::FileWriter& file, const StateDict& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> keep;
+  const NamedViews views = host_views(tensors, keep);
+  check_in_host_memory(views);
+  return write_into(file, header_bytes(views, metadata), views);
 }
 
 Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view name) {
@@ -163,24 +183,29 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
               "safetensors '{}': the header size {} exceeds the file ({} bytes) or 100 MB", name, n,
               bytes.size());
   json header;
-  // JSON keeps the last of two equal keys: a name given twice is found while parsing.
-  std::set<std::string> names;
+  // JSON keeps the last of two equal keys: a key given twice in one object (a tensor's name, an
+  // entry's "dtype", a metadata key) is found while parsing.
+  std::vector<std::set<std::string>> keys;  // of each open object, innermost last
   std::string twice;
-  const auto note_names = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && twice.empty() &&
-        !names.insert(parsed.get<std::string>()).second) {
+  const auto note_keys = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && twice.empty() && !keys.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second) {
       twice = parsed.get<std::string>();
     }
     return true;
   };
   try {
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n),
-                         note_names);
+                         note_keys);
   } catch (const json::exception& e) {
     EMBER_THROW("safetensors '{}': the header is not valid JSON: {}", name, e.what());
   }
   EMBER_CHECK(header.is_object(), "safetensors '{}': the header is not a JSON object", name);
-  EMBER_CHECK(twice.empty(), "safetensors '{}': '{}' appears twice in the header", name, twice);
+  EMBER_CHECK(twice.empty(),
+              "safetensors '{}': the key '{}' appears twice in one object of the header", name,
+              twice);
   const uint64_t data_size = bytes.size() - 8 - n;
   const uint8_t* data = bytes.data() + 8 + n;
   Safetensors out;

@@ -91,6 +91,41 @@ StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
   return out;
 }
 
+// The weights and config.json replace their old versions together: when config.json cannot be
+// written, the weights are not replaced either (before, they were, beside the old config), and
+// nothing temporary stays behind. The weights cannot be that config.json.
+TEST(GptHf, SaveReplacesTheWeightsAndTheConfigTogether) {
+  Dir dir;
+  const std::string weights = dir.file("model.safetensors");
+  train::save_gpt_hf(weights, *train::make_gpt(tiny(3)), tiny(3));
+  const auto bytes_of = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string old_weights = bytes_of(weights);
+  fs::remove(dir.file("config.json"));
+  fs::create_directory(dir.file("config.json"));  // cannot be written as a file
+  train::GptConfig other = tiny(3);
+  other.seed = 99;
+  expect_error([&] { train::save_gpt_hf(weights, *train::make_gpt(other), other); },
+               "save_gpt_hf: '" + dir.file("config.json") + "' is a directory");
+  EXPECT_EQ(bytes_of(weights), old_weights);
+  for (const auto& entry : fs::directory_iterator(dir.path)) {
+    EXPECT_TRUE(entry.path().filename() == "model.safetensors" ||
+                entry.path().filename() == "config.json")
+        << entry.path();
+  }
+  fs::remove(dir.file("config.json"));
+  expect_error([&] { train::save_gpt_hf(dir.file("config.json"), *train::make_gpt(other), other); },
+               "save_gpt_hf: '" + dir.file("config.json") +
+                   "' is the config.json beside it: name the weights otherwise");
+  EXPECT_FALSE(fs::exists(dir.file("config.json")));
+  // A later save replaces both.
+  train::save_gpt_hf(weights, *train::make_gpt(other), other);
+  EXPECT_NE(bytes_of(weights), old_weights);
+  EXPECT_TRUE(fs::is_regular_file(dir.file("config.json")));
+}
+
 TEST(GptHf, SaveWritesTransformersNamesAndConv1dOrientation) {
   Dir dir;
   const train::GptConfig config = tiny(3);

@@ -730,7 +730,22 @@ TEST(Safetensors, MalformedFilesAreErrors) {
             R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
             16));
       },
-      "'a' appears twice in the header");
+      "the key 'a' appears twice in one object of the header");
+  // So is a key given twice inside an entry (which dtype would it be?) or in the metadata; equal
+  // keys in different objects are fine.
+  testing::expect_error(
+      [&] {
+        decode(file(R"({"a":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})", 4));
+      },
+      "the key 'dtype' appears twice in one object of the header");
+  testing::expect_error(
+      [&] { decode(file(R"({"__metadata__":{"format":"pt","format":"np"}})", 0)); },
+      "the key 'format' appears twice in one object of the header");
+  const Safetensors fine = decode(file(
+      R"({"__metadata__":{"a":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+      8));
+  EXPECT_EQ(fine.tensors.size(), 2u);
+  EXPECT_EQ(fine.metadata.at("a"), "x");
   testing::expect_error(
       [&] { decode(file(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)); },
       "a tensor has an empty name");
