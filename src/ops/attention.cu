@@ -60,7 +60,7 @@ Shape shape_of(std::initializer_list<int64_t> dims) {
 Dims check_forward_operands(std::string_view op, const Stream& stream, const TensorView& out,
                             const TensorView& lse, const TensorView& qkv,
                             const AttentionOptions& options) {
-  detail::check_devices(op, stream, {&out, &lse, &qkv});
+  detail::check_devices(op, stream, {{"out", out}, {"lse", lse}, {"qkv", qkv}});
   detail::check_floating(op, "qkv", qkv);
   EMBER_CHECK(qkv.rank() == 5 && qkv.shape[2] == 3,
               "{}: qkv must be [batch, seq, 3, heads, head_dim] (queries, keys and values side by "
@@ -713,9 +713,9 @@ void attention_forward(Stream& stream, const TensorView& out, const TensorView& 
   EMBER_OP_RANGE("attention_forward");
   constexpr std::string_view kOp = "ops::attention_forward";
   const Dims s = check_forward_operands(kOp, stream, out, lse, qkv, options);
-  detail::check_disjoint(kOp, out, qkv);
-  detail::check_disjoint(kOp, lse, qkv);
-  detail::check_disjoint(kOp, lse, out);
+  detail::check_disjoint(kOp, {"out", out}, {"qkv", qkv});
+  detail::check_disjoint(kOp, {"lse", lse}, {"qkv", qkv});
+  detail::check_disjoint(kOp, {"lse", lse}, {"out", out});
   mark_written(out);
   mark_written(lse);
 #if EMBER_WITH_CUDA
@@ -750,14 +750,17 @@ void attention_backward(Stream& stream, const TensorView& dqkv, const TensorView
   EMBER_OP_RANGE("attention_backward");
   constexpr std::string_view kOp = "ops::attention_backward";
   const Dims s = check_forward_operands(kOp, stream, out, lse, qkv, options);
-  detail::check_devices(kOp, stream, {&dqkv, &dout});
+  detail::check_devices(kOp, stream, {{"dqkv", dqkv}, {"dout", dout}});
   EMBER_CHECK(dqkv.shape == qkv.shape && dqkv.dtype == qkv.dtype,
               "{}: dqkv must match qkv {} (shape, dtype), not {}", kOp, qkv.describe(),
               dqkv.describe());
   EMBER_CHECK(dout.shape == out.shape && dout.dtype == out.dtype,
               "{}: dout must match out {} (shape, dtype), not {}", kOp, out.describe(),
               dout.describe());
-  for (const TensorView* in : {&dout, &qkv, &out, &lse}) detail::check_disjoint(kOp, dqkv, *in);
+  for (const detail::Operand& in : {detail::Operand{"dout", dout}, detail::Operand{"qkv", qkv},
+                                    detail::Operand{"out", out}, detail::Operand{"lse", lse}}) {
+    detail::check_disjoint(kOp, {"dqkv", dqkv}, in);
+  }
   mark_written(dqkv);
 #if EMBER_WITH_CUDA
   AttentionKernel kernel = chosen_kernel(options.kernel);
@@ -787,7 +790,7 @@ void attention_decode(Stream& stream, const TensorView& out, const TensorView& c
                       int64_t length, const AttentionOptions& options) {
   EMBER_OP_RANGE("attention_decode");
   constexpr std::string_view kOp = "ops::attention_decode";
-  detail::check_devices(kOp, stream, {&out, &cache});
+  detail::check_devices(kOp, stream, {{"out", out}, {"cache", cache}});
   detail::check_floating(kOp, "cache", cache);
   EMBER_CHECK(cache.rank() == 5 && cache.shape[2] == 3,
               "{}: the cache must be [batch, capacity, 3, heads, head_dim], not {}", kOp,
@@ -808,7 +811,7 @@ void attention_decode(Stream& stream, const TensorView& out, const TensorView& c
               "{}: {} queries and a length of {} do not fit: 1 <= queries <= length <= the "
               "cache's capacity {}",
               kOp, tq, length, s.seq);
-  detail::check_disjoint(kOp, out, cache);
+  detail::check_disjoint(kOp, {"out", out}, {"cache", cache});
   mark_written(out);
   if (s.batch * s.heads == 0) return;
   if (stream.device().is_cpu()) {

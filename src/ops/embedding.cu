@@ -38,7 +38,7 @@ struct Lookup {
 Lookup check_lookup(std::string_view op, const Stream& stream, const TensorView& table,
                     std::string_view table_name, const TensorView& rows, std::string_view rows_name,
                     const TensorView& ids) {
-  detail::check_devices(op, stream, {&table, &rows, &ids});
+  detail::check_devices(op, stream, {{table_name, table}, {rows_name, rows}, {"ids", ids}});
   detail::check_floating(op, table_name, table);
   detail::check_floating(op, rows_name, rows);
   EMBER_CHECK(ids.dtype == DType::i32 || ids.dtype == DType::i64,
@@ -209,8 +209,8 @@ void embedding_forward(Stream& stream, const TensorView& out, const TensorView& 
   EMBER_OP_RANGE("embedding_forward");
   constexpr std::string_view kOp = "ops::embedding_forward";
   const Lookup s = check_lookup(kOp, stream, table, "table", out, "out", ids);
-  detail::check_disjoint(kOp, out, table);
-  detail::check_disjoint(kOp, out, ids);
+  detail::check_disjoint(kOp, {"out", out}, {"table", table});
+  detail::check_disjoint(kOp, {"out", out}, {"ids", ids});
   mark_written(out);
   check_indices(stream, kOp, "id", ids, s.vocab);
   if (s.rows * s.dim == 0) return;
@@ -225,8 +225,8 @@ void embedding_backward(Stream& stream, const TensorView& dtable, const TensorVi
   EMBER_OP_RANGE("embedding_backward");
   constexpr std::string_view kOp = "ops::embedding_backward";
   const Lookup s = check_lookup(kOp, stream, dtable, "dtable", dout, "dout", ids);
-  detail::check_disjoint(kOp, dtable, dout);
-  detail::check_disjoint(kOp, dtable, ids);
+  detail::check_disjoint(kOp, {"dtable", dtable}, {"dout", dout});
+  detail::check_disjoint(kOp, {"dtable", dtable}, {"ids", ids});
   mark_written(dtable);
   check_indices(stream, kOp, "id", ids, s.vocab);
   if (s.vocab * s.dim == 0) return;

@@ -43,7 +43,7 @@ struct Rows {
 
 // x: float, rank >= 1; its rows are its last dimension (an empty x has none to normalize).
 Rows check_input(std::string_view op, const Stream& stream, const TensorView& x) {
-  detail::check_devices(op, stream, {&x});
+  detail::check_devices(op, stream, {{"x", x}});
   detail::check_floating(op, "x", x);
   EMBER_CHECK(x.rank() >= 1, "{}: x must have rank >= 1, not {}", op, x.describe());
   const int64_t cols = x.shape[-1];
@@ -54,7 +54,7 @@ Rows check_input(std::string_view op, const Stream& stream, const TensorView& x)
 void check_column_vector(std::string_view op, std::string_view name, const Stream& stream,
                          const TensorView& v, int64_t cols) {
   if (!detail::present(v)) return;
-  detail::check_devices(op, stream, {&v});
+  detail::check_devices(op, stream, {{name, v}});
   detail::check_dtype(op, name, v, DType::f32);
   EMBER_CHECK(v.rank() == 1 && v.shape[0] == cols, "{}: {} must be [{}], not {}", op, name, cols,
               v.describe());
@@ -63,13 +63,13 @@ void check_column_vector(std::string_view op, std::string_view name, const Strea
 // mean and rstd: f32 [rows].
 void check_statistics(std::string_view op, const Stream& stream, const TensorView& mean,
                       const TensorView& rstd, int64_t rows) {
-  for (auto [name, t] : {std::pair{"mean", &mean}, std::pair{"rstd", &rstd}}) {
+  for (const detail::Operand& t : {detail::Operand{"mean", mean}, detail::Operand{"rstd", rstd}}) {
     detail::check_devices(op, stream, {t});
-    detail::check_dtype(op, name, *t, DType::f32);
-    EMBER_CHECK(t->rank() == 1 && t->shape[0] == rows, "{}: {} must be [{}] (one per row), not {}",
-                op, name, rows, t->describe());
+    detail::check_dtype(op, t.name, t.view, DType::f32);
+    EMBER_CHECK(t.view.rank() == 1 && t.view.shape[0] == rows,
+                "{}: {} must be [{}] (one per row), not {}", op, t.name, rows, t.view.describe());
   }
-  detail::check_disjoint(op, mean, rstd);
+  detail::check_disjoint(op, {"mean", mean}, {"rstd", rstd});
 }
 
 }  // namespace
@@ -343,11 +343,11 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
   constexpr std::string_view kOp = "ops::layer_norm_forward";
   for (const TensorView* out : {&y, &mean, &rstd}) mark_written(*out);
   const auto [rows, cols] = check_input(kOp, stream, x);
-  detail::check_devices(kOp, stream, {&y});
+  detail::check_devices(kOp, stream, {{"y", y}});
   EMBER_CHECK(y.shape == x.shape, "{}: y {} must match x {} (shape)", kOp, y.describe(),
               x.describe());
   detail::check_floating(kOp, "y", y);
-  detail::check_overlap(kOp, y, x);
+  detail::check_overlap(kOp, {"y", y}, {"x", x});
   EMBER_CHECK(std::isfinite(eps) && eps >= 0.0f, "{}: eps must be finite and >= 0, not {}", kOp,
               eps);
   check_column_vector(kOp, "gamma", stream, gamma, cols);
@@ -356,13 +356,15 @@ void layer_norm_forward(Stream& stream, const TensorView& y, const TensorView& m
               "{}: give both mean and rstd (training) or neither (inference)", kOp);
   if (detail::present(mean)) {
     check_statistics(kOp, stream, mean, rstd, rows);
-    for (const TensorView* t : {&mean, &rstd}) {
-      detail::check_disjoint(kOp, *t, x);
-      detail::check_disjoint(kOp, *t, y);
+    for (const detail::Operand& t :
+         {detail::Operand{"mean", mean}, detail::Operand{"rstd", rstd}}) {
+      detail::check_disjoint(kOp, t, {"x", x});
+      detail::check_disjoint(kOp, t, {"y", y});
     }
   }
-  for (const TensorView* t : {&gamma, &beta}) {
-    if (detail::present(*t)) detail::check_disjoint(kOp, y, *t);
+  for (const detail::Operand& t :
+       {detail::Operand{"gamma", gamma}, detail::Operand{"beta", beta}}) {
+    if (detail::present(t.view)) detail::check_disjoint(kOp, {"y", y}, t);
   }
   if (rows == 0) return;
   if (stream.device().is_cpu()) {
@@ -381,7 +383,7 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
   constexpr std::string_view kOp = "ops::layer_norm_backward";
   for (const TensorView* out : {&dx, &dgamma, &dbeta}) mark_written(*out);
   const auto [rows, cols] = check_input(kOp, stream, x);
-  detail::check_devices(kOp, stream, {&dy});
+  detail::check_devices(kOp, stream, {{"dy", dy}});
   detail::check_floating(kOp, "dy", dy);
   EMBER_CHECK(dy.shape == x.shape, "{}: dy {} must have x's shape {}", kOp, dy.describe(),
               x.describe());
@@ -390,22 +392,28 @@ void layer_norm_backward(Stream& stream, const TensorView& dx, const TensorView&
   check_column_vector(kOp, "dgamma", stream, dgamma, cols);
   check_column_vector(kOp, "dbeta", stream, dbeta, cols);
   if (detail::present(dx)) {
-    detail::check_devices(kOp, stream, {&dx});
+    detail::check_devices(kOp, stream, {{"dx", dx}});
     EMBER_CHECK(dx.shape == x.shape && dx.dtype == x.dtype,
                 "{}: dx {} must match x {} (shape, dtype)", kOp, dx.describe(), x.describe());
     // The parameter sums read x and dy after dx is written: dx must be separate memory.
-    for (const TensorView* t : {&x, &dy, &mean, &rstd, &gamma, &dgamma, &dbeta}) {
-      if (detail::present(*t)) detail::check_disjoint(kOp, dx, *t);
+    for (const detail::Operand& t :
+         {detail::Operand{"x", x}, detail::Operand{"dy", dy}, detail::Operand{"mean", mean},
+          detail::Operand{"rstd", rstd}, detail::Operand{"gamma", gamma},
+          detail::Operand{"dgamma", dgamma}, detail::Operand{"dbeta", dbeta}}) {
+      if (detail::present(t.view)) detail::check_disjoint(kOp, {"dx", dx}, t);
     }
   }
-  for (const TensorView* out : {&dgamma, &dbeta}) {
-    if (!detail::present(*out)) continue;
-    for (const TensorView* t : {&x, &dy, &mean, &rstd, &gamma}) {
-      if (detail::present(*t)) detail::check_disjoint(kOp, *out, *t);
+  for (const detail::Operand& out :
+       {detail::Operand{"dgamma", dgamma}, detail::Operand{"dbeta", dbeta}}) {
+    if (!detail::present(out.view)) continue;
+    for (const detail::Operand& t :
+         {detail::Operand{"x", x}, detail::Operand{"dy", dy}, detail::Operand{"mean", mean},
+          detail::Operand{"rstd", rstd}, detail::Operand{"gamma", gamma}}) {
+      if (detail::present(t.view)) detail::check_disjoint(kOp, out, t);
     }
   }
   if (detail::present(dgamma) && detail::present(dbeta)) {
-    detail::check_disjoint(kOp, dgamma, dbeta);
+    detail::check_disjoint(kOp, {"dgamma", dgamma}, {"dbeta", dbeta});
   }
   const TensorView none;
   const TensorView& dx_or_none = detail::present(dx) ? dx : none;

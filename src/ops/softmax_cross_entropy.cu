@@ -461,16 +461,22 @@ void softmax_cross_entropy_forward(Stream& stream, const TensorView& loss, const
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_forward";
   mark_written(loss);
   mark_written(probs);
-  detail::check_devices(kOp, stream, {&loss, &probs, &logits, &labels});
+  detail::check_devices(kOp, stream,
+                        {{"loss", loss}, {"probs", probs}, {"logits", logits}, {"labels", labels}});
   check_logits(kOp, "logits", logits);
   check_some_rows(kOp, logits);
   check_labels_shape(kOp, labels, logits);
   detail::check_scalar(kOp, "loss", loss, DType::f32);
   detail::check_dtype(kOp, "probs", probs, DType::f32);
-  detail::check_same_shape(kOp, probs, logits);
-  detail::check_overlap(kOp, probs, logits);  // probs may be exactly f32 logits (in-place)
-  for (const TensorView* in : {&logits, &labels, &probs}) detail::check_disjoint(kOp, loss, *in);
-  detail::check_disjoint(kOp, probs, labels);
+  detail::check_same_shape(kOp, {"probs", probs}, {"logits", logits});
+  detail::check_overlap(kOp, {"probs", probs},
+                        {"logits", logits});  // probs may be exactly f32 logits (in-place)
+  for (const detail::Operand& in :
+       {detail::Operand{"logits", logits}, detail::Operand{"labels", labels},
+        detail::Operand{"probs", probs}}) {
+    detail::check_disjoint(kOp, {"loss", loss}, in);
+  }
+  detail::check_disjoint(kOp, {"probs", probs}, {"labels", labels});
   check_indices(stream, kOp, "label", labels, label_bound(kOp, classes, logits));
   if (stream.device().is_cpu()) {
     return cpu::softmax_cross_entropy_forward(loss, probs, logits, labels);
@@ -488,11 +494,11 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
   mark_written(loss);
   mark_written(logits);
   const bool scaled = dloss.data != nullptr || dloss.shape.rank() > 0;
-  detail::check_devices(kOp, stream, {&loss, &logits, &labels});
+  detail::check_devices(kOp, stream, {{"loss", loss}, {"logits", logits}, {"labels", labels}});
   if (scaled) {
-    detail::check_devices(kOp, stream, {&dloss});
+    detail::check_devices(kOp, stream, {{"dloss", dloss}});
     detail::check_scalar(kOp, "dloss", dloss, DType::f32);
-    detail::check_disjoint(kOp, logits, dloss);
+    detail::check_disjoint(kOp, {"logits", logits}, {"dloss", dloss});
   }
   check_logits(kOp, "logits", logits);
   EMBER_CHECK(logits.dtype == DType::f32 || logits.dtype == DType::bf16,
@@ -502,8 +508,9 @@ void softmax_cross_entropy_fused(Stream& stream, const TensorView& loss, const T
   check_some_rows(kOp, logits);
   check_labels_shape(kOp, labels, logits);
   detail::check_scalar(kOp, "loss", loss, DType::f32);
-  for (const TensorView* in : {&logits, &labels}) detail::check_disjoint(kOp, loss, *in);
-  detail::check_disjoint(kOp, logits, labels);
+  detail::check_disjoint(kOp, {"loss", loss}, {"logits", logits});
+  detail::check_disjoint(kOp, {"loss", loss}, {"labels", labels});
+  detail::check_disjoint(kOp, {"logits", logits}, {"labels", labels});
   check_indices(stream, kOp, "label", labels, label_bound(kOp, classes, logits));
   const auto* scale = scaled ? static_cast<const float*>(dloss.data) : nullptr;
   if (stream.device().is_cpu()) {
@@ -520,15 +527,16 @@ void softmax_cross_entropy_backward(Stream& stream, const TensorView& dlogits,
   EMBER_OP_RANGE("softmax_cross_entropy_backward");
   constexpr std::string_view kOp = "ops::softmax_cross_entropy_backward";
   mark_written(dlogits);
-  detail::check_devices(kOp, stream, {&dlogits, &probs, &labels});
+  detail::check_devices(kOp, stream, {{"dlogits", dlogits}, {"probs", probs}, {"labels", labels}});
   check_logits(kOp, "probs", probs);
   detail::check_dtype(kOp, "probs", probs, DType::f32);
   check_some_rows(kOp, probs);
   check_labels_shape(kOp, labels, probs);
   detail::check_floating(kOp, "dlogits", dlogits);
-  detail::check_same_shape(kOp, dlogits, probs);
-  detail::check_overlap(kOp, dlogits, probs);  // dlogits may be exactly probs (in-place)
-  detail::check_disjoint(kOp, dlogits, labels);
+  detail::check_same_shape(kOp, {"dlogits", dlogits}, {"probs", probs});
+  detail::check_overlap(kOp, {"dlogits", dlogits},
+                        {"probs", probs});  // dlogits may be exactly probs (in-place)
+  detail::check_disjoint(kOp, {"dlogits", dlogits}, {"labels", labels});
   check_indices(stream, kOp, "label", labels, probs.shape[1]);
   if (stream.device().is_cpu()) {
     return cpu::softmax_cross_entropy_backward(dlogits, probs, labels, dloss);
@@ -542,7 +550,7 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
   EMBER_OP_RANGE("argmax");
   constexpr std::string_view kOp = "ops::argmax";
   mark_written(out);
-  detail::check_devices(kOp, stream, {&out, &x});
+  detail::check_devices(kOp, stream, {{"out", out}, {"x", x}});
   check_logits(kOp, "x", x);
   detail::check_rank(kOp, "out", out, 1);
   EMBER_CHECK(out.dtype == DType::i32 || out.dtype == DType::i64,
@@ -551,7 +559,7 @@ void argmax(Stream& stream, const TensorView& out, const TensorView& x) {
               out.describe(), x.shape[0], x.describe());
   EMBER_CHECK(out.dtype == DType::i64 || x.shape[1] <= std::numeric_limits<int32_t>::max(),
               "{}: out is i32 but x {} has more columns than i32 can index", kOp, x.describe());
-  detail::check_disjoint(kOp, out, x);
+  detail::check_disjoint(kOp, {"out", out}, {"x", x});
   if (stream.device().is_cpu()) return cpu::argmax(out, x);
 #if EMBER_WITH_CUDA
   cuda::argmax(stream, out, x);
@@ -563,12 +571,13 @@ void count_correct(Stream& stream, const TensorView& correct, const TensorView& 
   EMBER_OP_RANGE("count_correct");
   constexpr std::string_view kOp = "ops::count_correct";
   mark_written(correct);
-  detail::check_devices(kOp, stream, {&correct, &logits, &labels});
+  detail::check_devices(kOp, stream,
+                        {{"correct", correct}, {"logits", logits}, {"labels", labels}});
   check_logits(kOp, "logits", logits);
   check_labels_shape(kOp, labels, logits);
   detail::check_scalar(kOp, "correct", correct, DType::i64);
-  detail::check_disjoint(kOp, correct, logits);
-  detail::check_disjoint(kOp, correct, labels);
+  detail::check_disjoint(kOp, {"correct", correct}, {"logits", logits});
+  detail::check_disjoint(kOp, {"correct", correct}, {"labels", labels});
   check_indices(stream, kOp, "label", labels, logits.shape[1]);
   if (stream.device().is_cpu()) return cpu::count_correct(correct, logits, labels);
 #if EMBER_WITH_CUDA

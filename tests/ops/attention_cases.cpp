@@ -581,7 +581,10 @@ TEST_P(Attention, BadOperandsThrow) {
                {"ops::attention_forward", "scale must be finite"});
   const TensorView out_over_qkv{qkv.data(), DType::f32, Shape{2, 4, 2, 8}, qkv.device()};
   expect_error([&] { ops::attention_forward(s, out_over_qkv, lse, qkv); },
-               {"ops::attention_forward", "shares memory"});
+               {"ops::attention_forward: out (f32[2, 4, 2, 8]", "shares memory with qkv ("});
+  // The shared checks name the operand: a missing lse is lse, not "an operand f32[]".
+  expect_error([&] { ops::attention_forward(s, out, TensorView{}, qkv); },
+               "ops::attention_forward: lse (f32[]");
   Tensor dqkv = on(Tensor::zeros({2, 4, 3, 2, 8}, DType::f16));
   expect_error([&] { ops::attention_backward(s, dqkv, out, qkv, out, lse); },
                {"ops::attention_backward", "dqkv must match qkv"});
@@ -593,7 +596,7 @@ TEST_P(Attention, BadOperandsThrow) {
       {"ops::attention_backward", "dout must match out"});
   const TensorView dqkv_over_qkv{qkv.data(), DType::f32, qkv.shape(), qkv.device()};
   expect_error([&] { ops::attention_backward(s, dqkv_over_qkv, out, qkv, out, lse); },
-               {"ops::attention_backward", "shares memory"});
+               {"ops::attention_backward: dqkv (", "shares memory with qkv ("});
 }
 
 // Decoding (ops::attention_decode): the qkv of T positions in a cache of larger capacity whose

@@ -10,14 +10,20 @@
 
 namespace ember::ops::detail {
 
+// An operand as the messages name it: its role in the op ("lse", "dqkv") and the tensor.
+struct Operand {
+  std::string_view name;
+  const TensorView& view;
+};
+
 // Every operand must be defined (non-null unless empty) and on the stream's device.
 inline void check_devices(std::string_view op, const Stream& stream,
-                          std::initializer_list<const TensorView*> operands) {
-  for (const TensorView* t : operands) {
-    EMBER_CHECK(t->device == stream.device(), "{}: operand {} is not on the stream's device {}", op,
-                t->describe(), stream.device().to_string());
-    EMBER_CHECK(t->data != nullptr || t->numel() == 0, "{}: operand {} has no data", op,
-                t->describe());
+                          std::initializer_list<Operand> operands) {
+  for (const Operand& t : operands) {
+    EMBER_CHECK(t.view.device == stream.device(), "{}: {} ({}) is not on the stream's device {}",
+                op, t.name, t.view.describe(), stream.device().to_string());
+    EMBER_CHECK(t.view.data != nullptr || t.view.numel() == 0, "{}: {} ({}) has no data", op,
+                t.name, t.view.describe());
   }
 }
 
@@ -32,8 +38,9 @@ inline void check_dtype(std::string_view op, std::string_view name, const Tensor
               t.describe());
 }
 
-inline void check_same_shape(std::string_view op, const TensorView& a, const TensorView& b) {
-  EMBER_CHECK(a.shape == b.shape, "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+inline void check_same_shape(std::string_view op, Operand a, Operand b) {
+  EMBER_CHECK(a.view.shape == b.view.shape, "{}: {} and {} differ in shape: {} vs {}", op, a.name,
+              b.name, a.view.describe(), b.view.describe());
 }
 
 inline void check_rank(std::string_view op, std::string_view name, const TensorView& t, int rank) {
@@ -42,17 +49,17 @@ inline void check_rank(std::string_view op, std::string_view name, const TensorV
 
 // The output may be exactly an input (in-place: the same memory and element size) but must not
 // partly overlap it: the result would then depend on the order in which elements are written.
-inline void check_overlap(std::string_view op, const TensorView& out, const TensorView& in) {
-  if (out.nbytes() == 0 || in.nbytes() == 0) return;
-  const auto o = reinterpret_cast<std::uintptr_t>(out.data);
-  const auto i = reinterpret_cast<std::uintptr_t>(in.data);
-  const bool disjoint = o + out.nbytes() <= i || i + in.nbytes() <= o;
-  const bool same =
-      o == i && out.nbytes() == in.nbytes() && dtype_size(out.dtype) == dtype_size(in.dtype);
+inline void check_overlap(std::string_view op, Operand out, Operand in) {
+  if (out.view.nbytes() == 0 || in.view.nbytes() == 0) return;
+  const auto o = reinterpret_cast<std::uintptr_t>(out.view.data);
+  const auto i = reinterpret_cast<std::uintptr_t>(in.view.data);
+  const bool disjoint = o + out.view.nbytes() <= i || i + in.view.nbytes() <= o;
+  const bool same = o == i && out.view.nbytes() == in.view.nbytes() &&
+                    dtype_size(out.view.dtype) == dtype_size(in.view.dtype);
   EMBER_CHECK(disjoint || same,
-              "{}: output {} partly overlaps input {}; an output may only be exactly an input "
-              "of the same element size (in-place) or separate memory",
-              op, out.describe(), in.describe());
+              "{}: output {} ({}) partly overlaps input {} ({}); an output may only be exactly an "
+              "input of the same element size (in-place) or separate memory",
+              op, out.name, out.view.describe(), in.name, in.view.describe());
 }
 
 // Whether an optional operand was given: an absent one is a default TensorView (no data, no
@@ -61,15 +68,15 @@ inline bool present(const TensorView& t) {
   return t.data != nullptr || t.rank() > 0;
 }
 
-// For operands of different roles (a loss and the logits, labels and probabilities): no shared
-// memory at all.
-inline void check_disjoint(std::string_view op, const TensorView& out, const TensorView& in) {
-  if (out.nbytes() == 0 || in.nbytes() == 0) return;
-  const auto o = reinterpret_cast<std::uintptr_t>(out.data);
-  const auto i = reinterpret_cast<std::uintptr_t>(in.data);
-  EMBER_CHECK(o + out.nbytes() <= i || i + in.nbytes() <= o,
-              "{}: output {} shares memory with input {}; they must be separate", op,
-              out.describe(), in.describe());
+// For operands of different roles (a loss and the logits, labels and probabilities, two
+// outputs): no shared memory at all.
+inline void check_disjoint(std::string_view op, Operand out, Operand in) {
+  if (out.view.nbytes() == 0 || in.view.nbytes() == 0) return;
+  const auto o = reinterpret_cast<std::uintptr_t>(out.view.data);
+  const auto i = reinterpret_cast<std::uintptr_t>(in.view.data);
+  EMBER_CHECK(o + out.view.nbytes() <= i || i + in.view.nbytes() <= o,
+              "{}: {} ({}) shares memory with {} ({}); they must be separate", op, out.name,
+              out.view.describe(), in.name, in.view.describe());
 }
 
 // A one-element tensor of `dtype` (any rank: [], [1], [1, 1] ...), e.g. a loss or a total.

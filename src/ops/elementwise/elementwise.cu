@@ -34,11 +34,11 @@ using detail::SiluGrad;
 // out = f(x): same shape, float dtypes (they may differ), out exactly x or separate.
 void check_unary(std::string_view op, const Stream& stream, const TensorView& out,
                  std::string_view out_name, const TensorView& x, std::string_view x_name) {
-  detail::check_devices(op, stream, {&out, &x});
+  detail::check_devices(op, stream, {{out_name, out}, {x_name, x}});
   detail::check_floating(op, out_name, out);
   detail::check_floating(op, x_name, x);
-  detail::check_same_shape(op, out, x);
-  detail::check_overlap(op, out, x);
+  detail::check_same_shape(op, {out_name, out}, {x_name, x});
+  detail::check_overlap(op, {out_name, out}, {x_name, x});
 }
 
 // out = f(a, b): all three of one shape, float dtypes, out exactly an input or separate.
@@ -46,15 +46,15 @@ void check_binary(std::string_view op, const Stream& stream, const TensorView& o
                   std::string_view out_name, const TensorView& a, std::string_view a_name,
                   const TensorView& b, std::string_view b_name) {
   check_unary(op, stream, out, out_name, a, a_name);
-  detail::check_devices(op, stream, {&b});
+  detail::check_devices(op, stream, {{b_name, b}});
   detail::check_floating(op, b_name, b);
-  detail::check_same_shape(op, out, b);
-  detail::check_overlap(op, out, b);
+  detail::check_same_shape(op, {out_name, out}, {b_name, b});
+  detail::check_overlap(op, {out_name, out}, {b_name, b});
 }
 
 void check_bias(std::string_view op, const Stream& stream, const TensorView& bias,
                 const TensorView& x) {
-  detail::check_devices(op, stream, {&bias});
+  detail::check_devices(op, stream, {{"bias", bias}});
   detail::check_floating(op, "bias", bias);
   detail::check_rank(op, "bias", bias, 1);
   EMBER_CHECK(x.rank() >= 1 && x.shape[-1] == bias.shape[0],
@@ -109,11 +109,11 @@ float dropout_scale(std::string_view op, float p) {
 }
 
 void check_mask(std::string_view op, const Stream& stream, const TensorView& mask,
-                const TensorView& like) {
-  detail::check_devices(op, stream, {&mask});
+                const TensorView& like, std::string_view like_name) {
+  detail::check_devices(op, stream, {{"mask", mask}});
   EMBER_CHECK(is_floating(mask.dtype) || mask.dtype == DType::u8,
               "{}: mask {} must be u8 or a float dtype", op, mask.describe());
-  detail::check_same_shape(op, mask, like);
+  detail::check_same_shape(op, {"mask", mask}, {like_name, like});
 }
 
 // Between dtypes outside map's (i32, i64) or of one dtype, on the host: convert_host, through a
@@ -159,9 +159,9 @@ void scale_by(Stream& stream, const TensorView& out, const TensorView& x,
   EMBER_OP_RANGE("scale_by");
   constexpr std::string_view kOp = "ops::scale_by";
   check_unary(kOp, stream, out, "out", x, "x");
-  detail::check_devices(kOp, stream, {&factor});
+  detail::check_devices(kOp, stream, {{"factor", factor}});
   detail::check_scalar(kOp, "factor", factor, DType::f32);
-  detail::check_disjoint(kOp, out, factor);
+  detail::check_disjoint(kOp, {"out", out}, {"factor", factor});
   // Each element a row of one column, so that the factor broadcasts as a row vector.
   const Shape column{x.numel(), 1};
   run(kOp, stream, out.reshape(column), fn::Mul{}, x.reshape(column),
@@ -173,7 +173,7 @@ void bias_add(Stream& stream, const TensorView& out, const TensorView& x, const 
   constexpr std::string_view kOp = "ops::bias_add";
   check_unary(kOp, stream, out, "out", x, "x");
   check_bias(kOp, stream, bias, x);
-  detail::check_overlap(kOp, out, bias);
+  detail::check_overlap(kOp, {"out", out}, {"bias", bias});
   run(kOp, stream, out, fn::Add{}, x, ops::row(bias));
 }
 
@@ -228,12 +228,12 @@ void bias_activation_forward(Stream& stream, const TensorView& y, const TensorVi
   constexpr std::string_view kOp = "ops::bias_activation_forward";
   check_unary(kOp, stream, y, "y", x, "x");
   check_bias(kOp, stream, bias, x);
-  detail::check_overlap(kOp, y, bias);
+  detail::check_overlap(kOp, {"y", y}, {"bias", bias});
   const TensorView* saved = nullptr;
   if (detail::present(pre)) {
     check_unary(kOp, stream, pre, "pre", x, "x");
-    detail::check_overlap(kOp, pre, bias);
-    detail::check_disjoint(kOp, pre, y);  // two outputs: never the same memory
+    detail::check_overlap(kOp, {"pre", pre}, {"bias", bias});
+    detail::check_disjoint(kOp, {"pre", pre}, {"y", y});  // two outputs: never the same memory
     saved = &pre;
   }
   switch (act) {
@@ -258,23 +258,23 @@ void bias_activation_backward(Stream& stream, const TensorView& dx, const Tensor
               "saved by bias_activation_forward), but it is absent",
               kOp);
   if (has_pre) {
-    detail::check_devices(kOp, stream, {&pre});
+    detail::check_devices(kOp, stream, {{"pre", pre}});
     detail::check_floating(kOp, "pre", pre);
-    detail::check_same_shape(kOp, dx, pre);
-    detail::check_overlap(kOp, dx, pre);
+    detail::check_same_shape(kOp, {"dx", dx}, {"pre", pre});
+    detail::check_overlap(kOp, {"dx", dx}, {"pre", pre});
   }
   // The whole check before any work, so that a bad dbias leaves dx untouched too.
   const int64_t cols = dx.rank() >= 1 ? dx.shape[-1] : 1;
   const bool has_dbias = detail::present(dbias);
   if (has_dbias) {
-    detail::check_devices(kOp, stream, {&dbias});
+    detail::check_devices(kOp, stream, {{"dbias", dbias}});
     detail::check_dtype(kOp, "dbias", dbias, DType::f32);
     EMBER_CHECK(dx.rank() >= 1 && dbias.rank() == 1 && dbias.shape[0] == cols,
                 "{}: dbias must be [{}] (one sum per column of dx {}), not {}", kOp, cols,
                 dx.describe(), dbias.describe());
-    detail::check_disjoint(kOp, dbias, dx);
-    detail::check_disjoint(kOp, dbias, dy);
-    if (has_pre) detail::check_disjoint(kOp, dbias, pre);
+    detail::check_disjoint(kOp, {"dbias", dbias}, {"dx", dx});
+    detail::check_disjoint(kOp, {"dbias", dbias}, {"dy", dy});
+    if (has_pre) detail::check_disjoint(kOp, {"dbias", dbias}, {"pre", pre});
   }
   // The same functors as relu_backward, gelu_backward and cast: no new kernels.
   switch (act) {
@@ -302,9 +302,9 @@ void cast(Stream& stream, const TensorView& out, const TensorView& in) {
   EMBER_OP_RANGE("cast");
   constexpr std::string_view kOp = "ops::cast";
   mark_written(out);
-  detail::check_devices(kOp, stream, {&out, &in});
-  detail::check_same_shape(kOp, out, in);
-  detail::check_overlap(kOp, out, in);
+  detail::check_devices(kOp, stream, {{"out", out}, {"in", in}});
+  detail::check_same_shape(kOp, {"out", out}, {"in", in});
+  detail::check_overlap(kOp, {"out", out}, {"in", in});
   if (out.dtype != in.dtype && map_dtype(out.dtype) && map_dtype(in.dtype)) {
     run(kOp, stream, out, fn::Identity{}, in);
     return;
@@ -323,11 +323,11 @@ void cast(Stream& stream, const TensorView& out, const TensorView& in) {
 void cast_scaled(Stream& stream, const TensorView& out, const TensorView& in, float scale) {
   EMBER_OP_RANGE("cast_scaled");
   constexpr std::string_view kOp = "ops::cast_scaled";
-  detail::check_devices(kOp, stream, {&out, &in});
+  detail::check_devices(kOp, stream, {{"out", out}, {"in", in}});
   EMBER_CHECK(map_dtype(out.dtype), "{}: out {} must be f32, f16, bf16 or u8", kOp, out.describe());
   EMBER_CHECK(map_dtype(in.dtype), "{}: in {} must be f32, f16, bf16 or u8", kOp, in.describe());
-  detail::check_same_shape(kOp, out, in);
-  detail::check_overlap(kOp, out, in);
+  detail::check_same_shape(kOp, {"out", out}, {"in", in});
+  detail::check_overlap(kOp, {"out", out}, {"in", in});
   run(kOp, stream, out, fn::Scale{scale}, in);
 }
 
@@ -345,9 +345,9 @@ template <class F>
 void dropout_forward_with(std::string_view op, Stream& stream, const TensorView& y,
                           const TensorView& mask, const TensorView& x, const F& f) {
   check_unary(op, stream, y, "y", x, "x");
-  check_mask(op, stream, mask, x);
-  detail::check_disjoint(op, mask, x);
-  detail::check_disjoint(op, mask, y);
+  check_mask(op, stream, mask, x, "x");
+  detail::check_disjoint(op, {"mask", mask}, {"x", x});
+  detail::check_disjoint(op, {"mask", mask}, {"y", y});
   detail::map_named(op, stream, std::array<TensorView, 2>{y, mask}, with_index(f), x);
 }
 }  // namespace
@@ -365,7 +365,7 @@ void dropout_forward(Stream& stream, const TensorView& y, const TensorView& mask
                      uint64_t delta) {
   EMBER_OP_RANGE("dropout_forward");
   constexpr std::string_view kOp = "ops::dropout_forward";
-  detail::check_devices(kOp, stream, {&offset_counter});
+  detail::check_devices(kOp, stream, {{"offset_counter", offset_counter}});
   EMBER_CHECK(offset_counter.dtype == DType::i64 && offset_counter.numel() == 1,
               "{}: the offset counter {} must be one i64", kOp, offset_counter.describe());
   dropout_forward_with(
@@ -379,8 +379,8 @@ void dropout_backward(Stream& stream, const TensorView& dx, const TensorView& dy
   EMBER_OP_RANGE("dropout_backward");
   constexpr std::string_view kOp = "ops::dropout_backward";
   check_unary(kOp, stream, dx, "dx", dy, "dy");
-  check_mask(kOp, stream, mask, dy);
-  detail::check_overlap(kOp, dx, mask);
+  check_mask(kOp, stream, mask, dy, "dy");
+  detail::check_overlap(kOp, {"dx", dx}, {"mask", mask});
   run(kOp, stream, dx, fn::DropoutGrad{dropout_scale(kOp, p)}, dy, mask);
 }
 

@@ -43,17 +43,21 @@ int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
   for (size_t o = 0; o < n_outs; ++o) {
     const TensorView& out = outs[o];
     mark_written(out);
-    check_devices(op, stream, {&out});
+    const std::string name = "output " + std::to_string(o);
+    check_devices(op, stream, {{name, out}});
     check_map_dtype(op, "output", out);
     EMBER_CHECK(out.shape == shape, "{}: outputs differ in shape: {} vs {}", op, out.describe(),
                 outs[0].describe());
-    for (size_t p = 0; p < o; ++p) check_disjoint(op, out, outs[p]);
+    for (size_t p = 0; p < o; ++p) {
+      check_disjoint(op, {name, out}, {"output " + std::to_string(p), outs[p]});
+    }
   }
   for (size_t i = 0; i < n_ins; ++i) {
     const MapInputSpec& in = ins[i];
     if (in.kind == MapKind::scalar) continue;
     const TensorView& t = *in.view;
-    check_devices(op, stream, {&t});
+    const std::string name = std::string(kind_name(in.kind)) + " " + std::to_string(i);
+    check_devices(op, stream, {{name, t}});
     check_map_dtype(op, kind_name(in.kind), t);
     switch (in.kind) {
       case MapKind::tensor:
@@ -71,7 +75,9 @@ int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
                     "{}: column vector {} must be [{}], one value per row of {}", op, t.describe(),
                     rows, shape.to_string());
     }
-    for (size_t o = 0; o < n_outs; ++o) check_overlap(op, outs[o], t);
+    for (size_t o = 0; o < n_outs; ++o) {
+      check_overlap(op, {"output " + std::to_string(o), outs[o]}, {name, t});
+    }
   }
   return cols;
 }
@@ -105,7 +111,7 @@ const Shape& map_reduce_shape(std::string_view op, const MapInputSpec* ins, size
 
 void check_map_reduce_out(std::string_view op, const Stream& stream, const TensorView& out) {
   mark_written(out);
-  check_devices(op, stream, {&out});
+  check_devices(op, stream, {{"out", out}});
   check_floating(op, "out", out);
   EMBER_CHECK(out.numel() == 1, "{}: out must be one element, not {}", op, out.describe());
 }

@@ -60,12 +60,12 @@ detail::MatmulDims check_shapes(const TensorView& c, const TensorView& a, const 
 bool check_optional(Stream& stream, std::string_view name, const TensorView& t, const Shape& shape,
                     const TensorView& a, const TensorView& b) {
   if (!detail::present(t)) return false;
-  detail::check_devices(kOp, stream, {&t});
+  detail::check_devices(kOp, stream, {{name, t}});
   detail::check_floating(kOp, name, t);
   EMBER_CHECK(t.shape == shape, "{}: {} must be {}, not {}", kOp, name, shape.to_string(),
               t.describe());
-  detail::check_disjoint(kOp, t, a);
-  detail::check_disjoint(kOp, t, b);
+  detail::check_disjoint(kOp, {name, t}, {"a", a});
+  detail::check_disjoint(kOp, {name, t}, {"b", b});
   return true;
 }
 
@@ -80,7 +80,7 @@ const char* backend_name(MatmulBackend backend) {
 void matmul(Stream& stream, const TensorView& c, const TensorView& a, const TensorView& b,
             const MatmulOptions& options) {
   EMBER_OP_RANGE("matmul");
-  detail::check_devices(kOp, stream, {&c, &a, &b});
+  detail::check_devices(kOp, stream, {{"c", c}, {"a", a}, {"b", b}});
   mark_written(c);
   mark_written(options.pre_activation);
   mark_written(options.bias_grad);
@@ -90,27 +90,28 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
   EMBER_CHECK(a.dtype == b.dtype, "{}: A and B must have the same dtype, not {} and {}", kOp,
               a.describe(), b.describe());
   const detail::MatmulDims dims = check_shapes(c, a, b, options);
-  detail::check_disjoint(kOp, c, a);
-  detail::check_disjoint(kOp, c, b);
+  detail::check_disjoint(kOp, {"c", c}, {"a", a});
+  detail::check_disjoint(kOp, {"c", c}, {"b", b});
 
   if (detail::present(options.bias)) {
-    detail::check_devices(kOp, stream, {&options.bias});
+    detail::check_devices(kOp, stream, {{"bias", options.bias}});
     detail::check_floating(kOp, "bias", options.bias);
     EMBER_CHECK(options.bias.rank() == 1 && options.bias.shape[0] == dims.n,
                 "{}: bias must be [{}] to match C {}, not {}", kOp, dims.n, c.describe(),
                 options.bias.describe());
     // The epilogue's inputs are read while its outputs are written (tile by tile on the CPU).
-    detail::check_disjoint(kOp, c, options.bias);
-    detail::check_disjoint(kOp, options.pre_activation, options.bias);
+    detail::check_disjoint(kOp, {"c", c}, {"bias", options.bias});
+    detail::check_disjoint(kOp, {"pre_activation", options.pre_activation}, {"bias", options.bias});
   }
   if (check_optional(stream, "pre_activation", options.pre_activation, c.shape, a, b)) {
-    detail::check_disjoint(kOp, options.pre_activation, c);
+    detail::check_disjoint(kOp, {"pre_activation", options.pre_activation}, {"c", c});
   }
   const bool has_input =
       check_optional(stream, "activation_input", options.activation_input, c.shape, a, b);
   if (has_input) {
-    detail::check_disjoint(kOp, c, options.activation_input);
-    detail::check_disjoint(kOp, options.pre_activation, options.activation_input);
+    detail::check_disjoint(kOp, {"c", c}, {"activation_input", options.activation_input});
+    detail::check_disjoint(kOp, {"pre_activation", options.pre_activation},
+                           {"activation_input", options.activation_input});
   }
   EMBER_CHECK(has_input == (options.activation_grad != Activation::none),
               "{}: activation_grad and activation_input go together (activation_grad is {}, "
@@ -118,14 +119,16 @@ void matmul(Stream& stream, const TensorView& c, const TensorView& a, const Tens
               kOp, options.activation_grad == Activation::none ? "none" : "set",
               has_input ? options.activation_input.describe() : std::string("absent"));
   if (check_optional(stream, "residual", options.residual, c.shape, a, b)) {
-    detail::check_overlap(kOp, c, options.residual);  // residual may be C itself
-    detail::check_disjoint(kOp, options.pre_activation, options.residual);
+    detail::check_overlap(kOp, {"c", c},
+                          {"residual", options.residual});  // residual may be C itself
+    detail::check_disjoint(kOp, {"pre_activation", options.pre_activation},
+                           {"residual", options.residual});
   }
   if (detail::present(options.bias_grad)) {
     EMBER_CHECK(c.rank() == 2, "{}: bias_grad needs an unbatched product, but C is {}", kOp,
                 c.describe());
     check_optional(stream, "bias_grad", options.bias_grad, Shape{dims.m}, a, b);
-    detail::check_disjoint(kOp, options.bias_grad, c);
+    detail::check_disjoint(kOp, {"bias_grad", options.bias_grad}, {"c", c});
   }
 
   if (stream.device().is_cpu()) {

@@ -37,10 +37,10 @@ struct ScaledDifference {
 
 void check_inputs(std::string_view op, const Stream& stream, const TensorView& pred,
                   const TensorView& target) {
-  detail::check_devices(op, stream, {&pred, &target});
+  detail::check_devices(op, stream, {{"pred", pred}, {"target", target}});
   detail::check_floating(op, "pred", pred);
   detail::check_floating(op, "target", target);
-  detail::check_same_shape(op, pred, target);
+  detail::check_same_shape(op, {"pred", pred}, {"target", target});
 }
 
 }  // namespace
@@ -51,8 +51,8 @@ void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& 
   constexpr std::string_view kOp = "ops::mse_loss_forward";
   check_inputs(kOp, stream, pred, target);
   detail::check_map_reduce_out(kOp, stream, loss);
-  detail::check_disjoint(kOp, loss, pred);
-  detail::check_disjoint(kOp, loss, target);
+  detail::check_disjoint(kOp, {"loss", loss}, {"pred", pred});
+  detail::check_disjoint(kOp, {"loss", loss}, {"target", target});
   const int64_t n = pred.numel();
   if (n == 0) {  // the mean of nothing: 0 / 0, written in loss's dtype
     Tensor zero = Tensor::zeros({1}, DType::f32, stream);
@@ -75,11 +75,11 @@ void mse_loss_backward(Stream& stream, const TensorView& dpred, const TensorView
   EMBER_OP_RANGE("mse_loss_backward");
   constexpr std::string_view kOp = "ops::mse_loss_backward";
   check_inputs(kOp, stream, pred, target);
-  detail::check_devices(kOp, stream, {&dpred});
+  detail::check_devices(kOp, stream, {{"dpred", dpred}});
   detail::check_floating(kOp, "dpred", dpred);
-  detail::check_same_shape(kOp, dpred, pred);
-  detail::check_overlap(kOp, dpred, pred);
-  detail::check_overlap(kOp, dpred, target);
+  detail::check_same_shape(kOp, {"dpred", dpred}, {"pred", pred});
+  detail::check_overlap(kOp, {"dpred", dpred}, {"pred", pred});
+  detail::check_overlap(kOp, {"dpred", dpred}, {"target", target});
   const float scale = 2.0f * dloss / static_cast<float>(pred.numel());
   detail::map_named(kOp, stream, std::array<TensorView, 1>{dpred}, ScaledDifference{scale}, pred,
                     target);

@@ -18,7 +18,7 @@ namespace {
 void check_operands(std::string_view op, const Stream& stream, const TensorView& out,
                     const TensorView& x, bool total) {
   mark_written(out);
-  detail::check_devices(op, stream, {&out, &x});
+  detail::check_devices(op, stream, {{"out", out}, {"x", x}});
   if (total) {
     detail::check_scalar(op, "out", out, DType::f32);
   } else {
@@ -33,7 +33,7 @@ void sum(Stream& stream, const TensorView& out, const TensorView& x, const Reduc
   EMBER_OP_RANGE("sum");
   constexpr std::string_view kOp = "ops::sum";
   check_operands(kOp, stream, out, x, true);
-  detail::check_overlap(kOp, out, x);
+  detail::check_overlap(kOp, {"out", out}, {"x", x});
   if (stream.device().is_cpu()) return cpu::sum(out, x, options.accumulate);
 #if EMBER_WITH_CUDA
   cuda::sum(stream, out, x, options.accumulate);
@@ -57,7 +57,7 @@ void column_sums(Stream& stream, const TensorView& out, const TensorView& x,
   }
   EMBER_CHECK(out_ok, "{}: out must be [{}] (one sum per column of x), not {}; x is {}", kOp, cols,
               out.describe(), x.describe());
-  detail::check_overlap(kOp, out, x);
+  detail::check_overlap(kOp, {"out", out}, {"x", x});
   if (stream.device().is_cpu()) return cpu::column_sums(out, x, options.accumulate);
 #if EMBER_WITH_CUDA
   cuda::column_sums(stream, out, x, options.accumulate);
@@ -70,7 +70,7 @@ void max(Stream& stream, const TensorView& out, const TensorView& x) {
   check_operands(kOp, stream, out, x, true);
   EMBER_CHECK(x.numel() > 0, "{}: x {} is empty, and an empty tensor has no largest element", kOp,
               x.describe());
-  detail::check_overlap(kOp, out, x);
+  detail::check_overlap(kOp, {"out", out}, {"x", x});
   if (stream.device().is_cpu()) return cpu::max(out, x);
 #if EMBER_WITH_CUDA
   cuda::max(stream, out, x);
