@@ -93,7 +93,16 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
     fd_ = create_for_writing(target_, who, O_TRUNC);
     return;
   }
-  // A fresh name each try: O_EXCL never opens another writer's temporary or a planted link.
+  // Unnamed first (O_TMPFILE, where the file system has it and /proc/self/fd can name it for
+  // linkat): a writer killed before sync() leaves nothing behind. sync() names it.
+  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
+  if (::access("/proc/self/fd", X_OK) == 0) {
+    fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    unnamed_ = fd_ >= 0;
+    if (unnamed_) return;
+  }
+  // Else named from the start. A fresh name each try: O_EXCL never opens another writer's
+  // temporary or a planted link.
   for (int tries = 0; fd_ < 0; ++tries) {
     temporary_ = temporary_file_path(target_);
     fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -128,6 +137,24 @@ void FileWriter::finish() {
 void FileWriter::sync() {
   EMBER_CHECK(fd_ >= 0, "{}: '{}' is already {}", who_, path_.string(),
               synced_ ? "synced" : "finished");
+  if (unnamed_) {
+    // The written file gets its temporary name (commit() renames it into place).
+    const std::string self = fmt::format("/proc/self/fd/{}", fd_);
+    for (int tries = 0; temporary_.empty(); ++tries) {
+      const fs::path name = temporary_file_path(target_);
+      const bool linked =
+          ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0;
+      const int e = errno;
+      if (linked) {
+        temporary_ = name;
+      } else if (e != EEXIST || tries >= 8) {
+        ::close(std::exchange(fd_, -1));
+        EMBER_THROW("{}: cannot write '{}' (naming its temporary '{}'): {}", who_, path_.string(),
+                    name.string(), std::strerror(e));
+      }
+    }
+    unnamed_ = false;
+  }
   sync_and_close(std::exchange(fd_, -1), path_, who_);
   synced_ = true;
 }

@@ -20,7 +20,10 @@ namespace ember::train::durable {
 enum class WriteMode {
   // The file appears at `path` only whole: written as a temporary beside it
   // (temporary_file_path), fsynced, renamed over `path`, and the directory fsynced. A failed or
-  // interrupted write never destroys the file it would replace (a kill may leave the temporary).
+  // interrupted write never destroys the file it would replace. The temporary is unnamed while
+  // it is written (O_TMPFILE) and named only by sync(), so a writer killed before then leaves
+  // nothing behind; where the file system has no O_TMPFILE or /proc is not mounted, it is named
+  // from the start, and a kill leaves it.
   // A symlink is followed: its target is replaced. An existing `path` that is not a regular file
   // (a device, a FIFO), anything under /dev or /proc (/dev/stdout) and a symlink that does not
   // resolve are written in place, as in_place.
@@ -56,11 +59,12 @@ class FileWriter {
  private:
   std::filesystem::path path_;       // as given, for messages
   std::filesystem::path target_;     // where the bytes go: path_, a symlink resolved
-  std::filesystem::path temporary_;  // empty when written in place
+  std::filesystem::path temporary_;  // empty when written in place or still unnamed
   std::string who_;
   int fd_ = -1;
   int64_t written_ = 0;
   bool synced_ = false;
+  bool unnamed_ = false;  // an O_TMPFILE not linked yet
 };
 
 // Writes `bytes` to `path` (as FileWriter in `mode`) and fsyncs it: when this returns, the file

@@ -24,6 +24,7 @@
 #include "ember/train/sgd.hpp"
 #include "ember/train/training_state.hpp"
 #include "test_support.hpp"
+#include "train/durable_files.hpp"
 
 #define XXH_INLINE_ALL  // header-only: the checksum ember writes, without linking libxxhash
 #include <xxhash.h>
@@ -804,6 +805,53 @@ TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
   write_safetensors("/dev/null", small);
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
   testing::expect_error([&] { write_safetensors(dir.string(), small); }, "is a directory");
+  fs::remove_all(dir);
+}
+
+// A writer killed while it writes leaves the old file as it was and nothing beside it: the
+// temporary has no name until it is written and fsynced (O_TMPFILE on this file system).
+TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
+  const fs::path dir(fresh_dir("killed"));
+  fs::create_directories(dir);
+  const fs::path path = dir / "model.safetensors";
+  StateDict small;
+  small.insert("w", Tensor::from_vector<float>({1, 2, 3}, {3}));
+  write_safetensors(path.string(), small);
+  const std::string before = read_whole_file(path.string());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    train::durable::FileWriter file(path, "probe");
+    const std::string chunk(1 << 20, 'x');
+    file.write(chunk.data(), chunk.size());
+    ::kill(::getpid(), SIGKILL);  // killed mid-write, before sync()
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_EQ(read_whole_file(path.string()), before);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});
+  // Synced and committed, the file is replaced, named on the way (sync) and renamed (commit).
+  {
+    train::durable::FileWriter file(path, "probe");
+    file.write("new", 3);
+    file.sync();
+    names.clear();
+    for (const auto& e : fs::directory_iterator(dir)) {
+      names.push_back(e.path().filename().string());
+    }
+    EXPECT_EQ(names.size(), 2u);  // the file and its named temporary
+    file.commit();
+    testing::expect_error([&] { file.commit(); },
+                          "probe: '" + path.string() + "' is already finished");
+  }
+  EXPECT_EQ(read_whole_file(path.string()), "new");
+  names.clear();
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});
   fs::remove_all(dir);
 }
 
