@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -73,21 +74,18 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
   std::error_code error;
   const fs::file_status status = fs::status(path, error);  // follows symlinks
   EMBER_CHECK(!fs::is_directory(status), "{}: '{}' is a directory", who, path.string());
-  // Written in place: an existing file that is not a regular one (a device, a FIFO), anything
-  // under /dev or /proc (/dev/stdout is a link to whatever stdout is, a file too), and a
-  // symlink that does not resolve (no old file to keep; the open creates its target). Else a
-  // symlink is resolved: its target is replaced and the link stays.
+  // Written in place: an existing file that is not a regular one (a device, a FIFO), and
+  // anything under /dev or /proc (/dev/stdout is a link to whatever stdout is, a file too).
+  // Else a symlink is followed, also one whose target does not exist yet: its target is
+  // replaced (or created) and the link stays.
   const std::string given = path.string();
-  bool in_place = mode == WriteMode::in_place || given.starts_with("/dev/") ||
-                  given.starts_with("/proc/") ||
-                  (fs::exists(status) && !fs::is_regular_file(status));
+  const bool in_place = mode == WriteMode::in_place || given.starts_with("/dev/") ||
+                        given.starts_with("/proc/") ||
+                        (fs::exists(status) && !fs::is_regular_file(status));
   if (!in_place && fs::is_symlink(fs::symlink_status(path, error))) {
-    const fs::path resolved = fs::canonical(path, error);
-    if (error) {
-      in_place = true;
-    } else {
-      target_ = resolved;
-    }
+    target_ = final_target(path);
+    EMBER_CHECK(!fs::is_symlink(fs::symlink_status(target_, error)),
+                "{}: cannot write '{}': too many levels of symbolic links", who, path.string());
   }
   if (in_place) {
     fd_ = create_for_writing(target_, who, O_TRUNC);
@@ -97,7 +95,7 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
   // linkat): a writer killed before sync() leaves nothing behind. sync() names it.
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   if (::access("/proc/self/fd", X_OK) == 0) {
-    fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);  // read: name_unnamed()
     unnamed_ = fd_ >= 0;
     if (unnamed_) return;
   }
@@ -137,26 +135,51 @@ void FileWriter::finish() {
 void FileWriter::sync() {
   EMBER_CHECK(fd_ >= 0, "{}: '{}' is already {}", who_, path_.string(),
               synced_ ? "synced" : "finished");
-  if (unnamed_) {
-    // The written file gets its temporary name (commit() renames it into place).
-    const std::string self = fmt::format("/proc/self/fd/{}", fd_);
-    for (int tries = 0; temporary_.empty(); ++tries) {
-      const fs::path name = temporary_file_path(target_);
-      const bool linked =
-          ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0;
-      const int e = errno;
-      if (linked) {
-        temporary_ = name;
-      } else if (e != EEXIST || tries >= 8) {
-        ::close(std::exchange(fd_, -1));
-        EMBER_THROW("{}: cannot write '{}' (naming its temporary '{}'): {}", who_, path_.string(),
-                    name.string(), std::strerror(e));
-      }
-    }
-    unnamed_ = false;
-  }
+  if (unnamed_) name_unnamed();
   sync_and_close(std::exchange(fd_, -1), path_, who_);
   synced_ = true;
+}
+
+void FileWriter::name_unnamed() {
+  unnamed_ = false;
+  const std::string self = fmt::format("/proc/self/fd/{}", fd_);
+  for (int tries = 0; temporary_.empty(); ++tries) {
+    const fs::path name = temporary_file_path(target_);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      temporary_ = name;
+    } else if (errno != EEXIST || tries >= 8) {
+      break;
+    }
+  }
+  if (!temporary_.empty()) return;
+  // linkat refused (a sandbox that does not allow it): the bytes go to a named temporary.
+  const int unnamed = std::exchange(fd_, -1);
+  for (int tries = 0; fd_ < 0; ++tries) {
+    temporary_ = temporary_file_path(target_);
+    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const int e = errno;
+    if (fd_ < 0 && (e != EEXIST || tries >= 8)) {
+      temporary_.clear();
+      ::close(unnamed);
+      EMBER_THROW("{}: cannot write '{}' (as its temporary): {}", who_, path_.string(),
+                  std::strerror(e));
+    }
+  }
+  std::vector<char> buffer(size_t{1} << 20);
+  int64_t copied = 0;
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(unnamed, buffer.data(), buffer.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    const int e = n < 0 ? errno : write_all(fd_, buffer.data(), static_cast<size_t>(n), copied);
+    if (e != 0) {
+      ::close(unnamed);
+      EMBER_THROW("{}: writing '{}' failed after {} bytes: {}", who_, path_.string(), copied,
+                  std::strerror(e));
+    }
+    if (n == 0) break;
+    at += n;
+  }
+  ::close(unnamed);
 }
 
 void FileWriter::commit() {
@@ -191,6 +214,18 @@ void fsync_directory(const fs::path& dir, std::string_view who) {
   EMBER_CHECK(opened, "{}: cannot open directory '{}': {}", who, dir.string(), std::strerror(e));
   EMBER_CHECK(e == 0, "{}: fsync of directory '{}' failed: {}", who, dir.string(),
               std::strerror(e));
+}
+
+fs::path final_target(const fs::path& path) {
+  fs::path p = path;
+  std::error_code error;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, error)); ++hops) {
+    const fs::path to = fs::read_symlink(p, error);
+    if (error) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  const fs::path resolved = fs::weakly_canonical(p, error);
+  return error ? p.lexically_normal() : resolved;
 }
 
 fs::path temporary_path(const fs::path& final_path) {

@@ -24,9 +24,10 @@ enum class WriteMode {
   // it is written (O_TMPFILE) and named only by sync(), so a writer killed before then leaves
   // nothing behind; where the file system has no O_TMPFILE or /proc is not mounted, it is named
   // from the start, and a kill leaves it.
-  // A symlink is followed: its target is replaced. An existing `path` that is not a regular file
-  // (a device, a FIFO), anything under /dev or /proc (/dev/stdout) and a symlink that does not
-  // resolve are written in place, as in_place.
+  // A symlink is followed, also one whose target does not exist yet (final_target): its target
+  // is replaced or created, and the link stays. An existing `path` that is not a regular file (a
+  // device, a FIFO) and anything under /dev or /proc (/dev/stdout) are written in place, as
+  // in_place.
   replace,
   // Created or truncated at `path` itself and fsynced: for files in a directory that is itself
   // renamed into place when complete (a saved state's), where a rename per file adds nothing.
@@ -57,6 +58,10 @@ class FileWriter {
   int64_t bytes_written() const { return written_; }
 
  private:
+  // Gives the unnamed temporary its name (linkat through /proc/self/fd), or copies it to a named
+  // one where linkat is refused.
+  void name_unnamed();
+
   std::filesystem::path path_;       // as given, for messages
   std::filesystem::path target_;     // where the bytes go: path_, a symlink resolved
   std::filesystem::path temporary_;  // empty when written in place or still unnamed
@@ -71,6 +76,10 @@ class FileWriter {
 // is on the disk.
 void write_file(const std::filesystem::path& path, std::string_view bytes, std::string_view who,
                 WriteMode mode = WriteMode::replace);
+
+// The file that writing `path` writes: its symlinks followed (at most 40), also to a target that
+// does not exist yet, made absolute and normal where its directory exists.
+std::filesystem::path final_target(const std::filesystem::path& path);
 
 // fsyncs a directory: the entries created, renamed or removed in it are on the disk.
 void fsync_directory(const std::filesystem::path& dir, std::string_view who);

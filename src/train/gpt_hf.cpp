@@ -181,10 +181,8 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
                             {"embd_pdrop", 0.0},          {"attn_pdrop", 0.0},
                             {"tie_word_embeddings", true}};
   const std::filesystem::path file = std::filesystem::path(path).parent_path() / "config.json";
-  std::error_code error_a, error_b;
-  EMBER_CHECK(std::filesystem::weakly_canonical(path, error_a) !=
-                      std::filesystem::weakly_canonical(file, error_b) ||
-                  error_a || error_b,
+  // The files the two writes would write, symlinks followed (also dangling ones).
+  EMBER_CHECK(durable::final_target(path) != durable::final_target(file),
               "save_gpt_hf: '{}' is the config.json beside it: name the weights otherwise "
               "(model.safetensors)",
               path);

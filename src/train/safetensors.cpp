@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -186,11 +187,11 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
   // JSON keeps the last of two equal keys: a key given twice in one object (a tensor's name, an
   // entry's "dtype", a metadata key) is found while parsing.
   std::vector<std::set<std::string>> keys;  // of each open object, innermost last
-  std::string twice;
+  std::optional<std::string> twice;         // the first key given twice ("" is a key too)
   const auto note_keys = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) keys.emplace_back();
     if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == json::parse_event_t::key && twice.empty() && !keys.empty() &&
+    if (event == json::parse_event_t::key && !twice && !keys.empty() &&
         !keys.back().insert(parsed.get<std::string>()).second) {
       twice = parsed.get<std::string>();
     }
@@ -203,9 +204,8 @@ Safetensors decode_safetensors(std::span<const uint8_t> bytes, std::string_view 
     EMBER_THROW("safetensors '{}': the header is not valid JSON: {}", name, e.what());
   }
   EMBER_CHECK(header.is_object(), "safetensors '{}': the header is not a JSON object", name);
-  EMBER_CHECK(twice.empty(),
-              "safetensors '{}': the key '{}' appears twice in one object of the header", name,
-              twice);
+  EMBER_CHECK(!twice, "safetensors '{}': the key '{}' appears twice in one object of the header",
+              name, twice.value_or(""));
   const uint64_t data_size = bytes.size() - 8 - n;
   const uint8_t* data = bytes.data() + 8 + n;
   Safetensors out;

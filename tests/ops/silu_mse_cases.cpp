@@ -195,7 +195,9 @@ TEST_P(MSELoss, EdgeCasesAndErrors) {
       [&] { ops::mse_loss_forward(s, loss, on(Tensor::zeros({3})), on(Tensor::zeros({4}))); },
       "ops::mse_loss_forward");
   expect_error([&] { ops::mse_loss_forward(s, on(Tensor::empty({2})), p, p); },
-               "ops::mse_loss_forward");
+               "ops::mse_loss_forward: loss must be one element, not f32[2]");
+  expect_error([&] { ops::mse_loss_forward(s, TensorView{}, p, p); },
+               "ops::mse_loss_forward: loss (f32[]");
   expect_error(
       [&] {
         ops::mse_loss_forward(s, loss, on(Tensor::zeros({2}, DType::i32)), on(Tensor::zeros({2})));

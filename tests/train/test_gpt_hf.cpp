@@ -3,9 +3,11 @@
 // "transformer." prefix, bf16, mask buffers, a tied lm_head) loading exactly, the configuration
 // read from a file, and the files of other models refused with every problem named.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -120,6 +122,37 @@ TEST(GptHf, SaveReplacesTheWeightsAndTheConfigTogether) {
                "save_gpt_hf: '" + dir.file("config.json") +
                    "' is the config.json beside it: name the weights otherwise");
   EXPECT_FALSE(fs::exists(dir.file("config.json")));
+  // Not through a symlink either, also one whose target does not exist yet.
+  fs::create_symlink("config.json", dir.file("link.safetensors"));
+  expect_error(
+      [&] { train::save_gpt_hf(dir.file("link.safetensors"), *train::make_gpt(other), other); },
+      "is the config.json beside it");
+  fs::remove(dir.file("link.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.file("config.json")));
+  // A config.json that links to a file not there yet: a failed save (the weights over a size
+  // limit) does not create it; a save that works does, and the link stays.
+  fs::create_symlink("elsewhere.json", dir.file("config.json"));
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limit = saved;
+  limit.rlim_cur = 1000;  // bytes: the weights take more
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::string error;
+  try {
+    train::save_gpt_hf(weights, *train::make_gpt(other), other);
+  } catch (const ember::Error& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  EXPECT_EQ(bytes_of(weights), old_weights);
+  EXPECT_FALSE(fs::exists(dir.file("elsewhere.json")));
+  train::save_gpt_hf(weights, *train::make_gpt(other), other);
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir.file("config.json"))));
+  EXPECT_TRUE(fs::is_regular_file(dir.file("elsewhere.json")));
+  fs::remove(dir.file("config.json"));
   // A later save replaces both.
   train::save_gpt_hf(weights, *train::make_gpt(other), other);
   EXPECT_NE(bytes_of(weights), old_weights);

@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -28,6 +31,22 @@
 
 #define XXH_INLINE_ALL  // header-only: the checksum ember writes, without linking libxxhash
 #include <xxhash.h>
+
+// linkat for the whole test binary (the library's calls come here): the real one, unless a test
+// refuses it, as a sandbox may, to take FileWriter's copying path.
+namespace {
+std::atomic<bool> refuse_linkat{false};
+std::atomic<int> linkat_calls{0};
+}  // namespace
+extern "C" int linkat(int from_dir, const char* from, int to_dir, const char* to,
+                      int flags) noexcept {
+  linkat_calls.fetch_add(1);
+  if (refuse_linkat.load()) {
+    errno = EPERM;
+    return -1;
+  }
+  return static_cast<int>(::syscall(SYS_linkat, from_dir, from, to_dir, to, flags));
+}
 
 namespace ember::train {
 namespace {
@@ -747,6 +766,8 @@ TEST(Safetensors, MalformedFilesAreErrors) {
       8));
   EXPECT_EQ(fine.tensors.size(), 2u);
   EXPECT_EQ(fine.metadata.at("a"), "x");
+  testing::expect_error([&] { decode(file(R"({"__metadata__":{"":"1","":"2"}})", 0)); },
+                        "the key '' appears twice in one object of the header");
   testing::expect_error(
       [&] { decode(file(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)); },
       "a tensor has an empty name");
@@ -795,7 +816,7 @@ TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "model.safetensors"}));
-  // A dangling symlink: written in place, which creates its target; the link stays.
+  // A dangling symlink: its target is created (whole, by rename); the link stays.
   const fs::path dangling = dir / "dangling.safetensors";
   fs::create_symlink("created.safetensors", dangling);
   write_safetensors(dangling.string(), small);
@@ -849,6 +870,21 @@ TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
                           "probe: '" + path.string() + "' is already finished");
   }
   EXPECT_EQ(read_whole_file(path.string()), "new");
+  // Where linkat is refused, the written bytes are copied to a named temporary instead.
+  const int calls = linkat_calls.load();
+  refuse_linkat = true;
+  try {
+    train::durable::FileWriter file(path, "probe");
+    const std::string bytes(3 << 20, 'y');  // more than one copy buffer
+    file.write(bytes.data(), bytes.size());
+    file.finish();
+  } catch (...) {
+    refuse_linkat = false;
+    throw;
+  }
+  refuse_linkat = false;
+  EXPECT_GT(linkat_calls.load(), calls);  // the library's call came here
+  EXPECT_EQ(read_whole_file(path.string()), std::string(3 << 20, 'y'));
   names.clear();
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});

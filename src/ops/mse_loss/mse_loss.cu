@@ -50,6 +50,10 @@ void mse_loss_forward(Stream& stream, const TensorView& loss, const TensorView& 
   EMBER_OP_RANGE("mse_loss_forward");
   constexpr std::string_view kOp = "ops::mse_loss_forward";
   check_inputs(kOp, stream, pred, target);
+  // map_reduce's own check calls it "out": the user's name first.
+  detail::check_devices(kOp, stream, {{"loss", loss}});
+  detail::check_floating(kOp, "loss", loss);
+  EMBER_CHECK(loss.numel() == 1, "{}: loss must be one element, not {}", kOp, loss.describe());
   detail::check_map_reduce_out(kOp, stream, loss);
   detail::check_disjoint(kOp, {"loss", loss}, {"pred", pred});
   detail::check_disjoint(kOp, {"loss", loss}, {"target", target});
