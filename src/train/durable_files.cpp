@@ -143,24 +143,35 @@ void FileWriter::sync() {
 void FileWriter::name_unnamed() {
   unnamed_ = false;
   const std::string self = fmt::format("/proc/self/fd/{}", fd_);
+  int link_error = 0;
   for (int tries = 0; temporary_.empty(); ++tries) {
     const fs::path name = temporary_file_path(target_);
     if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
       temporary_ = name;
-    } else if (errno != EEXIST || tries >= 8) {
+    } else if (link_error = errno; link_error != EEXIST || tries >= 8) {
       break;
     }
   }
   if (!temporary_.empty()) return;
-  // linkat refused (a sandbox that does not allow it): the bytes go to a named temporary.
-  const int unnamed = std::exchange(fd_, -1);
+  // Only where linkat is refused (a sandbox that does not allow it) are the bytes copied to a
+  // named temporary; a full disk or an I/O error is an Error as it is.
+  const bool refused = link_error == EPERM || link_error == EACCES || link_error == ENOSYS ||
+                       link_error == EOPNOTSUPP || link_error == EXDEV || link_error == ENOENT;
+  if (!refused) {
+    ::close(std::exchange(fd_, -1));
+    EMBER_THROW("{}: cannot write '{}' (naming its temporary): {}", who_, path_.string(),
+                std::strerror(link_error));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } unnamed{std::exchange(fd_, -1)};
   for (int tries = 0; fd_ < 0; ++tries) {
     temporary_ = temporary_file_path(target_);
     fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     const int e = errno;
     if (fd_ < 0 && (e != EEXIST || tries >= 8)) {
       temporary_.clear();
-      ::close(unnamed);
       EMBER_THROW("{}: cannot write '{}' (as its temporary): {}", who_, path_.string(),
                   std::strerror(e));
     }
@@ -168,18 +179,17 @@ void FileWriter::name_unnamed() {
   std::vector<char> buffer(size_t{1} << 20);
   int64_t copied = 0;
   for (off_t at = 0;;) {
-    const ssize_t n = ::pread(unnamed, buffer.data(), buffer.size(), at);
+    const ssize_t n = ::pread(unnamed.fd, buffer.data(), buffer.size(), at);
     if (n < 0 && errno == EINTR) continue;
     const int e = n < 0 ? errno : write_all(fd_, buffer.data(), static_cast<size_t>(n), copied);
     if (e != 0) {
-      ::close(unnamed);
+      ::close(std::exchange(fd_, -1));  // a partial copy is never synced (the destructor unlinks)
       EMBER_THROW("{}: writing '{}' failed after {} bytes: {}", who_, path_.string(), copied,
                   std::strerror(e));
     }
     if (n == 0) break;
     at += n;
   }
-  ::close(unnamed);
 }
 
 void FileWriter::commit() {
@@ -217,15 +227,16 @@ void fsync_directory(const fs::path& dir, std::string_view who) {
 }
 
 fs::path final_target(const fs::path& path) {
-  fs::path p = path;
   std::error_code error;
+  fs::path p = fs::absolute(path, error);
+  if (error) p = path;
   for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, error)); ++hops) {
     const fs::path to = fs::read_symlink(p, error);
     if (error) break;
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
   const fs::path resolved = fs::weakly_canonical(p, error);
-  return error ? p.lexically_normal() : resolved;
+  return error ? p.lexically_normal() : resolved.lexically_normal();
 }
 
 fs::path temporary_path(const fs::path& final_path) {

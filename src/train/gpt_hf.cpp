@@ -186,9 +186,9 @@ void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& conf
               "save_gpt_hf: '{}' is the config.json beside it: name the weights otherwise "
               "(model.safetensors)",
               path);
-  // Both written and on the disk before either replaces its old file: a failure (a full disk, a
-  // config.json that cannot be written) leaves the old pair as it was, not new weights beside an
-  // old config.
+  // Both written and on the disk before either replaces its old file: a failure meanwhile (a
+  // full disk, a config.json that cannot be written) leaves the old pair as it was, not new
+  // weights beside an old config. Only the two renames come after.
   durable::FileWriter weights(path, "save_gpt_hf");
   durable::FileWriter settings(file, "save_gpt_hf");
   write_safetensors(weights, out, {{"format", "pt"}});

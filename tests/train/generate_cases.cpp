@@ -158,6 +158,7 @@ TEST_P(GenerateTest, BadOptionsAndACacheInTrainingAreErrors) {
     }
     expect_error([&] { (void)train::generate(*broken, {1}, {.context = 24, .top_k = 5}, s); },
                  "generate: the model's logit of token 0 is nan");
+    EXPECT_TRUE(broken->is_training());  // restored after an Error while sampling
   }
   // A cache used wrongly: a forward without advance(), an advance() without a forward, a cache
   // another model filled. Each is an Error, not attention over stale or uninitialized rows.

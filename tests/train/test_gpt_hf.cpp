@@ -6,6 +6,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "ember/train/residual_mlp.hpp"
 #include "ember/train/safetensors.hpp"
 #include "test_support.hpp"
+#include "train/linkat_hook.hpp"
 
 namespace {
 
@@ -38,7 +41,10 @@ train::GptConfig tiny(uint64_t seed, int64_t layers = 2, int64_t dim = 16) {
 
 struct Dir {
   fs::path path = fs::temp_directory_path() / fmt::format("ember_gpt_hf_{}", ::getpid());
-  Dir() { fs::create_directories(path); }
+  Dir() {
+    fs::remove_all(path);  // a crashed run's, under a reused pid
+    fs::create_directories(path);
+  }
   ~Dir() { fs::remove_all(path); }
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
@@ -93,6 +99,27 @@ StateDict hand_written_hf(nn::Module& model, int64_t layers, DType dtype) {
   return out;
 }
 
+// RLIMIT_FSIZE for a scope, SIGXFSZ ignored: writes past `bytes` fail with EFBIG.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) : previous_(std::signal(SIGXFSZ, SIG_IGN)) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &saved_), 0);
+    struct rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  struct rlimit saved_ {};
+  void (*previous_)(int);
+};
+
 // The weights and config.json replace their old versions together: when config.json cannot be
 // written, the weights are not replaced either (before, they were, beside the old config), and
 // nothing temporary stays behind. The weights cannot be that config.json.
@@ -112,11 +139,15 @@ TEST(GptHf, SaveReplacesTheWeightsAndTheConfigTogether) {
   expect_error([&] { train::save_gpt_hf(weights, *train::make_gpt(other), other); },
                "save_gpt_hf: '" + dir.file("config.json") + "' is a directory");
   EXPECT_EQ(bytes_of(weights), old_weights);
-  for (const auto& entry : fs::directory_iterator(dir.path)) {
-    EXPECT_TRUE(entry.path().filename() == "model.safetensors" ||
-                entry.path().filename() == "config.json")
-        << entry.path();
-  }
+  const auto names_only = [&](std::vector<std::string> want) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir.path)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, want);
+  };
+  names_only({"config.json", "model.safetensors"});
   fs::remove(dir.file("config.json"));
   expect_error([&] { train::save_gpt_hf(dir.file("config.json"), *train::make_gpt(other), other); },
                "save_gpt_hf: '" + dir.file("config.json") +
@@ -132,27 +163,29 @@ TEST(GptHf, SaveReplacesTheWeightsAndTheConfigTogether) {
   // A config.json that links to a file not there yet: a failed save (the weights over a size
   // limit) does not create it; a save that works does, and the link stays.
   fs::create_symlink("elsewhere.json", dir.file("config.json"));
-  struct rlimit saved {};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit limit = saved;
-  limit.rlim_cur = 1000;  // bytes: the weights take more
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
-  std::string error;
-  try {
-    train::save_gpt_hf(weights, *train::make_gpt(other), other);
-  } catch (const ember::Error& e) {
-    error = e.what();
+  {
+    const FileSizeLimit limit(1000);  // bytes: the weights take more
+    expect_error([&] { train::save_gpt_hf(weights, *train::make_gpt(other), other); },
+                 "File too large");
   }
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);
-  std::signal(SIGXFSZ, previous);
-  EXPECT_NE(error.find("File too large"), std::string::npos) << error;
   EXPECT_EQ(bytes_of(weights), old_weights);
   EXPECT_FALSE(fs::exists(dir.file("elsewhere.json")));
   train::save_gpt_hf(weights, *train::make_gpt(other), other);
   EXPECT_TRUE(fs::is_symlink(fs::symlink_status(dir.file("config.json"))));
   EXPECT_TRUE(fs::is_regular_file(dir.file("elsewhere.json")));
   fs::remove(dir.file("config.json"));
+  fs::remove(dir.file("elsewhere.json"));
+  // Both are on the disk before either is renamed: when the config's temporary cannot be named
+  // (the second linkat fails, after the weights' has worked), the weights are not replaced either.
+  train::save_gpt_hf(weights, *train::make_gpt(tiny(3)), tiny(3));
+  if (ember::testing::unnamed_temporaries_in(dir.path)) {
+    const ember::testing::FailingLinkat second(EIO, /*successes=*/1);
+    expect_error([&] { train::save_gpt_hf(weights, *train::make_gpt(other), other); },
+                 "save_gpt_hf: cannot write '" + dir.file("config.json") +
+                     "' (naming its temporary): Input/output error");
+  }
+  EXPECT_EQ(bytes_of(weights), old_weights);
+  names_only({"config.json", "model.safetensors"});
   // A later save replaces both.
   train::save_gpt_hf(weights, *train::make_gpt(other), other);
   EXPECT_NE(bytes_of(weights), old_weights);

@@ -5,11 +5,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -28,25 +26,10 @@
 #include "ember/train/training_state.hpp"
 #include "test_support.hpp"
 #include "train/durable_files.hpp"
+#include "train/linkat_hook.hpp"
 
 #define XXH_INLINE_ALL  // header-only: the checksum ember writes, without linking libxxhash
 #include <xxhash.h>
-
-// linkat for the whole test binary (the library's calls come here): the real one, unless a test
-// refuses it, as a sandbox may, to take FileWriter's copying path.
-namespace {
-std::atomic<bool> refuse_linkat{false};
-std::atomic<int> linkat_calls{0};
-}  // namespace
-extern "C" int linkat(int from_dir, const char* from, int to_dir, const char* to,
-                      int flags) noexcept {
-  linkat_calls.fetch_add(1);
-  if (refuse_linkat.load()) {
-    errno = EPERM;
-    return -1;
-  }
-  return static_cast<int>(::syscall(SYS_linkat, from_dir, from, to_dir, to, flags));
-}
 
 namespace ember::train {
 namespace {
@@ -834,6 +817,10 @@ TEST(Safetensors, AFailedWriteKeepsTheFileItWouldReplace) {
 TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
   const fs::path dir(fresh_dir("killed"));
   fs::create_directories(dir);
+  if (!testing::unnamed_temporaries_in(dir)) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << "no O_TMPFILE or /proc here: the temporary is named from the start";
+  }
   const fs::path path = dir / "model.safetensors";
   StateDict small;
   small.insert("w", Tensor::from_vector<float>({1, 2, 3}, {3}));
@@ -842,11 +829,14 @@ TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    train::durable::FileWriter file(path, "probe");
-    const std::string chunk(1 << 20, 'x');
-    file.write(chunk.data(), chunk.size());
-    ::kill(::getpid(), SIGKILL);  // killed mid-write, before sync()
-    ::_exit(0);
+    try {
+      train::durable::FileWriter file(path, "probe");
+      const std::string chunk(1 << 20, 'x');
+      file.write(chunk.data(), chunk.size());
+      ::kill(::getpid(), SIGKILL);  // killed mid-write, before sync()
+    } catch (...) {
+    }
+    ::_exit(2);  // never back into the test runner
   }
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -871,20 +861,24 @@ TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
   }
   EXPECT_EQ(read_whole_file(path.string()), "new");
   // Where linkat is refused, the written bytes are copied to a named temporary instead.
-  const int calls = linkat_calls.load();
-  refuse_linkat = true;
-  try {
+  const int calls = testing::linkat_calls();
+  {
+    const testing::FailingLinkat refused(EPERM);
     train::durable::FileWriter file(path, "probe");
     const std::string bytes(3 << 20, 'y');  // more than one copy buffer
     file.write(bytes.data(), bytes.size());
     file.finish();
-  } catch (...) {
-    refuse_linkat = false;
-    throw;
   }
-  refuse_linkat = false;
-  EXPECT_GT(linkat_calls.load(), calls);  // the library's call came here
+  EXPECT_GT(testing::linkat_calls(), calls);  // the library's call came here
   EXPECT_EQ(read_whole_file(path.string()), std::string(3 << 20, 'y'));
+  // Any other failure to name it (a disk error) is an Error, and nothing is left.
+  {
+    const testing::FailingLinkat failing(EIO);
+    train::durable::FileWriter file(path, "probe");
+    file.write("lost", 4);
+    testing::expect_error([&] { file.sync(); }, "probe: cannot write '" + path.string() +
+                                                    "' (naming its temporary): Input/output error");
+  }
   names.clear();
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});

@@ -31,8 +31,8 @@ namespace ember::train {
 // "transformer.", metadata {"format": "pt"}), and config.json beside it (as save_pretrained
 // does: transformers needs it, and it holds the heads, which no tensor shows). `config` is the
 // model's (a shape that disagrees with the model is an Error). The two replace their old versions
-// together: both are written and fsynced before either is renamed into place, so a failed save
-// leaves the old pair. `path` may not be that config.json.
+// together: both are written and fsynced before either is renamed into place, so a save that
+// fails before the renames (a full disk) leaves the old pair. `path` may not be that config.json.
 void save_gpt_hf(const std::string& path, nn::Module& gpt, const GptConfig& config);
 
 // Loads `path` into a make_gpt model. Accepted: F32, F16 or BF16 tensors, names with or without

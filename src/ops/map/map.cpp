@@ -1,5 +1,8 @@
 // ops::map's argument checks and the small non-template helpers of map.hpp.
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <string_view>
 
@@ -25,6 +28,26 @@ const char* kind_name(MapKind kind) {
   return enum_name(kind, kNames);
 }
 
+// An operand's name in messages ("output 1", "row vector 2"), made without allocating: the
+// checks run on every map call.
+class OperandName {
+ public:
+  OperandName(std::string_view kind, size_t index) {
+    const size_t n = std::min(kind.size(), sizeof(text_) - 22);
+    std::memcpy(text_, kind.data(), n);
+    text_[n] = ' ';
+    const char* end = std::to_chars(text_ + n + 1, text_ + sizeof(text_), index).ptr;
+    view = std::string_view(text_, static_cast<size_t>(end - text_));
+  }
+  OperandName(const OperandName&) = delete;
+  OperandName& operator=(const OperandName&) = delete;
+
+  std::string_view view;
+
+ private:
+  char text_[40];
+};
+
 size_t load_bytes(DType dtype) {  // the kernels' chunk load granularity
   return dtype == DType::u8 ? 8 : 16;
 }
@@ -43,21 +66,21 @@ int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
   for (size_t o = 0; o < n_outs; ++o) {
     const TensorView& out = outs[o];
     mark_written(out);
-    const std::string name = "output " + std::to_string(o);
-    check_devices(op, stream, {{name, out}});
+    const OperandName name("output", o);
+    check_devices(op, stream, {{name.view, out}});
     check_map_dtype(op, "output", out);
     EMBER_CHECK(out.shape == shape, "{}: outputs differ in shape: {} vs {}", op, out.describe(),
                 outs[0].describe());
     for (size_t p = 0; p < o; ++p) {
-      check_disjoint(op, {name, out}, {"output " + std::to_string(p), outs[p]});
+      check_disjoint(op, {name.view, out}, {OperandName("output", p).view, outs[p]});
     }
   }
   for (size_t i = 0; i < n_ins; ++i) {
     const MapInputSpec& in = ins[i];
     if (in.kind == MapKind::scalar) continue;
     const TensorView& t = *in.view;
-    const std::string name = std::string(kind_name(in.kind)) + " " + std::to_string(i);
-    check_devices(op, stream, {{name, t}});
+    const OperandName name(kind_name(in.kind), i);
+    check_devices(op, stream, {{name.view, t}});
     check_map_dtype(op, kind_name(in.kind), t);
     switch (in.kind) {
       case MapKind::tensor:
@@ -76,7 +99,7 @@ int64_t check_map(std::string_view op, const Stream& stream, const Shape& shape,
                     rows, shape.to_string());
     }
     for (size_t o = 0; o < n_outs; ++o) {
-      check_overlap(op, {"output " + std::to_string(o), outs[o]}, {name, t});
+      check_overlap(op, {OperandName("output", o).view, outs[o]}, {name.view, t});
     }
   }
   return cols;
