@@ -235,8 +235,11 @@ fs::path final_target(const fs::path& path) {
     if (error) break;
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
-  const fs::path resolved = fs::weakly_canonical(p, error);
-  return error ? p.lexically_normal() : resolved.lexically_normal();
+  // The directory as the kernel resolves it (".." after a symlink included); the last component
+  // is not a link. A directory that does not resolve is left as it is: opening there fails as
+  // the kernel's open would.
+  const fs::path dir = fs::canonical(p.parent_path(), error);
+  return error ? p : dir / p.filename();
 }
 
 fs::path temporary_path(const fs::path& final_path) {

@@ -78,7 +78,7 @@ void write_file(const std::filesystem::path& path, std::string_view bytes, std::
                 WriteMode mode = WriteMode::replace);
 
 // The file that writing `path` writes: its symlinks followed (at most 40), also to a target that
-// does not exist yet, absolute and normal.
+// does not exist yet; absolute, in its directory's canonical form where that directory exists.
 std::filesystem::path final_target(const std::filesystem::path& path);
 
 // fsyncs a directory: the entries created, renamed or removed in it are on the disk.

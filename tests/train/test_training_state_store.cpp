@@ -26,7 +26,7 @@
 #include "ember/train/training_state.hpp"
 #include "test_support.hpp"
 #include "train/durable_files.hpp"
-#include "train/linkat_hook.hpp"
+#include "train/file_faults.hpp"
 
 #define XXH_INLINE_ALL  // header-only: the checksum ember writes, without linking libxxhash
 #include <xxhash.h>
@@ -879,6 +879,19 @@ TEST(Safetensors, AWriterKilledWhileWritingLeavesNothingBehind) {
     testing::expect_error([&] { file.sync(); }, "probe: cannot write '" + path.string() +
                                                     "' (naming its temporary): Input/output error");
   }
+  EXPECT_EQ(read_whole_file(path.string()), std::string(3 << 20, 'y'));
+  // A copy that fails part way (a size limit) is never committed, not even by a second sync().
+  {
+    const testing::FailingLinkat refused(EPERM);
+    train::durable::FileWriter file(path, "probe");
+    const std::string bytes(3 << 20, 'z');
+    file.write(bytes.data(), bytes.size());
+    const testing::FileSizeLimit limit(1 << 20);
+    testing::expect_error([&] { file.sync(); }, "failed after 1048576 bytes: File too large");
+    testing::expect_error([&] { file.sync(); }, "is already finished");
+    testing::expect_error([&] { file.commit(); }, "is already finished");
+  }
+  EXPECT_EQ(read_whole_file(path.string()), std::string(3 << 20, 'y'));
   names.clear();
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"model.safetensors"});

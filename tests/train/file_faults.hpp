@@ -1,7 +1,11 @@
+// Faults for the tests of file writing (durable::FileWriter and its users).
+//
 // linkat for the whole ember_tests binary: the library's calls land here (an executable's
 // definition comes before libc's). It is the real one unless a test makes it fail, as a sandbox
-// (EPERM) or a failing disk (EIO) would, to reach durable::FileWriter's other paths.
+// (EPERM) or a failing disk (EIO) would, to reach FileWriter's other paths.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <filesystem>
 
@@ -11,7 +15,8 @@ namespace ember::testing {
 // that they are named through linkat.
 bool unnamed_temporaries_in(const std::filesystem::path& dir);
 
-// From now on, linkat fails with `error` after `successes` more calls that succeed (0: at once).
+// From now on, linkat fails with `error` after `successes` more calls pass through to the real
+// one (0: at once).
 void fail_linkat(int error, int successes = 0);
 // The real linkat again.
 void restore_linkat();
@@ -25,6 +30,19 @@ class FailingLinkat {
   ~FailingLinkat() { restore_linkat(); }
   FailingLinkat(const FailingLinkat&) = delete;
   FailingLinkat& operator=(const FailingLinkat&) = delete;
+};
+
+// RLIMIT_FSIZE for a scope, SIGXFSZ ignored: writes past `bytes` fail with EFBIG.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes);
+  ~FileSizeLimit();
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  struct rlimit saved_ {};
+  void (*previous_)(int);
 };
 
 }  // namespace ember::testing

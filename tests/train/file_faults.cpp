@@ -1,4 +1,4 @@
-#include "train/linkat_hook.hpp"
+#include "train/file_faults.hpp"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -6,6 +6,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+
+#include "ember/core/error.hpp"
 
 namespace {
 
@@ -18,8 +21,9 @@ std::atomic<int> successes_left{0};  // before the failures start
 extern "C" int linkat(int from_dir, const char* from, int to_dir, const char* to,
                       int flags) noexcept {
   calls.fetch_add(1);
-  if (failure.load() != 0 && successes_left.fetch_sub(1) <= 0) {
-    errno = failure.load();
+  const int error = failure.load();
+  if (error != 0 && successes_left.fetch_sub(1) <= 0) {
+    errno = error;
     return -1;
   }
   return static_cast<int>(::syscall(SYS_linkat, from_dir, from, to_dir, to, flags));
@@ -45,6 +49,18 @@ void restore_linkat() {
 
 int linkat_calls() {
   return calls.load();
+}
+
+FileSizeLimit::FileSizeLimit(rlim_t bytes) : previous_(std::signal(SIGXFSZ, SIG_IGN)) {
+  EMBER_CHECK(::getrlimit(RLIMIT_FSIZE, &saved_) == 0, "getrlimit failed");
+  struct rlimit limit = saved_;
+  limit.rlim_cur = bytes;
+  EMBER_CHECK(::setrlimit(RLIMIT_FSIZE, &limit) == 0, "setrlimit failed");
+}
+
+FileSizeLimit::~FileSizeLimit() {
+  ::setrlimit(RLIMIT_FSIZE, &saved_);
+  std::signal(SIGXFSZ, previous_);
 }
 
 }  // namespace ember::testing
