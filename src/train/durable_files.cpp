@@ -55,6 +55,10 @@ void sync_and_close(int fd, const fs::path& path, std::string_view who) {
   EMBER_CHECK(synced, "{}: fsync of '{}' failed: {}", who, path.string(), std::strerror(e));
 }
 
+fs::path directory_of(const fs::path& file) {
+  return file.has_parent_path() ? file.parent_path() : fs::path(".");
+}
+
 // fsyncs the directory `dir`: 0, or the errno of its open (`opened` false) or of its fsync.
 int sync_directory(const fs::path& dir, bool& opened) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -93,21 +97,28 @@ FileWriter::FileWriter(const fs::path& path, std::string_view who, WriteMode mod
   }
   // Unnamed first (O_TMPFILE, where the file system has it and /proc/self/fd can name it for
   // linkat): a writer killed before sync() leaves nothing behind. sync() names it.
-  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   if (::access("/proc/self/fd", X_OK) == 0) {
-    fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);  // read: name_unnamed()
+    fd_ = ::open(directory_of(target_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC,
+                 0644);  // read: name_unnamed()
     unnamed_ = fd_ >= 0;
     if (unnamed_) return;
   }
-  // Else named from the start. A fresh name each try: O_EXCL never opens another writer's
-  // temporary or a planted link.
-  for (int tries = 0; fd_ < 0; ++tries) {
+  fd_ = open_named_temporary();  // else named from the start
+}
+
+int FileWriter::open_named_temporary() {
+  // A fresh name each try: O_EXCL never opens another writer's temporary or a planted link.
+  for (int tries = 0;; ++tries) {
     temporary_ = temporary_file_path(target_);
-    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const int fd =
+        ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     const int e = errno;
-    EMBER_CHECK(fd_ >= 0 || (e == EEXIST && tries < 8),
-                "{}: cannot write '{}' (as its temporary '{}'): {}", who, path.string(),
-                temporary_.string(), std::strerror(e));
+    if (fd >= 0) return fd;
+    if (e != EEXIST || tries >= 8) {
+      const std::string name = std::exchange(temporary_, {}).string();
+      EMBER_THROW("{}: cannot write '{}' (as its temporary '{}'): {}", who_, path_.string(), name,
+                  std::strerror(e));
+    }
   }
 }
 
@@ -166,16 +177,7 @@ void FileWriter::name_unnamed() {
     int fd;
     ~Closer() { ::close(fd); }
   } unnamed{std::exchange(fd_, -1)};
-  for (int tries = 0; fd_ < 0; ++tries) {
-    temporary_ = temporary_file_path(target_);
-    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    const int e = errno;
-    if (fd_ < 0 && (e != EEXIST || tries >= 8)) {
-      temporary_.clear();
-      EMBER_THROW("{}: cannot write '{}' (as its temporary): {}", who_, path_.string(),
-                  std::strerror(e));
-    }
-  }
+  fd_ = open_named_temporary();
   std::vector<char> buffer(size_t{1} << 20);
   int64_t copied = 0;
   for (off_t at = 0;;) {
@@ -203,7 +205,7 @@ void FileWriter::commit() {
   temporary_.clear();
   // The rename on the disk. File systems without directory fsync (some FUSE, 9p) say EINVAL or
   // ENOTSUP, and a directory we cannot open is not ours to sync: the file is in place all the same.
-  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
+  const fs::path dir = directory_of(target_);
   bool opened = false;
   const int sync_error = sync_directory(dir, opened);
   EMBER_CHECK(!opened || sync_error == 0 || sync_error == EINVAL || sync_error == ENOTSUP,
@@ -259,7 +261,7 @@ void create_temporary_directory(const fs::path& tmp) {
 
 void rename_into_place(const fs::path& tmp, const fs::path& final_path, std::string_view who) {
   fsync_directory(tmp, who);
-  const fs::path parent = final_path.has_parent_path() ? final_path.parent_path() : fs::path(".");
+  const fs::path parent = directory_of(final_path);
   if (fs::exists(final_path)) {
     // Replacing: swap the two directories in one atomic step, so that a crash leaves one whole
     // directory at `final_path`, then remove the old one.

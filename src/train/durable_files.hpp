@@ -61,6 +61,8 @@ class FileWriter {
   // Gives the unnamed temporary its name (linkat through /proc/self/fd), or copies it to a named
   // one where linkat is refused.
   void name_unnamed();
+  // Creates a fresh named temporary beside the target (temporary_) and returns its fd.
+  int open_named_temporary();
 
   std::filesystem::path path_;       // as given, for messages
   std::filesystem::path target_;     // where the bytes go: path_, a symlink resolved
